@@ -1,0 +1,73 @@
+//! What every engine shares: node identities, datagrams to send, and the
+//! [`Engine`] trait that drivers (runtime, simulator) are generic over.
+
+use bytes::Bytes;
+
+use crate::time::Instant;
+
+/// A member's identity: a dense index the driver maps to an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct NodeId(pub u32);
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// Where a datagram goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// One member, by unicast.
+    Node(NodeId),
+    /// Every member of the group, by IP multicast. Engines only emit this when
+    /// their configuration says the transport offers multicast; the sender
+    /// does not receive its own multicast back (drivers filter loopback).
+    Multicast,
+}
+
+/// A datagram to send: one or more packets packed together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub destination: Destination,
+    pub payload: Bytes,
+}
+
+/// The sans-IO contract shared by the protocol engines.
+///
+/// After any `handle_*` call, the driver drains `poll_transmit` and
+/// `poll_event` completely, then asks `poll_timeout` when to wake the engine.
+/// Time passed in never runs backwards from the engine's point of view: an
+/// earlier `now` than one already seen is treated as the latest seen.
+pub trait Engine {
+    /// What the application is told (deliveries, losses, views).
+    type Event;
+
+    /// This engine's member identity.
+    fn node_id(&self) -> NodeId;
+    /// A datagram arrived from `from`. Bad bytes are counted and dropped.
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]);
+    /// The deadline returned by `poll_timeout` has passed (spurious calls are harmless).
+    fn handle_timeout(&mut self, now: Instant);
+    /// Originates a multicast of `payload`; errors leave the engine unchanged.
+    fn multicast(&mut self, now: Instant, payload: bytes::Bytes) -> Result<u64, SendError>;
+    /// The next datagram to send, built from fresh state.
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit>;
+    /// The next event for the application.
+    fn poll_event(&mut self) -> Option<Self::Event>;
+    /// When `handle_timeout` should next be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+/// Why a multicast was refused. The engine's state is unchanged in every case.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Flow control: too many of this member's messages are not yet known to
+    /// have reached every live member. Retry after more datagrams arrive
+    /// (`can_send` tells when).
+    #[error("send window full: retry once receivers catch up")]
+    WindowFull,
+    /// The payload does not fit in one datagram.
+    #[error("payload of {len} bytes exceeds the maximum {max}")]
+    TooLarge { len: usize, max: usize },
+}

@@ -1,0 +1,183 @@
+//! Settings of the pbcast engine, each with the papers' default where a paper
+//! gives one (P001 = Ozkasap/Xiao/Birman, P000 = Gupta/Birman/van Renesse).
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a member reacts to a digest (P000 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GossipMode {
+    /// Solicit what the gossiper holds and I lack (P001 §B describes pull only).
+    Pull,
+    /// Send the gossiper young messages it lacks.
+    Push,
+    /// Both: push young messages, pull the rest (P000 §3, the default).
+    PushPull,
+}
+
+/// Order in which messages reach the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// Per sender, in sequence order; a message after a gap waits for the
+    /// repair or for the gap to be declared lost (P000 §3, P001 §C).
+    Fifo,
+    /// As messages arrive ("pbcast without fifo", P001 Figs 3, 7).
+    Unordered,
+}
+
+/// Settings of one pbcast member. Build with [`Config::default`] and adjust;
+/// [`Config::validate`] runs once when an engine is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Length of a gossip round. P001 §B: 100 ms. Rounds are not synchronised:
+    /// each member starts its first round at a random offset.
+    #[serde(with = "duration_ms")]
+    pub gossip_interval: Duration,
+    /// Members gossiped to per round. P000/P001: 1.
+    pub gossip_fanout: NonZeroU32,
+    /// A message is kept for this many rounds after it arrived, then collected.
+    /// P001 §C: about 10 rounds = 1 s in Spinglass.
+    pub gc_rounds: NonZeroU32,
+    /// Pull, push or both.
+    pub mode: GossipMode,
+    /// A message is "young" (pushed to a gossiper that lacks it) while it has
+    /// been held for less than this; older messages are only pulled. P000 §3
+    /// names the rule but not the threshold; default two rounds.
+    #[serde(with = "duration_ms")]
+    pub push_age_max: Duration,
+    /// Retransmissions (solicited or pushed) one member sends per round, at
+    /// most. Bounds recovery traffic. Not given in P000/P001 (it is in the TOCS
+    /// paper, not in the input); default 500.
+    pub retransmits_per_round_max: u32,
+    /// Ranges of one source described in a digest, at most (keeps a digest in
+    /// one datagram). Default 64.
+    pub digest_ranges_max: u16,
+    /// A missing message is asked for again no sooner than this after the last
+    /// solicitation of it. Default one round.
+    #[serde(with = "duration_ms")]
+    pub solicit_retry: Duration,
+    /// A gap is declared lost (an explicit `Lost` event) once it has been known
+    /// for at least `lost_after_rounds` rounds and at least this many digests
+    /// received since it opened showed the gossiper no longer holds it.
+    pub lost_evidence_min: u32,
+    /// See `lost_evidence_min`. Default 2 × `gc_rounds`: by then every copy
+    /// made in the first phase has been collected.
+    pub lost_after_rounds: NonZeroU32,
+    /// FIFO per sender or unordered.
+    pub delivery: Delivery,
+    /// The transport offers IP multicast: the first phase uses it. Otherwise
+    /// the first phase is a unicast fan-out to every member.
+    pub ip_multicast: bool,
+    /// Largest datagram to build; small messages are packed up to it.
+    /// 1472 fits a 1500-byte Ethernet MTU; loopback allows 65,507.
+    pub max_datagram_size: usize,
+    /// Flow control (not in the papers; needed so a sender cannot outrun its
+    /// receivers): a sender keeps at most this many of its messages beyond
+    /// the lowest point every recently heard member reported. `None` turns
+    /// flow control off (the papers' simulations send at a fixed rate).
+    pub send_window: Option<NonZeroU32>,
+    /// A receiver reports its progress to a source after this many new
+    /// messages from it, or after `status_interval`, whichever comes first.
+    pub status_every: NonZeroU32,
+    /// See `status_every`.
+    #[serde(with = "duration_ms")]
+    pub status_interval: Duration,
+    /// Members silent (no status) for this long no longer hold the sender's
+    /// window: a perturbed member must not stall the group (P000 §2.2).
+    #[serde(with = "duration_ms")]
+    pub flow_silence_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gossip_interval: Duration::from_millis(100),
+            gossip_fanout: NonZeroU32::MIN,
+            gc_rounds: NonZeroU32::new(10).unwrap(),
+            mode: GossipMode::PushPull,
+            push_age_max: Duration::from_millis(200),
+            retransmits_per_round_max: 500,
+            digest_ranges_max: 64,
+            solicit_retry: Duration::from_millis(100),
+            lost_evidence_min: 3,
+            lost_after_rounds: NonZeroU32::new(20).unwrap(),
+            delivery: Delivery::Fifo,
+            ip_multicast: false,
+            max_datagram_size: 1472,
+            send_window: NonZeroU32::new(4096),
+            status_every: NonZeroU32::new(512).unwrap(),
+            status_interval: Duration::from_millis(10),
+            flow_silence_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A setting out of its allowed range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("gossip_interval must be at least 1 ms, got {0:?}")]
+    GossipIntervalTooShort(Duration),
+    #[error("max_datagram_size must be between {min} and 65507, got {got}")]
+    DatagramSize { min: usize, got: usize },
+    #[error("status_interval must be positive")]
+    StatusIntervalZero,
+    #[error("digest_ranges_max must be at least 1")]
+    DigestRangesZero,
+    #[error("the member list must contain this member ({0})")]
+    NotAMember(u32),
+}
+
+/// Smallest datagram that still holds a header, a data packet's sequence
+/// number and a useful payload.
+pub const MIN_DATAGRAM_SIZE: usize = 128;
+
+impl Config {
+    /// Checks every setting once, at engine creation.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.gossip_interval < Duration::from_millis(1) {
+            return Err(ConfigError::GossipIntervalTooShort(self.gossip_interval));
+        }
+        if !(MIN_DATAGRAM_SIZE..=65_507).contains(&self.max_datagram_size) {
+            return Err(ConfigError::DatagramSize {
+                min: MIN_DATAGRAM_SIZE,
+                got: self.max_datagram_size,
+            });
+        }
+        if self.status_interval.is_zero() {
+            return Err(ConfigError::StatusIntervalZero);
+        }
+        if self.digest_ranges_max == 0 {
+            return Err(ConfigError::DigestRangesZero);
+        }
+        Ok(())
+    }
+
+    /// How long a message stays buffered after it arrived.
+    pub fn gc_period(&self) -> Duration {
+        self.gossip_interval * self.gc_rounds.get()
+    }
+
+    /// Largest payload one message may carry (one retransmit packet per datagram).
+    pub fn max_payload(&self) -> usize {
+        self.max_datagram_size - shoal_wire::HEADER_LEN - 12
+    }
+}
+
+/// Durations in TOML/serde as integer milliseconds.
+mod duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}

@@ -1,0 +1,1 @@
+//! Helpers on ascending sequence-number ranges.

@@ -1,0 +1,504 @@
+//! Shoal's wire format: versioned packet headers and the Bimodal Multicast
+//! (pbcast) packets, with strict, panic-free decoding.
+//!
+//! A UDP datagram carries one or more *packets* back to back ("pack and batch",
+//! DESIGN.md). Every packet starts with a fixed 12-byte header:
+//!
+//! ```text
+//!  0      2   3   4          8          12
+//!  +------+---+---+----------+----------+---------------
+//!  |magic |ver|knd|  sender  |  length  |  body (length bytes)
+//!  +------+---+---+----------+----------+---------------
+//! ```
+//!
+//! All integers are big-endian. `length` counts the body only. The body layouts
+//! are given on each [`Packet`] variant and in `docs/wire-format.md`.
+//!
+//! Decoding never panics and never allocates from a length field it has not
+//! checked against the bytes actually present: a count is multiplied by the
+//! size of its smallest element and compared with what remains before any
+//! vector is reserved. Malformed, truncated or oversized input yields a
+//! [`DecodeError`].
+
+use thiserror::Error;
+
+/// First two bytes of every packet: ASCII "SH".
+pub const MAGIC: u16 = 0x5348;
+/// The wire version this crate speaks. A packet with another version is refused.
+pub const VERSION: u8 = 1;
+/// Bytes in a packet header.
+pub const HEADER_LEN: usize = 12;
+/// Largest body a packet may declare: the largest UDP payload over IPv4.
+pub const MAX_BODY_LEN: usize = 65_507 - HEADER_LEN;
+/// Bytes one [`SeqRange`] takes on the wire.
+pub const RANGE_LEN: usize = 16;
+
+/// Packet kinds, as carried in the header's `kind` byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    Data = 1,
+    Gossip = 2,
+    Solicit = 3,
+    Retransmit = 4,
+    Status = 5,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Data,
+        Kind::Gossip,
+        Kind::Solicit,
+        Kind::Retransmit,
+        Kind::Status,
+    ];
+
+    fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
+        Kind::ALL
+            .into_iter()
+            .find(|kind| *kind as u8 == byte)
+            .ok_or(DecodeError::UnknownKind(byte))
+    }
+
+    /// A short lower-case name, used in metrics and CSV headers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Data => "data",
+            Kind::Gossip => "gossip",
+            Kind::Solicit => "solicit",
+            Kind::Retransmit => "retransmit",
+            Kind::Status => "status",
+        }
+    }
+
+    /// Position in [`Kind::ALL`], for per-kind counter arrays.
+    pub fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
+/// Why a datagram was refused. Decoding stops at the first bad packet; packets
+/// before it in the same datagram were valid.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("truncated: needed {needed} bytes, {available} available")]
+    Truncated { needed: usize, available: usize },
+    #[error("bad magic {0:#06x}")]
+    BadMagic(u16),
+    #[error("unsupported wire version {0}")]
+    UnsupportedVersion(u8),
+    #[error("unknown packet kind {0}")]
+    UnknownKind(u8),
+    #[error("declared body length {declared} exceeds the maximum {max}")]
+    Oversized { declared: usize, max: usize },
+    #[error("sequence range {first}..={last} is reversed")]
+    ReversedRange { first: u64, last: u64 },
+    #[error("{what} count {count} does not fit in the {available} bytes left")]
+    CountTooLarge {
+        what: &'static str,
+        count: usize,
+        available: usize,
+    },
+    #[error("{extra} unexpected bytes after the {kind:?} body")]
+    TrailingBytes { kind: Kind, extra: usize },
+    #[error("empty datagram")]
+    Empty,
+}
+
+/// Why a packet could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    #[error("body of {len} bytes exceeds the maximum {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("more than {max} {what}")]
+    TooMany { what: &'static str, max: usize },
+}
+
+/// An inclusive range of sequence numbers, `first <= last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SeqRange {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl SeqRange {
+    /// `None` when `first > last`.
+    pub fn new(first: u64, last: u64) -> Option<SeqRange> {
+        (first <= last).then_some(SeqRange { first, last })
+    }
+
+    pub fn single(seq: u64) -> SeqRange {
+        SeqRange {
+            first: seq,
+            last: seq,
+        }
+    }
+
+    pub fn contains(&self, seq: u64) -> bool {
+        self.first <= seq && seq <= self.last
+    }
+
+    /// Number of sequence numbers in the range (saturating at `u64::MAX`).
+    pub fn len(&self) -> u64 {
+        (self.last - self.first).saturating_add(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// One source's part of a digest or a solicitation: ranges of its sequence
+/// numbers, ascending and disjoint when built by Shoal (decoding checks each
+/// range only, so a receiver must not rely on order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRanges {
+    pub source: u32,
+    pub ranges: Vec<SeqRange>,
+}
+
+/// A decoded packet. Payloads borrow from the datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Packet<'a> {
+    /// A new message, first phase of pbcast. Body: `seq u64`, payload.
+    Data { seq: u64, payload: &'a [u8] },
+    /// A digest of the sender's message buffer (pbcast's gossip).
+    /// Body: `count u16`, then per source `source u32, nranges u16, ranges`.
+    Gossip { digest: Vec<SourceRanges> },
+    /// Ranges the sender lacks and asks the receiver to retransmit.
+    /// Body: same layout as a gossip digest.
+    Solicit { wanted: Vec<SourceRanges> },
+    /// A buffered message sent again by a member other than (or equal to) its
+    /// source. Body: `source u32, seq u64`, payload.
+    Retransmit {
+        source: u32,
+        seq: u64,
+        payload: &'a [u8],
+    },
+    /// Flow-control feedback to a source: every message of `source` below
+    /// `next` has been received. Body: `source u32, next u64`.
+    Status { source: u32, next: u64 },
+}
+
+impl Packet<'_> {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Packet::Data { .. } => Kind::Data,
+            Packet::Gossip { .. } => Kind::Gossip,
+            Packet::Solicit { .. } => Kind::Solicit,
+            Packet::Retransmit { .. } => Kind::Retransmit,
+            Packet::Status { .. } => Kind::Status,
+        }
+    }
+
+    /// Bytes of the body when encoded.
+    pub fn body_len(&self) -> usize {
+        match self {
+            Packet::Data { payload, .. } => 8 + payload.len(),
+            Packet::Gossip { digest: list } | Packet::Solicit { wanted: list } => {
+                ranges_list_len(list)
+            }
+            Packet::Retransmit { payload, .. } => 12 + payload.len(),
+            Packet::Status { .. } => 12,
+        }
+    }
+
+    /// Bytes of header and body when encoded.
+    pub fn encoded_len(&self) -> usize {
+        HEADER_LEN + self.body_len()
+    }
+
+    /// Appends the packet (header and body) to `out`.
+    pub fn encode(&self, sender: u32, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let body_len = self.body_len();
+        if body_len > MAX_BODY_LEN {
+            return Err(EncodeError::TooLarge {
+                len: body_len,
+                max: MAX_BODY_LEN,
+            });
+        }
+        out.reserve(HEADER_LEN + body_len);
+        out.extend_from_slice(&MAGIC.to_be_bytes());
+        out.push(VERSION);
+        out.push(self.kind() as u8);
+        out.extend_from_slice(&sender.to_be_bytes());
+        out.extend_from_slice(&(body_len as u32).to_be_bytes());
+        match self {
+            Packet::Data { seq, payload } => {
+                out.extend_from_slice(&seq.to_be_bytes());
+                out.extend_from_slice(payload);
+            }
+            Packet::Gossip { digest: list } | Packet::Solicit { wanted: list } => {
+                encode_ranges_list(list, out)?;
+            }
+            Packet::Retransmit {
+                source,
+                seq,
+                payload,
+            } => {
+                out.extend_from_slice(&source.to_be_bytes());
+                out.extend_from_slice(&seq.to_be_bytes());
+                out.extend_from_slice(payload);
+            }
+            Packet::Status { source, next } => {
+                out.extend_from_slice(&source.to_be_bytes());
+                out.extend_from_slice(&next.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes into a fresh vector.
+    pub fn to_vec(&self, sender: u32) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode(sender, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn ranges_list_len(list: &[SourceRanges]) -> usize {
+    2 + list
+        .iter()
+        .map(|s| 6 + RANGE_LEN * s.ranges.len())
+        .sum::<usize>()
+}
+
+fn encode_ranges_list(list: &[SourceRanges], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let count = u16::try_from(list.len()).map_err(|_| EncodeError::TooMany {
+        what: "sources",
+        max: u16::MAX as usize,
+    })?;
+    out.extend_from_slice(&count.to_be_bytes());
+    for entry in list {
+        let nranges = u16::try_from(entry.ranges.len()).map_err(|_| EncodeError::TooMany {
+            what: "ranges",
+            max: u16::MAX as usize,
+        })?;
+        out.extend_from_slice(&entry.source.to_be_bytes());
+        out.extend_from_slice(&nranges.to_be_bytes());
+        for range in &entry.ranges {
+            out.extend_from_slice(&range.first.to_be_bytes());
+            out.extend_from_slice(&range.last.to_be_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// A packet's fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub sender: u32,
+    pub body_len: usize,
+}
+
+/// Reads one header from the front of `bytes`.
+pub fn decode_header(bytes: &[u8]) -> Result<Header, DecodeError> {
+    let mut reader = Reader::new(bytes);
+    let magic = reader.u16()?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = reader.u8()?;
+    if version != VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    let kind = Kind::from_byte(reader.u8()?)?;
+    let sender = reader.u32()?;
+    let body_len = reader.u32()? as usize;
+    if body_len > MAX_BODY_LEN {
+        return Err(DecodeError::Oversized {
+            declared: body_len,
+            max: MAX_BODY_LEN,
+        });
+    }
+    Ok(Header {
+        kind,
+        sender,
+        body_len,
+    })
+}
+
+/// Decodes exactly one packet that fills `bytes`.
+pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Packet<'_>), DecodeError> {
+    let mut packets = packets(bytes);
+    let first = packets.next().ok_or(DecodeError::Empty)??;
+    match packets.rest.len() {
+        0 => Ok(first),
+        extra => Err(DecodeError::TrailingBytes {
+            kind: first.0.kind,
+            extra,
+        }),
+    }
+}
+
+/// Iterates over the packets packed in a datagram. After the first error the
+/// iterator ends: a length field that cannot be trusted leaves nothing to
+/// resynchronise on. An empty datagram yields one [`DecodeError::Empty`].
+pub fn packets(datagram: &[u8]) -> Packets<'_> {
+    Packets {
+        rest: datagram,
+        started: false,
+        failed: false,
+    }
+}
+
+/// Iterator returned by [`packets`].
+pub struct Packets<'a> {
+    rest: &'a [u8],
+    started: bool,
+    failed: bool,
+}
+
+impl<'a> Iterator for Packets<'a> {
+    type Item = Result<(Header, Packet<'a>), DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if self.rest.is_empty() {
+            let first = !self.started;
+            self.started = true;
+            self.failed = first;
+            return first.then_some(Err(DecodeError::Empty));
+        }
+        self.started = true;
+        let result = self.decode_next();
+        self.failed = result.is_err();
+        Some(result)
+    }
+}
+
+impl<'a> Packets<'a> {
+    fn decode_next(&mut self) -> Result<(Header, Packet<'a>), DecodeError> {
+        let header = decode_header(self.rest)?;
+        let body = self
+            .rest
+            .get(HEADER_LEN..HEADER_LEN + header.body_len)
+            .ok_or(DecodeError::Truncated {
+                needed: HEADER_LEN + header.body_len,
+                available: self.rest.len(),
+            })?;
+        let packet = decode_body(header.kind, body)?;
+        self.rest = &self.rest[HEADER_LEN + header.body_len..];
+        Ok((header, packet))
+    }
+}
+
+fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
+    let mut reader = Reader::new(body);
+    let packet = match kind {
+        Kind::Data => Packet::Data {
+            seq: reader.u64()?,
+            payload: reader.rest(),
+        },
+        Kind::Gossip => Packet::Gossip {
+            digest: reader.ranges_list()?,
+        },
+        Kind::Solicit => Packet::Solicit {
+            wanted: reader.ranges_list()?,
+        },
+        Kind::Retransmit => Packet::Retransmit {
+            source: reader.u32()?,
+            seq: reader.u64()?,
+            payload: reader.rest(),
+        },
+        Kind::Status => Packet::Status {
+            source: reader.u32()?,
+            next: reader.u64()?,
+        },
+    };
+    match reader.remaining() {
+        0 => Ok(packet),
+        extra => Err(DecodeError::TrailingBytes { kind, extra }),
+    }
+}
+
+/// A bounds-checked big-endian cursor.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let (head, tail) = self
+            .bytes
+            .split_first_chunk::<N>()
+            .ok_or(DecodeError::Truncated {
+                needed: N,
+                available: self.bytes.len(),
+            })?;
+        self.bytes = tail;
+        Ok(*head)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_be_bytes(self.take()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_be_bytes(self.take()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.take()?))
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.bytes)
+    }
+
+    /// Checks that `count` elements of at least `min_size` bytes each can fit
+    /// in what remains, before anything is allocated for them.
+    fn check_count(
+        &self,
+        what: &'static str,
+        count: usize,
+        min_size: usize,
+    ) -> Result<(), DecodeError> {
+        if count.saturating_mul(min_size) > self.remaining() {
+            return Err(DecodeError::CountTooLarge {
+                what,
+                count,
+                available: self.remaining(),
+            });
+        }
+        Ok(())
+    }
+
+    fn ranges_list(&mut self) -> Result<Vec<SourceRanges>, DecodeError> {
+        let count = self.u16()? as usize;
+        self.check_count("source", count, 6)?;
+        let mut list = Vec::with_capacity(count);
+        for _ in 0..count {
+            let source = self.u32()?;
+            let nranges = self.u16()? as usize;
+            self.check_count("range", nranges, RANGE_LEN)?;
+            let mut ranges = Vec::with_capacity(nranges);
+            for _ in 0..nranges {
+                let (first, last) = (self.u64()?, self.u64()?);
+                ranges.push(
+                    SeqRange::new(first, last).ok_or(DecodeError::ReversedRange { first, last })?,
+                );
+            }
+            list.push(SourceRanges { source, ranges });
+        }
+        Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests;
