@@ -1,1 +1,4 @@
+mod demo;
+mod sim;
+
 fn main() {}

@@ -1,0 +1,1 @@
+//! `shoal demo`: a local cluster on loopback. (Owned by the runtime work.)
