@@ -1,15 +1,51 @@
-//! Bimodal Multicast (pbcast): P001 §B (Ozkasap, Xiao, Birman), P000 §3
-//! (Gupta, Birman, van Renesse). STUB: the implementation lands next.
+//! Bimodal Multicast ("pbcast"): P001 §B (Ozkasap, Xiao, Birman, "Scalability
+//! of Two Reliable Multicast Protocols") and P000 §3 (Gupta, Birman, van
+//! Renesse, "Fighting fire with fire").
+//!
+//! Two phases:
+//!
+//! 1. **Unreliable dissemination.** A new message goes out once, by IP
+//!    multicast when the transport offers it (`Config::ip_multicast`),
+//!    otherwise by a unicast fan-out to every member. Receivers buffer it.
+//! 2. **Anti-entropy gossip.** Every round (100 ms, not synchronised across
+//!    members) a member picks one member at random and sends it a *digest* of
+//!    its buffer: per source, the ranges of sequence numbers it holds. The
+//!    receiver *pulls* (solicits) what the gossiper holds and it lacks, and
+//!    *pushes* young messages the gossiper lacks (P000 §3: push for young,
+//!    pull for old). Retransmissions are unicast and limited per round.
+//!
+//! Messages are collected `gc_rounds` rounds after they arrived (P001 §C: about
+//! 1 s). Delivery is FIFO per source or unordered. A gap that can no longer be
+//! repaired (known for `lost_after_rounds` rounds, and at least
+//! `lost_evidence_min` digests since showed the gossiper no longer held it)
+//! becomes an explicit [`Event::Lost`]: the application is never left
+//! guessing.
+//!
+//! Flow control is Shoal's addition (the papers simulate fixed rates):
+//! receivers report their progress to each source with small STATUS packets,
+//! and a source keeps at most `send_window` messages beyond the lowest
+//! progress among members it heard from recently. A silent member stops
+//! counting after `flow_silence_timeout`, so one perturbed member does not
+//! stall the group.
 
 mod config;
+mod log;
+mod outbox;
 
-pub use config::{Config, ConfigError, Delivery, GossipMode};
+pub use config::{Config, ConfigError, Delivery, GossipMode, MIN_DATAGRAM_SIZE};
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
-use shoal_wire::SeqRange;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_wire::{Packet, SeqRange, SourceRanges};
 
 use crate::engine::{Engine, NodeId, SendError, Transmit};
+use crate::ranges::RangeBuilder;
 use crate::time::Instant;
+use log::{Inserted, Ready, SourceLog};
+use outbox::{Control, Outbox};
 
 /// What a pbcast member tells its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,18 +71,50 @@ pub struct Stats {
     pub datagrams_sent: u64,
     pub datagrams_received: u64,
     pub bytes_sent: u64,
+    /// Datagrams refused: bad encoding, a spoofed or unknown sender.
     pub malformed: u64,
+    /// Messages this member multicast.
     pub originated: u64,
+    /// Messages delivered to the application (including its own).
     pub delivered: u64,
+    /// Of those, the ones that arrived by retransmission.
     pub recovered: u64,
     pub duplicates: u64,
+    /// Messages reported in `Lost` events.
     pub lost: u64,
+    /// Retransmissions not sent because the round's budget was spent.
     pub retransmits_suppressed: u64,
+    pub gossip_rounds: u64,
+}
+
+/// How far past the known end one packet may extend a source's log: bounds
+/// the memory a forged or corrupt sequence number can claim.
+const LOG_EXTENSION_MAX: u64 = 1 << 20;
+
+/// Flow-control progress heard from one member.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    next: u64,
+    heard: Instant,
 }
 
 /// One pbcast member.
 pub struct Pbcast {
     me: NodeId,
+    my_index: usize,
+    /// Sorted, deduplicated; indexes `logs` and `progress`.
+    members: Vec<NodeId>,
+    config: Config,
+    rng: Xoshiro256PlusPlus,
+    logs: Vec<SourceLog>,
+    progress: Vec<Progress>,
+    outbox: Outbox,
+    events: VecDeque<Event>,
+    stats: Stats,
+    last_now: Instant,
+    next_round: Instant,
+    next_status: Instant,
+    retransmit_budget: u32,
 }
 
 impl Pbcast {
@@ -59,29 +127,387 @@ impl Pbcast {
         seed: u64,
         now: Instant,
     ) -> Result<Pbcast, ConfigError> {
-        let _ = (members, seed, now);
         config.validate()?;
-        Ok(Pbcast { me })
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        let my_index = members
+            .binary_search(&me)
+            .map_err(|_| ConfigError::NotAMember(me.0))?;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        // Rounds are not synchronised across members (P001 §B).
+        let first_round = now + config.gossip_interval.mul_f64(rng.random::<f64>());
+        let n = members.len();
+        Ok(Pbcast {
+            me,
+            my_index,
+            members,
+            rng,
+            logs: (0..n).map(|_| SourceLog::default()).collect(),
+            progress: vec![
+                Progress {
+                    next: 0,
+                    heard: now
+                };
+                n
+            ],
+            outbox: Outbox::default(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            last_now: now,
+            next_round: first_round,
+            next_status: now + config.status_interval,
+            retransmit_budget: config.retransmits_per_round_max,
+            config,
+        })
     }
 
     pub fn config(&self) -> &Config {
-        todo!()
+        &self.config
     }
 
     pub fn stats(&self) -> &Stats {
-        todo!()
+        &self.stats
+    }
+
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
     }
 
     /// Flow control allows a multicast now.
     pub fn can_send(&self, now: Instant) -> bool {
-        let _ = now;
-        todo!()
+        let Some(window) = self.config.send_window else {
+            return true;
+        };
+        let next = self.logs[self.my_index].end();
+        next - self.slowest_recent_progress(now).min(next) < u64::from(window.get())
+    }
+
+    /// Lowest progress reported by a member heard from recently.
+    fn slowest_recent_progress(&self, now: Instant) -> u64 {
+        let silence = self.config.flow_silence_timeout;
+        self.progress
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| *i != self.my_index && p.heard + silence > now)
+            .map(|(_, p)| p.next)
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// Messages held in the buffer (all sources), for memory metrics.
     pub fn buffered(&self) -> usize {
-        todo!()
+        self.logs.iter().map(SourceLog::held).sum()
     }
+
+    /// Checks internal invariants; panics when one is broken (tests and the
+    /// simulator call this).
+    pub fn check_invariants(&self) {
+        for log in &self.logs {
+            log.check_invariants();
+        }
+    }
+
+    fn index_of(&self, node: NodeId) -> Option<usize> {
+        self.members.binary_search(&node).ok()
+    }
+
+    /// Time never runs backwards inside the engine.
+    fn clamp(&mut self, now: Instant) -> Instant {
+        self.last_now = self.last_now.max(now);
+        self.last_now
+    }
+
+    // ---- inputs ----------------------------------------------------------
+
+    fn on_packet(&mut self, now: Instant, from: usize, packet: Packet<'_>) {
+        match packet {
+            Packet::Data { seq, payload } => {
+                let payload = Bytes::copy_from_slice(payload);
+                self.on_message(now, from, seq, payload, false);
+            }
+            Packet::Retransmit {
+                source,
+                seq,
+                payload,
+            } => {
+                if let Some(source) = self.index_of(NodeId(source)) {
+                    let payload = Bytes::copy_from_slice(payload);
+                    self.on_message(now, source, seq, payload, true);
+                }
+            }
+            Packet::Gossip { digest } => self.on_gossip(now, from, &digest),
+            Packet::Solicit { wanted } => self.on_solicit(from, &wanted),
+            Packet::Status { source, next } => {
+                if source == self.me.0 {
+                    let p = &mut self.progress[from];
+                    p.next = p.next.max(next);
+                    p.heard = now;
+                }
+            }
+        }
+    }
+
+    fn on_message(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes, rx: bool) {
+        let log = &mut self.logs[source];
+        match log.insert(seq, payload, now, rx, LOG_EXTENSION_MAX) {
+            Inserted::Duplicate => self.stats.duplicates += 1,
+            Inserted::New => {
+                self.deliver_ready(source, Some(seq));
+                self.maybe_report_progress(source);
+            }
+        }
+    }
+
+    /// Hands deliverable messages of `source` to the application.
+    fn deliver_ready(&mut self, source: usize, arrived: Option<u64>) {
+        let node = self.members[source];
+        let log = &mut self.logs[source];
+        match self.config.delivery {
+            Delivery::Fifo => {
+                while let Some(ready) = log.take_next_fifo() {
+                    push_delivery(&mut self.events, &mut self.stats, node, ready);
+                }
+            }
+            Delivery::Unordered => {
+                if let Some(ready) = arrived.and_then(|seq| log.take_unordered(seq)) {
+                    push_delivery(&mut self.events, &mut self.stats, node, ready);
+                }
+            }
+        }
+    }
+
+    /// Flow control: tell a source how far this member got, every
+    /// `status_every` new messages (the timer covers the rest).
+    fn maybe_report_progress(&mut self, source: usize) {
+        if self.config.send_window.is_none() || source == self.my_index {
+            return;
+        }
+        if self.logs[source].unreported >= self.config.status_every.get() {
+            self.queue_status(source);
+        }
+    }
+
+    fn queue_status(&mut self, source: usize) {
+        let log = &mut self.logs[source];
+        log.unreported = 0;
+        self.outbox.control.push_back(Control::Status {
+            to: self.members[source],
+            next: log.cursor(),
+        });
+    }
+
+    /// A digest arrived: pull what the gossiper has and I lack, push young
+    /// messages it lacks, and count evidence for declaring gaps lost.
+    fn on_gossip(&mut self, now: Instant, from: usize, digest: &[SourceRanges]) {
+        let mut wanted = Vec::new();
+        let mut advertised: Vec<Vec<SeqRange>> = vec![Vec::new(); self.members.len()];
+        for entry in digest {
+            let Some(source) = self.index_of(NodeId(entry.source)) else {
+                continue;
+            };
+            let mut ranges = entry.ranges.clone();
+            ranges.sort_unstable();
+            if let Some(highest) = ranges.last().map(|r| r.last) {
+                self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
+            }
+            if self.config.mode != GossipMode::Push {
+                if let Some(w) = self.pull(now, source, &ranges) {
+                    wanted.push(w);
+                }
+            }
+            if self.config.mode != GossipMode::Pull {
+                self.push(now, from, source, &ranges);
+            }
+            advertised[source] = ranges;
+        }
+        for (log, ranges) in self.logs.iter_mut().zip(&advertised) {
+            log.note_digest(ranges);
+        }
+        if !wanted.is_empty() {
+            let to = self.members[from];
+            self.outbox
+                .control
+                .push_back(Control::Solicit { to, wanted });
+        }
+    }
+
+    /// Ranges to solicit from a gossiper that advertised `ranges` of `source`.
+    fn pull(&mut self, now: Instant, source: usize, ranges: &[SeqRange]) -> Option<SourceRanges> {
+        let log = &mut self.logs[source];
+        if !log.has_missing() {
+            return None;
+        }
+        let max = self.config.retransmits_per_round_max as usize;
+        let mut builder = RangeBuilder::default();
+        let mut taken = 0;
+        for range in ranges {
+            let retry = self.config.solicit_retry;
+            log.solicit(*range, now, retry, max, &mut builder, &mut taken);
+        }
+        let mut ranges = builder.finish();
+        crate::ranges::truncate_keep_last(&mut ranges, self.solicit_ranges_max());
+        (!ranges.is_empty()).then(|| SourceRanges {
+            source: self.members[source].0,
+            ranges,
+        })
+    }
+
+    /// Pushes young messages of `source` that the gossiper `to` lacks.
+    fn push(&mut self, now: Instant, to: usize, source: usize, ranges: &[SeqRange]) {
+        let Some(highest) = ranges.last().map(|r| r.last) else {
+            return;
+        };
+        let budget = self.retransmit_budget as usize;
+        let seqs = self.logs[source].young_missing_at_peer(
+            ranges,
+            highest,
+            now,
+            self.config.push_age_max,
+            budget,
+        );
+        for seq in seqs {
+            self.queue_retransmit(to, source, seq);
+        }
+    }
+
+    fn on_solicit(&mut self, from: usize, wanted: &[SourceRanges]) {
+        for entry in wanted {
+            let Some(source) = self.index_of(NodeId(entry.source)) else {
+                continue;
+            };
+            for range in &entry.ranges {
+                self.answer_solicit(from, source, *range);
+            }
+        }
+    }
+
+    fn answer_solicit(&mut self, to: usize, source: usize, range: SeqRange) {
+        let log = &self.logs[source];
+        let Some(last) = log.end().checked_sub(1).map(|end| range.last.min(end)) else {
+            return;
+        };
+        for seq in range.first.max(log.base())..=last {
+            // Budget spent: the solicitor will ask again in a later round.
+            if self.logs[source].holds(seq) && !self.queue_retransmit(to, source, seq) {
+                return;
+            }
+        }
+    }
+
+    /// Queues one retransmission if the round's budget allows.
+    fn queue_retransmit(&mut self, to: usize, source: usize, seq: u64) -> bool {
+        if self.retransmit_budget == 0 {
+            self.stats.retransmits_suppressed += 1;
+            return false;
+        }
+        self.retransmit_budget -= 1;
+        self.outbox.retransmits.push_back(outbox::Retransmit {
+            to: self.members[to],
+            source: source as u32,
+            seq,
+        });
+        true
+    }
+
+    fn solicit_ranges_max(&self) -> usize {
+        let room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 2 - 6;
+        usize::from(self.config.digest_ranges_max).min(room / shoal_wire::RANGE_LEN)
+    }
+
+    // ---- timers ----------------------------------------------------------
+
+    /// One gossip round: collect garbage, give up on dead gaps, gossip.
+    fn on_round(&mut self, now: Instant) {
+        self.stats.gossip_rounds += 1;
+        self.retransmit_budget = self.config.retransmits_per_round_max;
+        let gc_period = self.config.gc_period();
+        let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
+        for source in 0..self.logs.len() {
+            self.logs[source].collect_garbage(now, gc_period);
+            let lost =
+                self.logs[source].declare_lost(now, lost_wait, self.config.lost_evidence_min);
+            if !lost.is_empty() {
+                self.report_lost(source, lost);
+            }
+        }
+        for _ in 0..self.config.gossip_fanout.get() {
+            if let Some(target) = self.random_other_member() {
+                self.outbox
+                    .control
+                    .push_back(Control::Gossip { to: target });
+            }
+        }
+    }
+
+    fn report_lost(&mut self, source: usize, lost: Vec<SeqRange>) {
+        let node = self.members[source];
+        for range in lost {
+            self.stats.lost += range.len();
+            self.events.push_back(Event::Lost {
+                source: node,
+                range,
+            });
+        }
+        self.deliver_ready(source, None);
+    }
+
+    fn random_other_member(&mut self) -> Option<NodeId> {
+        let n = self.members.len();
+        if n < 2 {
+            return None;
+        }
+        let pick = self.rng.random_range(0..n - 1);
+        let index = if pick >= self.my_index {
+            pick + 1
+        } else {
+            pick
+        };
+        Some(self.members[index])
+    }
+
+    fn on_status_timer(&mut self) {
+        for source in 0..self.logs.len() {
+            if source != self.my_index && self.logs[source].unreported > 0 {
+                self.queue_status(source);
+            }
+        }
+    }
+
+    /// The digest of this member's buffer, sized to fit one datagram.
+    fn digest(&self) -> Vec<SourceRanges> {
+        let mut room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 2;
+        let max_ranges = usize::from(self.config.digest_ranges_max);
+        let mut digest = Vec::new();
+        for (node, log) in self.members.iter().zip(&self.logs) {
+            if log.held() == 0 {
+                continue;
+            }
+            let mut ranges = log.held_ranges();
+            let fit = room.saturating_sub(6) / shoal_wire::RANGE_LEN;
+            crate::ranges::truncate_keep_last(&mut ranges, max_ranges.min(fit));
+            if ranges.is_empty() {
+                break;
+            }
+            room -= 6 + shoal_wire::RANGE_LEN * ranges.len();
+            digest.push(SourceRanges {
+                source: node.0,
+                ranges,
+            });
+        }
+        digest
+    }
+}
+
+fn push_delivery(events: &mut VecDeque<Event>, stats: &mut Stats, source: NodeId, ready: Ready) {
+    stats.delivered += 1;
+    stats.recovered += u64::from(ready.recovered);
+    events.push_back(Event::Deliver {
+        source,
+        seq: ready.seq,
+        payload: ready.payload,
+        recovered: ready.recovered,
+    });
 }
 
 impl Engine for Pbcast {
@@ -92,30 +518,83 @@ impl Engine for Pbcast {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
-        let _ = (now, from, datagram);
-        todo!()
+        let now = self.clamp(now);
+        self.stats.datagrams_received += 1;
+        let Some(from_index) = self.index_of(from).filter(|i| *i != self.my_index) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        for item in shoal_wire::packets(datagram) {
+            match item {
+                Ok((header, packet)) if header.sender == from.0 => {
+                    self.stats.packets_received[header.kind.index()] += 1;
+                    self.on_packet(now, from_index, packet);
+                }
+                _ => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
-        todo!()
+        let now = self.clamp(now);
+        if now >= self.next_round {
+            self.on_round(now);
+            // After a long sleep, resume the rhythm instead of catching up.
+            self.next_round = (self.next_round + self.config.gossip_interval).max(now);
+            if self.next_round == now {
+                self.next_round = now + self.config.gossip_interval;
+            }
+        }
+        if now >= self.next_status {
+            if self.config.send_window.is_some() {
+                self.on_status_timer();
+            }
+            self.next_status = now + self.config.status_interval;
+        }
     }
 
     fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
-        let _ = (now, payload);
-        todo!()
+        let now = self.clamp(now);
+        let max = self.config.max_payload();
+        if payload.len() > max {
+            return Err(SendError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if !self.can_send(now) {
+            return Err(SendError::WindowFull);
+        }
+        let me = self.my_index;
+        let seq = self.logs[me].end();
+        self.logs[me].insert(seq, payload, now, false, 1);
+        self.logs[me].unreported = 0;
+        self.stats.originated += 1;
+        self.outbox.fresh.push_back(seq);
+        self.deliver_ready(me, Some(seq));
+        Ok(seq)
     }
 
     fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
-        let _ = now;
-        todo!()
+        let now = self.clamp(now);
+        let transmit = outbox::assemble(self, now)?;
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += transmit.payload.len() as u64;
+        Some(transmit)
     }
 
     fn poll_event(&mut self) -> Option<Event> {
-        todo!()
+        self.events.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        todo!()
+        let status = self.config.send_window.map(|_| self.next_status);
+        Some(status.map_or(self.next_round, |s| s.min(self.next_round)))
     }
 }
+
+#[cfg(test)]
+mod tests;

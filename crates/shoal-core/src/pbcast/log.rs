@@ -1,0 +1,352 @@
+//! One source's messages as a member holds them: the pbcast *message buffer*
+//! (P001 §B) plus what FIFO delivery and gap repair need.
+//!
+//! Slots are indexed by sequence number from `base`. Below `base` everything
+//! was delivered (or declared lost) and collected. A slot is `Missing` from
+//! the moment a later sequence number shows the gap, `Held` while the message
+//! is buffered, and `Collected` once garbage collection dropped its payload or
+//! the gap was declared lost.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_wire::SeqRange;
+
+use crate::ranges::RangeBuilder;
+use crate::time::Instant;
+
+#[derive(Debug)]
+pub(super) struct Missing {
+    /// When this member learned the message exists.
+    pub since: Instant,
+    pub solicited_at: Option<Instant>,
+    /// Digests seen since `since` whose sender did not hold the message.
+    pub evidence: u32,
+}
+
+#[derive(Debug)]
+pub(super) struct Held {
+    pub payload: Bytes,
+    pub received: Instant,
+    pub delivered: bool,
+    pub recovered: bool,
+}
+
+#[derive(Debug)]
+pub(super) enum Slot {
+    Missing(Missing),
+    Held(Held),
+    Collected,
+}
+
+/// Outcome of offering a message to the log.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Inserted {
+    New,
+    Duplicate,
+}
+
+/// A message ready for the application.
+pub(super) struct Ready {
+    pub seq: u64,
+    pub payload: Bytes,
+    pub recovered: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct SourceLog {
+    base: u64,
+    slots: VecDeque<Slot>,
+    /// First sequence number not yet delivered, skipped or collected.
+    cursor: u64,
+    held: usize,
+    missing: usize,
+    /// New messages since the last flow-control status sent to the source.
+    pub unreported: u32,
+}
+
+impl SourceLog {
+    /// One past the highest sequence number known to exist.
+    pub fn end(&self) -> u64 {
+        self.base + self.slots.len() as u64
+    }
+
+    /// Lowest sequence number still tracked.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Every message below this was delivered or declared lost.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    pub fn has_missing(&self) -> bool {
+        self.missing > 0
+    }
+
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        let index = seq.checked_sub(self.base)?;
+        self.slots.get(usize::try_from(index).ok()?)
+    }
+
+    fn slot_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+        let index = seq.checked_sub(self.base)?;
+        self.slots.get_mut(usize::try_from(index).ok()?)
+    }
+
+    pub fn payload(&self, seq: u64) -> Option<&Bytes> {
+        match self.slot(seq) {
+            Some(Slot::Held(held)) => Some(&held.payload),
+            _ => None,
+        }
+    }
+
+    pub fn holds(&self, seq: u64) -> bool {
+        self.payload(seq).is_some()
+    }
+
+    /// Records that messages up to `last` exist, opening `Missing` slots.
+    /// `limit` bounds how far a single packet may extend the log.
+    pub fn learn_up_to(&mut self, last: u64, now: Instant, limit: u64) {
+        let last = last.min(self.end().saturating_add(limit));
+        while self.end() <= last {
+            self.slots.push_back(Slot::Missing(Missing {
+                since: now,
+                solicited_at: None,
+                evidence: 0,
+            }));
+            self.missing += 1;
+        }
+    }
+
+    /// Offers a message. `limit` as in [`SourceLog::learn_up_to`]; a message
+    /// further ahead than that is dropped as a duplicate would be.
+    pub fn insert(
+        &mut self,
+        seq: u64,
+        payload: Bytes,
+        now: Instant,
+        recovered: bool,
+        limit: u64,
+    ) -> Inserted {
+        if seq < self.base || seq > self.end().saturating_add(limit) {
+            return Inserted::Duplicate;
+        }
+        self.learn_up_to(seq, now, limit);
+        let Some(slot) = self.slot_mut(seq) else {
+            return Inserted::Duplicate;
+        };
+        if !matches!(slot, Slot::Missing(_)) {
+            return Inserted::Duplicate;
+        }
+        *slot = Slot::Held(Held {
+            payload,
+            received: now,
+            delivered: false,
+            recovered,
+        });
+        self.missing -= 1;
+        self.held += 1;
+        self.unreported = self.unreported.saturating_add(1);
+        Inserted::New
+    }
+
+    /// Marks `seq` delivered out of order and returns it (unordered delivery).
+    pub fn take_unordered(&mut self, seq: u64) -> Option<Ready> {
+        let Some(Slot::Held(held)) = self.slot_mut(seq) else {
+            return None;
+        };
+        if held.delivered {
+            return None;
+        }
+        held.delivered = true;
+        let ready = Ready {
+            seq,
+            payload: held.payload.clone(),
+            recovered: held.recovered,
+        };
+        self.advance_cursor_over_done();
+        Some(ready)
+    }
+
+    /// The next message in FIFO order, if it is here.
+    pub fn take_next_fifo(&mut self) -> Option<Ready> {
+        self.advance_cursor_over_done();
+        let seq = self.cursor;
+        let Some(Slot::Held(held)) = self.slot_mut(seq) else {
+            return None;
+        };
+        held.delivered = true;
+        let ready = Ready {
+            seq,
+            payload: held.payload.clone(),
+            recovered: held.recovered,
+        };
+        self.cursor += 1;
+        Some(ready)
+    }
+
+    /// Moves the cursor over delivered and collected slots.
+    fn advance_cursor_over_done(&mut self) {
+        self.cursor = self.cursor.max(self.base);
+        while let Some(slot) = self.slot(self.cursor) {
+            match slot {
+                Slot::Held(held) if held.delivered => self.cursor += 1,
+                Slot::Collected => self.cursor += 1,
+                _ => break,
+            }
+        }
+    }
+
+    /// Drops payloads delivered at least `gc_period` ago, oldest first, and
+    /// forgets collected slots at the front. Stops at the first slot that
+    /// must stay, so a late repair keeps its younger neighbours a little
+    /// longer; this keeps a round's work proportional to what is collected.
+    pub fn collect_garbage(&mut self, now: Instant, gc_period: Duration) {
+        while let Some(front) = self.slots.front_mut() {
+            match front {
+                Slot::Held(held) if held.delivered && held.received + gc_period <= now => {
+                    self.held -= 1;
+                }
+                Slot::Collected => {}
+                _ => break,
+            }
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        self.cursor = self.cursor.max(self.base);
+    }
+
+    /// Ranges of held messages, oldest first.
+    pub fn held_ranges(&self) -> Vec<SeqRange> {
+        let mut builder = RangeBuilder::default();
+        for (seq, slot) in (self.base..).zip(&self.slots) {
+            if matches!(slot, Slot::Held(_)) {
+                builder.push(seq);
+            }
+        }
+        builder.finish()
+    }
+
+    /// Missing messages within `range` not solicited in the last `retry`;
+    /// marks them solicited. At most `max` sequence numbers.
+    pub fn solicit(
+        &mut self,
+        range: SeqRange,
+        now: Instant,
+        retry: Duration,
+        max: usize,
+        out: &mut RangeBuilder,
+        taken: &mut usize,
+    ) {
+        let first = range.first.max(self.base);
+        let mut seq = first;
+        while seq <= range.last && *taken < max {
+            let Some(Slot::Missing(missing)) = self.slot_mut(seq) else {
+                if seq >= self.end() {
+                    break;
+                }
+                seq += 1;
+                continue;
+            };
+            if missing.solicited_at.is_none_or(|at| at + retry <= now) {
+                missing.solicited_at = Some(now);
+                out.push(seq);
+                *taken += 1;
+            }
+            seq += 1;
+        }
+    }
+
+    /// Counts one digest as evidence against every missing message it does
+    /// not advertise (`advertised` ascending and disjoint).
+    pub fn note_digest(&mut self, advertised: &[SeqRange]) {
+        if self.missing == 0 {
+            return;
+        }
+        for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
+            if let Slot::Missing(missing) = slot {
+                if !crate::ranges::contains(advertised, seq) {
+                    missing.evidence = missing.evidence.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Declares lost every missing message known for `wait` with at least
+    /// `evidence_min` digests showing it collected; returns them as ranges.
+    pub fn declare_lost(
+        &mut self,
+        now: Instant,
+        wait: Duration,
+        evidence_min: u32,
+    ) -> Vec<SeqRange> {
+        let mut lost = RangeBuilder::default();
+        if self.missing == 0 {
+            return Vec::new();
+        }
+        for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
+            if let Slot::Missing(missing) = slot {
+                if missing.since + wait <= now && missing.evidence >= evidence_min {
+                    *slot = Slot::Collected;
+                    self.missing -= 1;
+                    lost.push(seq);
+                }
+            }
+        }
+        lost.finish()
+    }
+
+    /// Young held messages (held for less than `age_max`) that lie below
+    /// `highest` and outside `advertised`: what a gossiper seems to lack.
+    pub fn young_missing_at_peer(
+        &self,
+        advertised: &[SeqRange],
+        highest: u64,
+        now: Instant,
+        age_max: Duration,
+        max: usize,
+    ) -> Vec<u64> {
+        let mut out = Vec::new();
+        // Newest first: young messages sit at the tail.
+        for (index, slot) in self.slots.iter().enumerate().rev() {
+            let seq = self.base + index as u64;
+            if out.len() >= max {
+                break;
+            }
+            let Slot::Held(held) = slot else { continue };
+            if held.received + age_max <= now {
+                break;
+            }
+            if seq <= highest && !crate::ranges::contains(advertised, seq) {
+                out.push(seq);
+            }
+        }
+        out.reverse();
+        out
+    }
+
+    /// Sanity checks for tests and the simulator.
+    pub fn check_invariants(&self) {
+        let held = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Held(_)))
+            .count();
+        let missing = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Missing(_)))
+            .count();
+        assert_eq!(held, self.held, "held count");
+        assert_eq!(missing, self.missing, "missing count");
+        assert!(self.cursor >= self.base, "cursor below base");
+        assert!(self.cursor <= self.end(), "cursor beyond end");
+    }
+}

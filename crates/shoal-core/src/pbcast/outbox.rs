@@ -1,0 +1,230 @@
+//! What a member has to send, and how it becomes datagrams.
+//!
+//! Control packets (digests, solicitations, flow-control status) go first,
+//! then retransmissions, then new data: control packets are emergency
+//! vehicles (DESIGN.md). Digests are built when the datagram is assembled,
+//! from the buffer as it is at that moment (QSM's "act on fresh state").
+//! Packets to the same destination are packed into one datagram up to
+//! `max_datagram_size`; when only one packet is waiting it leaves alone, so
+//! packing adds no delay at low rates.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use shoal_wire::{Packet, SourceRanges};
+
+use super::Pbcast;
+use crate::engine::{Destination, NodeId, Transmit};
+use crate::time::Instant;
+
+#[derive(Debug)]
+pub(super) enum Control {
+    Gossip {
+        to: NodeId,
+    },
+    Solicit {
+        to: NodeId,
+        wanted: Vec<SourceRanges>,
+    },
+    Status {
+        to: NodeId,
+        next: u64,
+    },
+}
+
+impl Control {
+    fn to(&self) -> NodeId {
+        match self {
+            Control::Gossip { to } | Control::Solicit { to, .. } | Control::Status { to, .. } => {
+                *to
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Retransmit {
+    pub to: NodeId,
+    /// Index of the source in the member list.
+    pub source: u32,
+    pub seq: u64,
+}
+
+/// A data datagram being sent to each member in turn (no IP multicast).
+#[derive(Debug)]
+struct Fanout {
+    payload: Bytes,
+    next_member: usize,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    pub control: VecDeque<Control>,
+    pub retransmits: VecDeque<Retransmit>,
+    /// This member's own messages not yet sent in the first phase.
+    pub fresh: VecDeque<u64>,
+    fanout: Option<Fanout>,
+}
+
+/// The next datagram, or `None` when nothing is waiting.
+pub(super) fn assemble(engine: &mut Pbcast, _now: Instant) -> Option<Transmit> {
+    if let Some(transmit) = next_fanout_copy(engine) {
+        return Some(transmit);
+    }
+    let outbox = &engine.outbox;
+    let unicast_to = outbox
+        .control
+        .front()
+        .map(Control::to)
+        .or_else(|| outbox.retransmits.front().map(|r| r.to));
+    if let Some(to) = unicast_to {
+        return Some(pack_unicast(engine, to));
+    }
+    if engine.outbox.fresh.is_empty() {
+        return None;
+    }
+    pack_fresh(engine)
+}
+
+fn pack_unicast(engine: &mut Pbcast, to: NodeId) -> Transmit {
+    let mut buf = Vec::with_capacity(engine.config.max_datagram_size.min(16 * 1024));
+    pack_control(engine, to, &mut buf);
+    pack_retransmits(engine, to, &mut buf);
+    Transmit {
+        destination: Destination::Node(to),
+        payload: Bytes::from(buf),
+    }
+}
+
+fn pack_control(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
+    while engine.outbox.control.front().is_some_and(|c| c.to() == to) {
+        let control = engine.outbox.control.pop_front().expect("front exists");
+        let packet = match control {
+            Control::Gossip { .. } => Packet::Gossip {
+                digest: engine.digest(),
+            },
+            Control::Solicit { wanted, .. } => Packet::Solicit { wanted },
+            Control::Status { next, .. } => Packet::Status { source: to.0, next },
+        };
+        if !append(engine, &packet, buf) {
+            // No room left: put it back for the next datagram.
+            engine.outbox.control.push_front(unbuild(to, packet));
+            return;
+        }
+    }
+}
+
+/// Turns a packet that did not fit back into its queued form.
+fn unbuild(to: NodeId, packet: Packet<'_>) -> Control {
+    match packet {
+        Packet::Solicit { wanted } => Control::Solicit { to, wanted },
+        Packet::Status { next, .. } => Control::Status { to, next },
+        _ => Control::Gossip { to },
+    }
+}
+
+fn pack_retransmits(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
+    while let Some(front) = engine.outbox.retransmits.front() {
+        if front.to != to {
+            return;
+        }
+        let (source, seq) = (front.source as usize, front.seq);
+        // Collected since it was queued: nothing to send.
+        let Some(payload) = engine.logs[source].payload(seq).cloned() else {
+            engine.outbox.retransmits.pop_front();
+            continue;
+        };
+        let packet = Packet::Retransmit {
+            source: engine.members[source].0,
+            seq,
+            payload: &payload,
+        };
+        if !append(engine, &packet, buf) {
+            return;
+        }
+        engine.outbox.retransmits.pop_front();
+    }
+}
+
+/// Encodes `packet` into `buf` if it fits (an empty buffer always takes one
+/// packet). Returns whether it was appended.
+fn append(engine: &mut Pbcast, packet: &Packet<'_>, buf: &mut Vec<u8>) -> bool {
+    let fits = buf.len() + packet.encoded_len() <= engine.config.max_datagram_size;
+    if !fits && !buf.is_empty() {
+        return false;
+    }
+    if packet.encode(engine.me.0, buf).is_err() {
+        // Larger than any datagram: cannot happen for packets this engine
+        // builds from validated settings; drop it rather than wedge the queue.
+        return true;
+    }
+    engine.stats.packets_sent[packet.kind().index()] += 1;
+    true
+}
+
+/// Packs this member's new messages and starts their first phase.
+fn pack_fresh(engine: &mut Pbcast) -> Option<Transmit> {
+    let mut buf = Vec::with_capacity(engine.config.max_datagram_size.min(64 * 1024));
+    let me = engine.my_index;
+    let mut packets = 0u64;
+    while let Some(&seq) = engine.outbox.fresh.front() {
+        let Some(payload) = engine.logs[me].payload(seq).cloned() else {
+            engine.outbox.fresh.pop_front();
+            continue;
+        };
+        let packet = Packet::Data {
+            seq,
+            payload: &payload,
+        };
+        let fits = buf.len() + packet.encoded_len() <= engine.config.max_datagram_size;
+        if !fits && !buf.is_empty() {
+            break;
+        }
+        packet
+            .encode(engine.me.0, &mut buf)
+            .expect("payload size checked in multicast");
+        packets += 1;
+        engine.outbox.fresh.pop_front();
+    }
+    if buf.is_empty() {
+        return None;
+    }
+    let payload = Bytes::from(buf);
+    let data = shoal_wire::Kind::Data.index();
+    if engine.config.ip_multicast {
+        engine.stats.packets_sent[data] += packets;
+        return Some(Transmit {
+            destination: Destination::Multicast,
+            payload,
+        });
+    }
+    let copies = engine.members.len().saturating_sub(1) as u64;
+    engine.stats.packets_sent[data] += packets * copies;
+    engine.outbox.fanout = Some(Fanout {
+        payload,
+        next_member: 0,
+    });
+    next_fanout_copy(engine)
+}
+
+fn next_fanout_copy(engine: &mut Pbcast) -> Option<Transmit> {
+    let fanout = engine.outbox.fanout.as_mut()?;
+    if fanout.next_member == engine.my_index {
+        fanout.next_member += 1;
+    }
+    let Some(&to) = engine.members.get(fanout.next_member) else {
+        engine.outbox.fanout = None;
+        return None;
+    };
+    fanout.next_member += 1;
+    let payload = fanout.payload.clone();
+    if fanout.next_member >= engine.members.len()
+        || (fanout.next_member == engine.my_index && fanout.next_member + 1 >= engine.members.len())
+    {
+        engine.outbox.fanout = None;
+    }
+    Some(Transmit {
+        destination: Destination::Node(to),
+        payload,
+    })
+}

@@ -1,0 +1,471 @@
+//! Engine tests on a tiny virtual-time network (no simulator, no tokio).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::*;
+use crate::engine::Destination;
+
+const MS: u64 = 1_000_000;
+
+type Filter = Box<dyn Fn(usize, usize, &[u8]) -> bool>;
+
+/// Members 0..n on a network with a fixed one-way delay and seeded loss.
+struct Net {
+    engines: Vec<Pbcast>,
+    events: Vec<Vec<Event>>,
+    queue: BinaryHeap<Reverse<(u64, u64, usize, usize, Bytes)>>,
+    sequence: u64,
+    now: u64,
+    delay: u64,
+    loss: f64,
+    rng: Xoshiro256PlusPlus,
+    /// Returns false to drop a datagram (from, to, bytes).
+    filter: Option<Filter>,
+}
+
+impl Net {
+    fn new(n: usize, config: Config, seed: u64) -> Net {
+        let members: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
+        let engines = members
+            .iter()
+            .map(|m| {
+                Pbcast::new(
+                    *m,
+                    &members,
+                    config.clone(),
+                    seed ^ u64::from(m.0),
+                    Instant::ZERO,
+                )
+                .unwrap()
+            })
+            .collect();
+        Net {
+            engines,
+            events: vec![Vec::new(); n],
+            queue: BinaryHeap::new(),
+            sequence: 0,
+            now: 0,
+            delay: MS,
+            loss: 0.0,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            filter: None,
+        }
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    fn send(&mut self, from: usize, to: usize, bytes: Bytes) {
+        if self.rng.random::<f64>() < self.loss {
+            return;
+        }
+        if self.filter.as_ref().is_some_and(|f| !f(from, to, &bytes)) {
+            return;
+        }
+        self.sequence += 1;
+        let at = self.now + self.delay;
+        self.queue
+            .push(Reverse((at, self.sequence, to, from, bytes)));
+    }
+
+    fn drain(&mut self, i: usize) {
+        let now = self.now();
+        while let Some(t) = self.engines[i].poll_transmit(now) {
+            match t.destination {
+                Destination::Node(to) => self.send(i, to.0 as usize, t.payload),
+                Destination::Multicast => {
+                    for to in 0..self.engines.len() {
+                        if to != i {
+                            self.send(i, to, t.payload.clone());
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(ev) = self.engines[i].poll_event() {
+            self.events[i].push(ev);
+        }
+    }
+
+    fn multicast(&mut self, from: usize, payload: &[u8]) -> Result<u64, SendError> {
+        let now = self.now();
+        let seq = self.engines[from].multicast(now, Bytes::copy_from_slice(payload))?;
+        self.drain(from);
+        Ok(seq)
+    }
+
+    /// Runs events and timers up to and including `until_ms`.
+    fn run_until(&mut self, until_ms: u64) {
+        let until = until_ms * MS;
+        loop {
+            let packet_at = self.queue.peek().map(|Reverse(p)| p.0);
+            let timer = (0..self.engines.len())
+                .filter_map(|i| self.engines[i].poll_timeout().map(|t| (t.as_nanos(), i)))
+                .min();
+            let next = match (packet_at, timer) {
+                (Some(p), Some((t, _))) => p.min(t),
+                (Some(p), None) => p,
+                (None, Some((t, _))) => t,
+                (None, None) => break,
+            };
+            if next > until {
+                break;
+            }
+            self.now = next;
+            if packet_at == Some(next) {
+                let Reverse((_, _, to, from, bytes)) = self.queue.pop().unwrap();
+                let now = self.now();
+                self.engines[to].handle_datagram(now, NodeId(from as u32), &bytes);
+                self.drain(to);
+            } else {
+                let (_, i) = timer.unwrap();
+                let now = self.now();
+                self.engines[i].handle_timeout(now);
+                self.drain(i);
+            }
+            for engine in &self.engines {
+                engine.check_invariants();
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn delivered_seqs(&self, member: usize, source: u32) -> Vec<u64> {
+        self.events[member]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deliver { source: s, seq, .. } if s.0 == source => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn lost(&self, member: usize) -> Vec<SeqRange> {
+        self.events[member]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Lost { range, .. } => Some(*range),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn paper_config() -> Config {
+    Config {
+        ip_multicast: true,
+        send_window: None,
+        ..Config::default()
+    }
+}
+
+/// Sends `count` messages from member 0, one every `gap_ms`.
+fn send_stream(net: &mut Net, count: u64, gap_ms: u64) {
+    for i in 0..count {
+        net.run_until(i * gap_ms);
+        net.multicast(0, &i.to_be_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn every_member_delivers_every_message_in_order_without_loss() {
+    for ip_multicast in [true, false] {
+        let config = Config {
+            ip_multicast,
+            ..paper_config()
+        };
+        let mut net = Net::new(5, config, 1);
+        send_stream(&mut net, 100, 1);
+        net.run_until(3_000);
+        for member in 0..5 {
+            assert_eq!(net.delivered_seqs(member, 0), (0..100).collect::<Vec<_>>());
+            assert!(net.lost(member).is_empty());
+        }
+        assert_eq!(net.engines[1].stats().recovered, 0);
+    }
+}
+
+#[test]
+fn gossip_repairs_losses_and_delivery_stays_fifo() {
+    for seed in 0..10 {
+        let mut net = Net::new(8, paper_config(), seed);
+        net.loss = 0.1;
+        send_stream(&mut net, 200, 2);
+        net.run_until(6_000);
+        let recovered: u64 = net.engines.iter().map(|e| e.stats().recovered).sum();
+        assert!(recovered > 0, "seed {seed}: loss must have needed repair");
+        for member in 0..8 {
+            assert_eq!(
+                net.delivered_seqs(member, 0),
+                (0..200).collect::<Vec<_>>(),
+                "seed {seed} member {member}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pull_only_and_push_only_both_repair() {
+    for mode in [GossipMode::Pull, GossipMode::Push] {
+        let config = Config {
+            mode,
+            ..paper_config()
+        };
+        let mut net = Net::new(6, config, 3);
+        net.loss = 0.05;
+        send_stream(&mut net, 100, 5);
+        net.run_until(8_000);
+        for member in 0..6 {
+            assert_eq!(
+                net.delivered_seqs(member, 0),
+                (0..100).collect::<Vec<_>>(),
+                "{mode:?} member {member}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unordered_delivery_does_not_wait_for_gaps() {
+    let config = Config {
+        delivery: Delivery::Unordered,
+        ..paper_config()
+    };
+    let mut net = Net::new(3, config, 4);
+    // Member 2 misses the first data datagram; the second still reaches it at once.
+    net.filter = Some(Box::new(|from, to, bytes| {
+        !(from == 0 && to == 2 && bytes_has_data_seq(bytes, 0))
+    }));
+    net.multicast(0, b"a").unwrap();
+    net.multicast(0, b"b").unwrap();
+    net.run_until(5);
+    assert_eq!(net.delivered_seqs(2, 0), vec![1]);
+    net.filter = None;
+    net.run_until(2_000);
+    assert_eq!(net.delivered_seqs(2, 0), vec![1, 0]);
+}
+
+fn bytes_has_data_seq(bytes: &[u8], wanted: u64) -> bool {
+    shoal_wire::packets(bytes).any(|p| match p {
+        Ok((_, Packet::Data { seq, .. })) => seq == wanted,
+        Ok((_, Packet::Retransmit { seq, .. })) => seq == wanted,
+        _ => false,
+    })
+}
+
+#[test]
+fn an_unrepairable_gap_becomes_an_explicit_lost_event() {
+    let mut net = Net::new(4, paper_config(), 5);
+    // Nobody but the sender ever gets message 0, by data or by retransmission.
+    net.filter = Some(Box::new(|from, _, bytes| {
+        !(from == 0 && bytes_has_data_seq(bytes, 0))
+    }));
+    send_stream(&mut net, 3, 10);
+    net.run_until(6_000);
+    for member in 1..4 {
+        assert_eq!(
+            net.lost(member),
+            vec![SeqRange::single(0)],
+            "member {member}"
+        );
+        assert_eq!(net.delivered_seqs(member, 0), vec![1, 2]);
+        assert_eq!(net.engines[member].stats().lost, 1);
+    }
+    // The sender delivered its own message and lost nothing.
+    assert_eq!(net.delivered_seqs(0, 0), vec![0, 1, 2]);
+    assert!(net.lost(0).is_empty());
+}
+
+#[test]
+fn messages_are_collected_after_gc_rounds() {
+    let mut net = Net::new(3, paper_config(), 6);
+    send_stream(&mut net, 10, 1);
+    net.run_until(500);
+    assert_eq!(net.engines[1].buffered(), 10);
+    // 10 rounds of 100 ms after arrival, plus one round of slack.
+    net.run_until(1_200);
+    assert_eq!(net.engines[1].buffered(), 0);
+    assert_eq!(net.engines[0].buffered(), 0);
+}
+
+#[test]
+fn retransmissions_per_round_are_bounded() {
+    let config = Config {
+        retransmits_per_round_max: 5,
+        mode: GossipMode::Pull,
+        ..paper_config()
+    };
+    let mut net = Net::new(2, config, 7);
+    // Member 1 misses the whole first phase.
+    net.filter = Some(Box::new(|from, _, bytes| {
+        !(from == 0
+            && shoal_wire::packets(bytes).any(|p| matches!(p, Ok((_, Packet::Data { .. })))))
+    }));
+    send_stream(&mut net, 50, 0);
+    net.run_until(250);
+    let sent = net.engines[0].stats().packets_sent[shoal_wire::Kind::Retransmit.index()];
+    let rounds = net.engines[0].stats().gossip_rounds;
+    assert!(
+        sent <= 5 * (rounds + 1),
+        "{sent} retransmits in {rounds} rounds"
+    );
+    net.run_until(3_000);
+    assert_eq!(net.delivered_seqs(1, 0), (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn small_messages_are_packed_and_a_lone_message_leaves_alone() {
+    let config = Config {
+        max_datagram_size: 1472,
+        ..paper_config()
+    };
+    let mut e = Pbcast::new(NodeId(0), &[NodeId(0), NodeId(1)], config, 1, Instant::ZERO).unwrap();
+    for _ in 0..100 {
+        e.multicast(Instant::ZERO, Bytes::from_static(&[7; 100]))
+            .unwrap();
+    }
+    let mut datagrams = Vec::new();
+    while let Some(t) = e.poll_transmit(Instant::ZERO) {
+        assert!(t.payload.len() <= 1472);
+        datagrams.push(t);
+    }
+    // 120 bytes per packet: 12 fit in 1472 bytes.
+    assert_eq!(datagrams.len(), 9);
+    let packets: usize = datagrams
+        .iter()
+        .map(|d| shoal_wire::packets(&d.payload).count())
+        .sum();
+    assert_eq!(packets, 100);
+    e.multicast(Instant::ZERO, Bytes::from_static(b"one"))
+        .unwrap();
+    let lone = e.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(shoal_wire::packets(&lone.payload).count(), 1);
+}
+
+#[test]
+fn flow_control_blocks_a_sender_until_receivers_report() {
+    let config = Config {
+        send_window: NonZeroU32::new(10),
+        status_every: NonZeroU32::new(5).unwrap(),
+        ..paper_config()
+    };
+    let mut net = Net::new(3, config, 8);
+    for i in 0..10 {
+        net.multicast(0, &[i]).unwrap();
+    }
+    assert_eq!(net.multicast(0, b"x"), Err(SendError::WindowFull));
+    assert!(!net.engines[0].can_send(net.now()));
+    net.run_until(30);
+    assert!(net.engines[0].can_send(net.now()));
+    net.multicast(0, b"x").unwrap();
+}
+
+#[test]
+fn a_silent_member_stops_holding_the_window() {
+    let config = Config {
+        send_window: NonZeroU32::new(10),
+        ..paper_config()
+    };
+    let mut net = Net::new(3, config, 9);
+    // Member 2 hears nothing at all.
+    net.filter = Some(Box::new(|_, to, _| to != 2));
+    for i in 0..10 {
+        net.multicast(0, &[i]).unwrap();
+    }
+    net.run_until(100);
+    assert!(!net.engines[0].can_send(net.now()));
+    net.run_until(1_100);
+    assert!(net.engines[0].can_send(net.now()));
+}
+
+#[test]
+fn bad_datagrams_are_counted_and_dropped() {
+    let mut e = Pbcast::new(
+        NodeId(0),
+        &[NodeId(0), NodeId(1)],
+        paper_config(),
+        1,
+        Instant::ZERO,
+    )
+    .unwrap();
+    e.handle_datagram(Instant::ZERO, NodeId(1), b"garbage");
+    // A valid packet claiming another sender than the one it came from.
+    let spoofed = Packet::Data {
+        seq: 0,
+        payload: b"x",
+    }
+    .to_vec(1)
+    .unwrap();
+    e.handle_datagram(Instant::ZERO, NodeId(9), &spoofed);
+    let mismatched = Packet::Data {
+        seq: 0,
+        payload: b"x",
+    }
+    .to_vec(0)
+    .unwrap();
+    e.handle_datagram(Instant::ZERO, NodeId(1), &mismatched);
+    assert_eq!(e.stats().malformed, 3);
+    assert!(e.poll_event().is_none());
+}
+
+#[test]
+fn oversized_payload_is_refused() {
+    let mut e = Pbcast::new(NodeId(0), &[NodeId(0)], paper_config(), 1, Instant::ZERO).unwrap();
+    let max = e.config().max_payload();
+    let err = e.multicast(Instant::ZERO, Bytes::from(vec![0; max + 1]));
+    assert_eq!(err, Err(SendError::TooLarge { len: max + 1, max }));
+    assert!(e
+        .multicast(Instant::ZERO, Bytes::from(vec![0; max]))
+        .is_ok());
+}
+
+#[test]
+fn a_member_must_be_in_its_own_member_list() {
+    let err = Pbcast::new(NodeId(5), &[NodeId(0)], Config::default(), 1, Instant::ZERO).err();
+    assert_eq!(err, Some(ConfigError::NotAMember(5)));
+}
+
+#[test]
+fn same_seed_gives_the_same_run() {
+    let run = |seed| {
+        let mut net = Net::new(6, paper_config(), seed);
+        net.loss = 0.1;
+        send_stream(&mut net, 50, 3);
+        net.run_until(3_000);
+        net.engines
+            .iter()
+            .map(|e| format!("{:?}", e.stats()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(11), run(11));
+    assert_ne!(run(11), run(12));
+}
+
+#[test]
+fn gossip_rounds_follow_the_interval() {
+    let mut e = Pbcast::new(
+        NodeId(0),
+        &[NodeId(0), NodeId(1)],
+        paper_config(),
+        1,
+        Instant::ZERO,
+    )
+    .unwrap();
+    let mut now = Instant::ZERO;
+    for _ in 0..50 {
+        now = e.poll_timeout().unwrap();
+        e.handle_timeout(now);
+        while e.poll_transmit(now).is_some() {}
+    }
+    // 50 rounds of 100 ms, starting within the first interval.
+    assert!(now >= Instant::ZERO + Duration::from_millis(4_900));
+    assert!(now < Instant::ZERO + Duration::from_millis(5_000));
+    assert_eq!(e.stats().gossip_rounds, 50);
+}
