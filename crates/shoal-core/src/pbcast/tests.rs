@@ -14,12 +14,14 @@ use crate::engine::Destination;
 const MS: u64 = 1_000_000;
 
 type Filter = Box<dyn Fn(usize, usize, &[u8]) -> bool>;
+/// (arrival ns, insertion order, to, from, datagram)
+type InFlight = Reverse<(u64, u64, usize, usize, Bytes)>;
 
 /// Members 0..n on a network with a fixed one-way delay and seeded loss.
 struct Net {
     engines: Vec<Pbcast>,
     events: Vec<Vec<Event>>,
-    queue: BinaryHeap<Reverse<(u64, u64, usize, usize, Bytes)>>,
+    queue: BinaryHeap<InFlight>,
     sequence: u64,
     now: u64,
     delay: u64,
