@@ -42,15 +42,20 @@ pub enum Kind {
     Solicit = 3,
     Retransmit = 4,
     Status = 5,
+    Session = 6,
 }
 
+/// Number of packet kinds, for per-kind counter arrays.
+pub const KIND_COUNT: usize = 6;
+
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; KIND_COUNT] = [
         Kind::Data,
         Kind::Gossip,
         Kind::Solicit,
         Kind::Retransmit,
         Kind::Status,
+        Kind::Session,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -68,6 +73,7 @@ impl Kind {
             Kind::Solicit => "solicit",
             Kind::Retransmit => "retransmit",
             Kind::Status => "status",
+            Kind::Session => "session",
         }
     }
 
@@ -178,6 +184,33 @@ pub enum Packet<'a> {
     /// Flow-control feedback to a source: every message of `source` below
     /// `next` has been received. Body: `source u32, next u64`.
     Status { source: u32, next: u64 },
+    /// SRM's periodic session message (Floyd et al.; P001 §B): the highest
+    /// sequence number the sender has seen per source, and timestamps for
+    /// the distance estimate. Body: `sent_ns u64`, `count u16` then per source
+    /// `source u32, highest u64`, `count u16` then per peer
+    /// `peer u32, echoed_ns u64, held_ns u64`.
+    Session(Session),
+}
+
+/// Body of a [`Packet::Session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The sender's clock when it built the message.
+    pub sent_ns: u64,
+    /// Highest sequence number seen, per source.
+    pub highest: Vec<(u32, u64)>,
+    /// Per peer: the `sent_ns` of the last session heard from it, and how
+    /// long ago (on the sender's clock) that was. The peer computes its
+    /// round-trip time from these without synchronised clocks.
+    pub echoes: Vec<Echo>,
+}
+
+/// One timestamp echo in a [`Session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Echo {
+    pub peer: u32,
+    pub echoed_ns: u64,
+    pub held_ns: u64,
 }
 
 impl Packet<'_> {
@@ -188,6 +221,7 @@ impl Packet<'_> {
             Packet::Solicit { .. } => Kind::Solicit,
             Packet::Retransmit { .. } => Kind::Retransmit,
             Packet::Status { .. } => Kind::Status,
+            Packet::Session(_) => Kind::Session,
         }
     }
 
@@ -200,6 +234,7 @@ impl Packet<'_> {
             }
             Packet::Retransmit { payload, .. } => 12 + payload.len(),
             Packet::Status { .. } => 12,
+            Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
         }
     }
 
@@ -244,6 +279,7 @@ impl Packet<'_> {
                 out.extend_from_slice(&source.to_be_bytes());
                 out.extend_from_slice(&next.to_be_bytes());
             }
+            Packet::Session(session) => encode_session(session, out)?,
         }
         Ok(())
     }
@@ -280,6 +316,31 @@ fn encode_ranges_list(list: &[SourceRanges], out: &mut Vec<u8>) -> Result<(), En
             out.extend_from_slice(&range.first.to_be_bytes());
             out.extend_from_slice(&range.last.to_be_bytes());
         }
+    }
+    Ok(())
+}
+
+fn count_u16(len: usize, what: &'static str) -> Result<[u8; 2], EncodeError> {
+    u16::try_from(len)
+        .map(u16::to_be_bytes)
+        .map_err(|_| EncodeError::TooMany {
+            what,
+            max: u16::MAX as usize,
+        })
+}
+
+fn encode_session(session: &Session, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    out.extend_from_slice(&session.sent_ns.to_be_bytes());
+    out.extend_from_slice(&count_u16(session.highest.len(), "sources")?);
+    for (source, highest) in &session.highest {
+        out.extend_from_slice(&source.to_be_bytes());
+        out.extend_from_slice(&highest.to_be_bytes());
+    }
+    out.extend_from_slice(&count_u16(session.echoes.len(), "echoes")?);
+    for echo in &session.echoes {
+        out.extend_from_slice(&echo.peer.to_be_bytes());
+        out.extend_from_slice(&echo.echoed_ns.to_be_bytes());
+        out.extend_from_slice(&echo.held_ns.to_be_bytes());
     }
     Ok(())
 }
@@ -408,6 +469,7 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             source: reader.u32()?,
             next: reader.u64()?,
         },
+        Kind::Session => Packet::Session(reader.session()?),
     };
     match reader.remaining() {
         0 => Ok(packet),
@@ -477,6 +539,31 @@ impl<'a> Reader<'a> {
             });
         }
         Ok(())
+    }
+
+    fn session(&mut self) -> Result<Session, DecodeError> {
+        let sent_ns = self.u64()?;
+        let count = self.u16()? as usize;
+        self.check_count("source", count, 12)?;
+        let mut highest = Vec::with_capacity(count);
+        for _ in 0..count {
+            highest.push((self.u32()?, self.u64()?));
+        }
+        let count = self.u16()? as usize;
+        self.check_count("echo", count, 20)?;
+        let mut echoes = Vec::with_capacity(count);
+        for _ in 0..count {
+            echoes.push(Echo {
+                peer: self.u32()?,
+                echoed_ns: self.u64()?,
+                held_ns: self.u64()?,
+            });
+        }
+        Ok(Session {
+            sent_ns,
+            highest,
+            echoes,
+        })
     }
 
     fn ranges_list(&mut self) -> Result<Vec<SourceRanges>, DecodeError> {

@@ -47,6 +47,12 @@ fn malformed_packets_are_rejected_with_their_error() {
         with_body(header(Kind::Gossip as u8, 1, body.len() as u32), &body)
     };
     let status_with_extra = with_body(header(Kind::Status as u8, 1, 13), &[0; 13]);
+    let huge_echo_count = {
+        let mut body = 5u64.to_be_bytes().to_vec();
+        body.extend_from_slice(&0u16.to_be_bytes());
+        body.extend_from_slice(&0x1000u16.to_be_bytes());
+        with_body(header(Kind::Session as u8, 1, body.len() as u32), &body)
+    };
 
     let cases: Vec<(&str, Vec<u8>, DecodeError)> = vec![
         ("empty", vec![], DecodeError::Empty),
@@ -132,6 +138,15 @@ fn malformed_packets_are_rejected_with_their_error() {
                 extra: 1,
             },
         ),
+        (
+            "session echo count larger than the body",
+            huge_echo_count,
+            DecodeError::CountTooLarge {
+                what: "echo",
+                count: 0x1000,
+                available: 0,
+            },
+        ),
     ];
     for (name, bytes, expected) in cases {
         let result: Result<Vec<_>, _> = packets(&bytes).collect();
@@ -213,6 +228,7 @@ enum Owned {
     Solicit(Vec<SourceRanges>),
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
+    Session(Session),
 }
 
 impl Owned {
@@ -233,6 +249,7 @@ impl Owned {
                 source: *s,
                 next: *n,
             },
+            Owned::Session(session) => Packet::Session(session.clone()),
         }
     }
 }
@@ -245,6 +262,23 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
         arb_list().prop_map(Owned::Solicit),
         (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
         (any::<u32>(), any::<u64>()).prop_map(|(s, n)| Owned::Status(s, n)),
+        (
+            any::<u64>(),
+            prop::collection::vec((any::<u32>(), any::<u64>()), 0..5),
+            prop::collection::vec((any::<u32>(), any::<u64>(), any::<u64>()), 0..5),
+        )
+            .prop_map(|(sent_ns, highest, echoes)| Owned::Session(Session {
+                sent_ns,
+                highest,
+                echoes: echoes
+                    .into_iter()
+                    .map(|(peer, echoed_ns, held_ns)| Echo {
+                        peer,
+                        echoed_ns,
+                        held_ns
+                    })
+                    .collect(),
+            })),
     ]
 }
 

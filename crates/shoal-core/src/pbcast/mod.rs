@@ -66,8 +66,8 @@ pub enum Event {
 /// Counters of one member. Packet counters are indexed by `Kind::index()`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    pub packets_sent: [u64; 5],
-    pub packets_received: [u64; 5],
+    pub packets_sent: [u64; shoal_wire::KIND_COUNT],
+    pub packets_received: [u64; shoal_wire::KIND_COUNT],
     pub datagrams_sent: u64,
     pub datagrams_received: u64,
     pub bytes_sent: u64,
@@ -245,6 +245,8 @@ impl Pbcast {
                     p.heard = now;
                 }
             }
+            // SRM's packet: not part of pbcast.
+            Packet::Session(_) => {}
         }
     }
 
