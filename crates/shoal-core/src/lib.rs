@@ -22,7 +22,25 @@
 pub mod engine;
 pub mod pbcast;
 pub mod ranges;
+pub mod srm;
 pub mod time;
+
+#[cfg(test)]
+pub(crate) mod testnet;
+
+/// Durations in TOML/serde as integer milliseconds.
+pub(crate) mod serde_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
 
 pub use engine::{Destination, Engine, NodeId, Transmit};
 pub use time::Instant;

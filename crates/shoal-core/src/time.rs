@@ -52,6 +52,14 @@ impl AddAssign<Duration> for Instant {
     }
 }
 
+impl std::ops::Sub for Instant {
+    type Output = Duration;
+    /// Saturating: an earlier minus a later instant is zero.
+    fn sub(self, rhs: Instant) -> Duration {
+        self.saturating_duration_since(rhs)
+    }
+}
+
 impl fmt::Display for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -36,7 +36,7 @@ pub enum Delivery {
 pub struct Config {
     /// Length of a gossip round. P001 §B: 100 ms. Rounds are not synchronised:
     /// each member starts its first round at a random offset.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "crate::serde_ms")]
     pub gossip_interval: Duration,
     /// Members gossiped to per round. P000/P001: 1.
     pub gossip_fanout: NonZeroU32,
@@ -48,7 +48,7 @@ pub struct Config {
     /// A message is "young" (pushed to a gossiper that lacks it) while it has
     /// been held for less than this; older messages are only pulled. P000 §3
     /// names the rule but not the threshold; default two rounds.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "crate::serde_ms")]
     pub push_age_max: Duration,
     /// Retransmissions (solicited or pushed) one member sends per round, at
     /// most. Bounds recovery traffic. Not given in P000/P001 (it is in the TOCS
@@ -59,7 +59,7 @@ pub struct Config {
     pub digest_ranges_max: u16,
     /// A missing message is asked for again no sooner than this after the last
     /// solicitation of it. Default one round.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "crate::serde_ms")]
     pub solicit_retry: Duration,
     /// A gap is declared lost (an explicit `Lost` event) once it has been known
     /// for at least `lost_after_rounds` rounds and at least this many digests
@@ -85,11 +85,11 @@ pub struct Config {
     /// messages from it, or after `status_interval`, whichever comes first.
     pub status_every: NonZeroU32,
     /// See `status_every`.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "crate::serde_ms")]
     pub status_interval: Duration,
     /// Members silent (no status) for this long no longer hold the sender's
     /// window: a perturbed member must not stall the group (P000 §2.2).
-    #[serde(with = "duration_ms")]
+    #[serde(with = "crate::serde_ms")]
     pub flow_silence_timeout: Duration,
 }
 
@@ -165,19 +165,5 @@ impl Config {
     /// Largest payload one message may carry (one retransmit packet per datagram).
     pub fn max_payload(&self) -> usize {
         self.max_datagram_size - shoal_wire::HEADER_LEN - 12
-    }
-}
-
-/// Durations in TOML/serde as integer milliseconds.
-mod duration_ms {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }

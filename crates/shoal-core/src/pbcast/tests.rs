@@ -1,163 +1,27 @@
 //! Engine tests on a tiny virtual-time network (no simulator, no tokio).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
-
 use super::*;
-use crate::engine::Destination;
+use crate::testnet;
 
-const MS: u64 = 1_000_000;
+type Net = testnet::Net<Pbcast>;
 
-type Filter = Box<dyn Fn(usize, usize, &[u8]) -> bool>;
-/// (arrival ns, insertion order, to, from, datagram)
-type InFlight = Reverse<(u64, u64, usize, usize, Bytes)>;
-
-/// Members 0..n on a network with a fixed one-way delay and seeded loss.
-struct Net {
-    engines: Vec<Pbcast>,
-    events: Vec<Vec<Event>>,
-    queue: BinaryHeap<InFlight>,
-    sequence: u64,
-    now: u64,
-    delay: u64,
-    loss: f64,
-    rng: Xoshiro256PlusPlus,
-    /// Returns false to drop a datagram (from, to, bytes).
-    filter: Option<Filter>,
-}
-
-impl Net {
-    fn new(n: usize, config: Config, seed: u64) -> Net {
-        let members: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
-        let engines = members
-            .iter()
-            .map(|m| {
-                Pbcast::new(
-                    *m,
-                    &members,
-                    config.clone(),
-                    seed ^ u64::from(m.0),
-                    Instant::ZERO,
-                )
-                .unwrap()
-            })
-            .collect();
-        Net {
-            engines,
-            events: vec![Vec::new(); n],
-            queue: BinaryHeap::new(),
-            sequence: 0,
-            now: 0,
-            delay: MS,
-            loss: 0.0,
-            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
-            filter: None,
-        }
-    }
-
-    fn now(&self) -> Instant {
-        Instant::from_nanos(self.now)
-    }
-
-    fn send(&mut self, from: usize, to: usize, bytes: Bytes) {
-        if self.rng.random::<f64>() < self.loss {
-            return;
-        }
-        if self.filter.as_ref().is_some_and(|f| !f(from, to, &bytes)) {
-            return;
-        }
-        self.sequence += 1;
-        let at = self.now + self.delay;
-        self.queue
-            .push(Reverse((at, self.sequence, to, from, bytes)));
-    }
-
-    fn drain(&mut self, i: usize) {
-        let now = self.now();
-        while let Some(t) = self.engines[i].poll_transmit(now) {
-            match t.destination {
-                Destination::Node(to) => self.send(i, to.0 as usize, t.payload),
-                Destination::Multicast => {
-                    for to in 0..self.engines.len() {
-                        if to != i {
-                            self.send(i, to, t.payload.clone());
-                        }
-                    }
-                }
-            }
-        }
-        while let Some(ev) = self.engines[i].poll_event() {
-            self.events[i].push(ev);
-        }
-    }
-
-    fn multicast(&mut self, from: usize, payload: &[u8]) -> Result<u64, SendError> {
-        let now = self.now();
-        let seq = self.engines[from].multicast(now, Bytes::copy_from_slice(payload))?;
-        self.drain(from);
-        Ok(seq)
-    }
-
-    /// Runs events and timers up to and including `until_ms`.
-    fn run_until(&mut self, until_ms: u64) {
-        let until = until_ms * MS;
-        loop {
-            let packet_at = self.queue.peek().map(|Reverse(p)| p.0);
-            let timer = (0..self.engines.len())
-                .filter_map(|i| self.engines[i].poll_timeout().map(|t| (t.as_nanos(), i)))
-                .min();
-            let next = match (packet_at, timer) {
-                (Some(p), Some((t, _))) => p.min(t),
-                (Some(p), None) => p,
-                (None, Some((t, _))) => t,
-                (None, None) => break,
-            };
-            if next > until {
-                break;
-            }
-            self.now = next;
-            if packet_at == Some(next) {
-                let Reverse((_, _, to, from, bytes)) = self.queue.pop().unwrap();
-                let now = self.now();
-                self.engines[to].handle_datagram(now, NodeId(from as u32), &bytes);
-                self.drain(to);
-            } else {
-                let (_, i) = timer.unwrap();
-                let now = self.now();
-                self.engines[i].handle_timeout(now);
-                self.drain(i);
-            }
-            for engine in &self.engines {
-                engine.check_invariants();
-            }
-        }
-        self.now = self.now.max(until);
-    }
-
-    fn delivered_seqs(&self, member: usize, source: u32) -> Vec<u64> {
-        self.events[member]
-            .iter()
-            .filter_map(|e| match e {
-                Event::Deliver { source: s, seq, .. } if s.0 == source => Some(*seq),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn lost(&self, member: usize) -> Vec<SeqRange> {
-        self.events[member]
-            .iter()
-            .filter_map(|e| match e {
-                Event::Lost { range, .. } => Some(*range),
-                _ => None,
-            })
-            .collect()
-    }
+/// Members 0..n running pbcast with `config`, invariants checked every step.
+fn net(n: usize, config: Config, seed: u64) -> Net {
+    let mut net = Net::new(n, seed, |me, members| {
+        Pbcast::new(
+            me,
+            members,
+            config.clone(),
+            seed ^ u64::from(me.0),
+            Instant::ZERO,
+        )
+        .unwrap()
+    });
+    net.check = Some(Pbcast::check_invariants);
+    net
 }
 
 fn paper_config() -> Config {
@@ -183,7 +47,7 @@ fn every_member_delivers_every_message_in_order_without_loss() {
             ip_multicast,
             ..paper_config()
         };
-        let mut net = Net::new(5, config, 1);
+        let mut net = net(5, config, 1);
         send_stream(&mut net, 100, 1);
         net.run_until(3_000);
         for member in 0..5 {
@@ -197,7 +61,7 @@ fn every_member_delivers_every_message_in_order_without_loss() {
 #[test]
 fn gossip_repairs_losses_and_delivery_stays_fifo() {
     for seed in 0..10 {
-        let mut net = Net::new(8, paper_config(), seed);
+        let mut net = net(8, paper_config(), seed);
         net.loss = 0.1;
         send_stream(&mut net, 200, 2);
         net.run_until(6_000);
@@ -220,7 +84,7 @@ fn pull_only_and_push_only_both_repair() {
             mode,
             ..paper_config()
         };
-        let mut net = Net::new(6, config, 3);
+        let mut net = net(6, config, 3);
         net.loss = 0.05;
         send_stream(&mut net, 100, 5);
         net.run_until(8_000);
@@ -240,7 +104,7 @@ fn unordered_delivery_does_not_wait_for_gaps() {
         delivery: Delivery::Unordered,
         ..paper_config()
     };
-    let mut net = Net::new(3, config, 4);
+    let mut net = net(3, config, 4);
     // Member 2 misses the first data datagram; the second still reaches it at once.
     net.filter = Some(Box::new(|from, to, bytes| {
         !(from == 0 && to == 2 && bytes_has_data_seq(bytes, 0))
@@ -264,7 +128,7 @@ fn bytes_has_data_seq(bytes: &[u8], wanted: u64) -> bool {
 
 #[test]
 fn an_unrepairable_gap_becomes_an_explicit_lost_event() {
-    let mut net = Net::new(4, paper_config(), 5);
+    let mut net = net(4, paper_config(), 5);
     // Nobody but the sender ever gets message 0, by data or by retransmission.
     net.filter = Some(Box::new(|from, _, bytes| {
         !(from == 0 && bytes_has_data_seq(bytes, 0))
@@ -287,7 +151,7 @@ fn an_unrepairable_gap_becomes_an_explicit_lost_event() {
 
 #[test]
 fn messages_are_collected_after_gc_rounds() {
-    let mut net = Net::new(3, paper_config(), 6);
+    let mut net = net(3, paper_config(), 6);
     send_stream(&mut net, 10, 1);
     net.run_until(500);
     assert_eq!(net.engines[1].buffered(), 10);
@@ -304,7 +168,7 @@ fn retransmissions_per_round_are_bounded() {
         mode: GossipMode::Pull,
         ..paper_config()
     };
-    let mut net = Net::new(2, config, 7);
+    let mut net = net(2, config, 7);
     // Member 1 misses the whole first phase.
     net.filter = Some(Box::new(|from, _, bytes| {
         !(from == 0
@@ -358,7 +222,7 @@ fn flow_control_blocks_a_sender_until_receivers_report() {
         status_every: NonZeroU32::new(5).unwrap(),
         ..paper_config()
     };
-    let mut net = Net::new(3, config, 8);
+    let mut net = net(3, config, 8);
     for i in 0..10 {
         net.multicast(0, &[i]).unwrap();
     }
@@ -375,7 +239,7 @@ fn a_silent_member_stops_holding_the_window() {
         send_window: NonZeroU32::new(10),
         ..paper_config()
     };
-    let mut net = Net::new(3, config, 9);
+    let mut net = net(3, config, 9);
     // Member 2 hears nothing at all.
     net.filter = Some(Box::new(|_, to, _| to != 2));
     for i in 0..10 {
@@ -437,7 +301,7 @@ fn a_member_must_be_in_its_own_member_list() {
 #[test]
 fn same_seed_gives_the_same_run() {
     let run = |seed| {
-        let mut net = Net::new(6, paper_config(), seed);
+        let mut net = net(6, paper_config(), seed);
         net.loss = 0.1;
         send_stream(&mut net, 50, 3);
         net.run_until(3_000);
