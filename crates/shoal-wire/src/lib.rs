@@ -168,9 +168,14 @@ pub struct SourceRanges {
 pub enum Packet<'a> {
     /// A new message, first phase of pbcast. Body: `seq u64`, payload.
     Data { seq: u64, payload: &'a [u8] },
-    /// A digest of the sender's message buffer (pbcast's gossip).
-    /// Body: `count u16`, then per source `source u32, nranges u16, ranges`.
-    Gossip { digest: Vec<SourceRanges> },
+    /// A digest of the sender's message buffer (pbcast's gossip), and the
+    /// messages it knows were recently retransmitted by unicast (the "repair
+    /// bits" of pbcast-grb, P001 §B; empty otherwise). Body: two lists, each
+    /// `count u16`, then per source `source u32, nranges u16, ranges`.
+    Gossip {
+        digest: Vec<SourceRanges>,
+        repaired: Vec<SourceRanges>,
+    },
     /// Ranges the sender lacks and asks the receiver to retransmit.
     /// Body: same layout as a gossip digest.
     Solicit { wanted: Vec<SourceRanges> },
@@ -229,9 +234,10 @@ impl Packet<'_> {
     pub fn body_len(&self) -> usize {
         match self {
             Packet::Data { payload, .. } => 8 + payload.len(),
-            Packet::Gossip { digest: list } | Packet::Solicit { wanted: list } => {
-                ranges_list_len(list)
+            Packet::Gossip { digest, repaired } => {
+                ranges_list_len(digest) + ranges_list_len(repaired)
             }
+            Packet::Solicit { wanted } => ranges_list_len(wanted),
             Packet::Retransmit { payload, .. } => 12 + payload.len(),
             Packet::Status { .. } => 12,
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
@@ -263,9 +269,11 @@ impl Packet<'_> {
                 out.extend_from_slice(&seq.to_be_bytes());
                 out.extend_from_slice(payload);
             }
-            Packet::Gossip { digest: list } | Packet::Solicit { wanted: list } => {
-                encode_ranges_list(list, out)?;
+            Packet::Gossip { digest, repaired } => {
+                encode_ranges_list(digest, out)?;
+                encode_ranges_list(repaired, out)?;
             }
+            Packet::Solicit { wanted } => encode_ranges_list(wanted, out)?,
             Packet::Retransmit {
                 source,
                 seq,
@@ -456,6 +464,7 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
         },
         Kind::Gossip => Packet::Gossip {
             digest: reader.ranges_list()?,
+            repaired: reader.ranges_list()?,
         },
         Kind::Solicit => Packet::Solicit {
             wanted: reader.ranges_list()?,

@@ -224,7 +224,7 @@ fn arb_list() -> impl Strategy<Value = Vec<SourceRanges>> {
 #[derive(Debug, Clone)]
 enum Owned {
     Data(u64, Vec<u8>),
-    Gossip(Vec<SourceRanges>),
+    Gossip(Vec<SourceRanges>, Vec<SourceRanges>),
     Solicit(Vec<SourceRanges>),
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
@@ -238,7 +238,10 @@ impl Owned {
                 seq: *seq,
                 payload: p,
             },
-            Owned::Gossip(l) => Packet::Gossip { digest: l.clone() },
+            Owned::Gossip(d, r) => Packet::Gossip {
+                digest: d.clone(),
+                repaired: r.clone(),
+            },
             Owned::Solicit(l) => Packet::Solicit { wanted: l.clone() },
             Owned::Retransmit(s, seq, p) => Packet::Retransmit {
                 source: *s,
@@ -258,7 +261,7 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
     let payload = prop::collection::vec(any::<u8>(), 0..300);
     prop_oneof![
         (any::<u64>(), payload.clone()).prop_map(|(s, p)| Owned::Data(s, p)),
-        arb_list().prop_map(Owned::Gossip),
+        (arb_list(), arb_list()).prop_map(|(d, r)| Owned::Gossip(d, r)),
         arb_list().prop_map(Owned::Solicit),
         (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
         (any::<u32>(), any::<u64>()).prop_map(|(s, n)| Owned::Status(s, n)),

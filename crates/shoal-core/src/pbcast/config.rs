@@ -29,6 +29,24 @@ pub enum Delivery {
     Unordered,
 }
 
+/// When retransmissions go by IP multicast instead of unicast (P001 §B, §C:
+/// the pbcast variants). Needs `ip_multicast`; ignored without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MulticastRepair {
+    /// Plain pbcast: every retransmission is unicast.
+    Off,
+    /// pbcast-IPMC: a member that receives `multicast_repair_threshold`
+    /// solicitations for the same message within a window multicasts it
+    /// (Spinglass: "seeing multiple retransmission requests").
+    Ipmc,
+    /// pbcast-grb ("gossip about repair bits"): as `Ipmc`, and members gossip
+    /// which messages were recently retransmitted by unicast; a member that
+    /// learned someone else already unicast a repair of a message multicasts
+    /// its own retransmission of it.
+    Grb,
+}
+
 /// Settings of one pbcast member. Build with [`Config::default`] and adjust;
 /// [`Config::validate`] runs once when an engine is created.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +91,21 @@ pub struct Config {
     /// The transport offers IP multicast: the first phase uses it. Otherwise
     /// the first phase is a unicast fan-out to every member.
     pub ip_multicast: bool,
+    /// Plain pbcast, pbcast-IPMC or pbcast-grb.
+    pub multicast_repair: MulticastRepair,
+    /// Solicitations of one message within `multicast_repair_window_rounds`
+    /// that turn its retransmission into a multicast. Not given in P001;
+    /// default 2.
+    pub multicast_repair_threshold: NonZeroU32,
+    /// The window over which solicitations are counted, in rounds; a message
+    /// multicast once is not multicast again within it. With one gossip
+    /// target per round a holder hears at most about one solicitation per
+    /// message per round, so a one-round window would almost never reach a
+    /// threshold of 2. Default 5 rounds.
+    pub multicast_repair_window_rounds: NonZeroU32,
+    /// How long a member remembers that a message was retransmitted (grb's
+    /// repair bits), in rounds. Not given in P001; default 5.
+    pub repair_memory_rounds: NonZeroU32,
     /// Largest datagram to build; small messages are packed up to it.
     /// 1472 fits a 1500-byte Ethernet MTU; loopback allows 65,507.
     pub max_datagram_size: usize,
@@ -108,6 +141,10 @@ impl Default for Config {
             lost_after_rounds: NonZeroU32::new(20).unwrap(),
             delivery: Delivery::Fifo,
             ip_multicast: false,
+            multicast_repair: MulticastRepair::Off,
+            multicast_repair_threshold: NonZeroU32::new(2).unwrap(),
+            multicast_repair_window_rounds: NonZeroU32::new(5).unwrap(),
+            repair_memory_rounds: NonZeroU32::new(5).unwrap(),
             max_datagram_size: 1472,
             send_window: NonZeroU32::new(4096),
             status_every: NonZeroU32::new(512).unwrap(),
@@ -130,6 +167,8 @@ pub enum ConfigError {
     DigestRangesZero,
     #[error("the member list must contain this member ({0})")]
     NotAMember(u32),
+    #[error("gossip weight for {0} must be finite and non-negative")]
+    BadWeight(u32),
 }
 
 /// Smallest datagram that still holds a header, a data packet's sequence

@@ -32,16 +32,16 @@ mod config;
 mod log;
 mod outbox;
 
-pub use config::{Config, ConfigError, Delivery, GossipMode, MIN_DATAGRAM_SIZE};
+pub use config::{Config, ConfigError, Delivery, GossipMode, MulticastRepair, MIN_DATAGRAM_SIZE};
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::{Packet, SeqRange, SourceRanges};
 
-use crate::engine::{Engine, NodeId, SendError, Transmit};
+use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
 use crate::ranges::RangeBuilder;
 use crate::time::Instant;
 use log::{Inserted, Ready, SourceLog};
@@ -82,6 +82,8 @@ pub struct Stats {
     pub duplicates: u64,
     /// Messages reported in `Lost` events.
     pub lost: u64,
+    /// Retransmissions sent by IP multicast (pbcast-IPMC, pbcast-grb).
+    pub retransmits_multicast: u64,
     /// Retransmissions not sent because the round's budget was spent.
     pub retransmits_suppressed: u64,
     pub gossip_rounds: u64,
@@ -115,6 +117,26 @@ pub struct Pbcast {
     next_round: Instant,
     next_status: Instant,
     retransmit_budget: u32,
+    /// Cumulative gossip-target weights by member index (hierarchical
+    /// gossip); `None` picks uniformly.
+    gossip_weights: Option<Vec<f64>>,
+    /// Solicitations received in the current window, per message, and when
+    /// the first came (pbcast-IPMC).
+    solicitations: BTreeMap<Key, (u32, Instant)>,
+    /// Messages retransmitted by multicast in the current window, and when.
+    multicast_recently: BTreeMap<Key, Instant>,
+    /// Recently retransmitted messages (pbcast-grb's repair bits): when, and
+    /// whether another member did it.
+    repair_bits: BTreeMap<Key, RepairBit>,
+}
+
+/// (source index, sequence number).
+type Key = (usize, u64);
+
+#[derive(Debug, Clone, Copy)]
+struct RepairBit {
+    at: Instant,
+    by_other: bool,
 }
 
 impl Pbcast {
@@ -158,6 +180,10 @@ impl Pbcast {
             next_round: first_round,
             next_status: now + config.status_interval,
             retransmit_budget: config.retransmits_per_round_max,
+            gossip_weights: None,
+            solicitations: BTreeMap::new(),
+            multicast_recently: BTreeMap::new(),
+            repair_bits: BTreeMap::new(),
             config,
         })
     }
@@ -193,6 +219,31 @@ impl Pbcast {
             .map(|(_, p)| p.next)
             .min()
             .unwrap_or(u64::MAX)
+    }
+
+    /// Hierarchical gossip (P001 §D): pick gossip targets with these weights
+    /// instead of uniformly. Members left out get weight 0; this member's own
+    /// weight is ignored. See [`hierarchical_weights`].
+    pub fn set_gossip_weights(&mut self, weights: &[(NodeId, f64)]) -> Result<(), ConfigError> {
+        let mut by_index = vec![0.0; self.members.len()];
+        for &(node, weight) in weights {
+            if !(weight.is_finite() && weight >= 0.0) {
+                return Err(ConfigError::BadWeight(node.0));
+            }
+            if let Some(i) = self.index_of(node).filter(|i| *i != self.my_index) {
+                by_index[i] = weight;
+            }
+        }
+        let mut total = 0.0;
+        let cumulative = by_index
+            .into_iter()
+            .map(|w| {
+                total += w;
+                total
+            })
+            .collect();
+        self.gossip_weights = Some(cumulative);
+        Ok(())
     }
 
     /// Messages held in the buffer (all sources), for memory metrics.
@@ -236,8 +287,11 @@ impl Pbcast {
                     self.on_message(now, source, seq, payload, true);
                 }
             }
-            Packet::Gossip { digest } => self.on_gossip(now, from, &digest),
-            Packet::Solicit { wanted } => self.on_solicit(from, &wanted),
+            Packet::Gossip { digest, repaired } => {
+                self.on_repair_bits(now, &repaired);
+                self.on_gossip(now, from, &digest);
+            }
+            Packet::Solicit { wanted } => self.on_solicit(now, from, &wanted),
             Packet::Status { source, next } => {
                 if source == self.me.0 {
                     let p = &mut self.progress[from];
@@ -369,43 +423,104 @@ impl Pbcast {
             budget,
         );
         for seq in seqs {
-            self.queue_retransmit(to, source, seq);
+            self.queue_retransmit(Destination::Node(self.members[to]), source, seq);
         }
     }
 
-    fn on_solicit(&mut self, from: usize, wanted: &[SourceRanges]) {
+    fn on_solicit(&mut self, now: Instant, from: usize, wanted: &[SourceRanges]) {
         for entry in wanted {
             let Some(source) = self.index_of(NodeId(entry.source)) else {
                 continue;
             };
             for range in &entry.ranges {
-                self.answer_solicit(from, source, *range);
+                self.answer_solicit(now, from, source, *range);
             }
         }
     }
 
-    fn answer_solicit(&mut self, to: usize, source: usize, range: SeqRange) {
+    fn answer_solicit(&mut self, now: Instant, to: usize, source: usize, range: SeqRange) {
         let log = &self.logs[source];
         let Some(last) = log.end().checked_sub(1).map(|end| range.last.min(end)) else {
             return;
         };
         for seq in range.first.max(log.base())..=last {
+            if !self.logs[source].holds(seq) {
+                continue;
+            }
+            let Some(destination) = self.repair_destination(now, to, (source, seq)) else {
+                continue;
+            };
             // Budget spent: the solicitor will ask again in a later round.
-            if self.logs[source].holds(seq) && !self.queue_retransmit(to, source, seq) {
+            if !self.queue_retransmit(destination, source, seq) {
                 return;
             }
         }
     }
 
+    /// Unicast to the solicitor, or multicast (pbcast-IPMC / grb), or
+    /// nothing when a multicast of it left within the window.
+    fn repair_destination(&mut self, now: Instant, to: usize, key: Key) -> Option<Destination> {
+        let unicast = Destination::Node(self.members[to]);
+        if self.config.multicast_repair == MulticastRepair::Off || !self.config.ip_multicast {
+            return Some(unicast);
+        }
+        if self.multicast_recently.contains_key(&key) {
+            return None;
+        }
+        let (count, _) = self.solicitations.entry(key).or_insert((0, now));
+        *count += 1;
+        let grb = self.config.multicast_repair == MulticastRepair::Grb;
+        let repaired_elsewhere = grb && self.repair_bits.get(&key).is_some_and(|b| b.by_other);
+        if *count >= self.config.multicast_repair_threshold.get() || repaired_elsewhere {
+            self.multicast_recently.insert(key, now);
+            return Some(Destination::Multicast);
+        }
+        if grb {
+            self.repair_bits.insert(
+                key,
+                RepairBit {
+                    at: now,
+                    by_other: false,
+                },
+            );
+        }
+        Some(unicast)
+    }
+
+    /// pbcast-grb: remember what others say was recently retransmitted.
+    fn on_repair_bits(&mut self, now: Instant, repaired: &[SourceRanges]) {
+        if self.config.multicast_repair != MulticastRepair::Grb {
+            return;
+        }
+        for entry in repaired {
+            let Some(source) = self.index_of(NodeId(entry.source)) else {
+                continue;
+            };
+            for range in entry
+                .ranges
+                .iter()
+                .take(usize::from(self.config.digest_ranges_max))
+            {
+                let last = range.last.min(range.first.saturating_add(1024));
+                for seq in range.first..=last {
+                    self.repair_bits.entry((source, seq)).or_insert(RepairBit {
+                        at: now,
+                        by_other: true,
+                    });
+                }
+            }
+        }
+    }
+
     /// Queues one retransmission if the round's budget allows.
-    fn queue_retransmit(&mut self, to: usize, source: usize, seq: u64) -> bool {
+    fn queue_retransmit(&mut self, destination: Destination, source: usize, seq: u64) -> bool {
         if self.retransmit_budget == 0 {
             self.stats.retransmits_suppressed += 1;
             return false;
         }
         self.retransmit_budget -= 1;
         self.outbox.retransmits.push_back(outbox::Retransmit {
-            to: self.members[to],
+            destination,
             source: source as u32,
             seq,
         });
@@ -423,6 +538,12 @@ impl Pbcast {
     fn on_round(&mut self, now: Instant) {
         self.stats.gossip_rounds += 1;
         self.retransmit_budget = self.config.retransmits_per_round_max;
+        let window = self.config.gossip_interval * self.config.multicast_repair_window_rounds.get();
+        self.solicitations
+            .retain(|_, (_, first)| *first + window > now);
+        self.multicast_recently.retain(|_, at| *at + window > now);
+        let memory = self.config.gossip_interval * self.config.repair_memory_rounds.get();
+        self.repair_bits.retain(|_, bit| bit.at + memory > now);
         let gc_period = self.config.gc_period();
         let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
         for source in 0..self.logs.len() {
@@ -459,6 +580,14 @@ impl Pbcast {
         if n < 2 {
             return None;
         }
+        if let Some(cumulative) = &self.gossip_weights {
+            let total = *cumulative.last()?;
+            if total > 0.0 {
+                let x = self.rng.random::<f64>() * total;
+                let index = cumulative.partition_point(|c| *c <= x).min(n - 1);
+                return Some(self.members[index]);
+            }
+        }
         let pick = self.rng.random_range(0..n - 1);
         let index = if pick >= self.my_index {
             pick + 1
@@ -476,9 +605,60 @@ impl Pbcast {
         }
     }
 
+    /// A gossip packet: the digest, plus pbcast-grb's repair bits in up to a
+    /// quarter of the datagram.
+    fn gossip_packet(&self) -> Packet<'static> {
+        let room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 4;
+        let grb = self.config.multicast_repair == MulticastRepair::Grb;
+        let repaired = if grb {
+            self.repaired_ranges(room / 4 / (6 + shoal_wire::RANGE_LEN))
+        } else {
+            Vec::new()
+        };
+        let used = shoal_wire::Packet::Solicit {
+            wanted: repaired.clone(),
+        }
+        .body_len();
+        Packet::Gossip {
+            digest: self.digest(room + 2 - used),
+            repaired,
+        }
+    }
+
+    /// pbcast-grb's repair bits as ranges per source, at most `max_ranges`.
+    fn repaired_ranges(&self, max_ranges: usize) -> Vec<SourceRanges> {
+        let mut list: Vec<SourceRanges> = Vec::new();
+        let mut total = 0;
+        for &(source, seq) in self.repair_bits.keys() {
+            let node = self.members[source].0;
+            if let Some(entry) = list.last_mut().filter(|e| e.source == node) {
+                let last = entry.ranges.last_mut().expect("entries start non-empty");
+                if last.last + 1 == seq {
+                    last.last = seq;
+                    continue;
+                }
+                if total < max_ranges {
+                    entry.ranges.push(SeqRange::single(seq));
+                    total += 1;
+                }
+                continue;
+            }
+            if total >= max_ranges {
+                break;
+            }
+            list.push(SourceRanges {
+                source: node,
+                ranges: vec![SeqRange::single(seq)],
+            });
+            total += 1;
+        }
+        list
+    }
+
     /// The digest of this member's buffer, sized to fit one datagram.
-    fn digest(&self) -> Vec<SourceRanges> {
-        let mut room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 2;
+    /// `room`: bytes available for the digest list, count included.
+    fn digest(&self, room: usize) -> Vec<SourceRanges> {
+        let mut room = room.saturating_sub(2);
         let max_ranges = usize::from(self.config.digest_ranges_max);
         let mut digest = Vec::new();
         for (node, log) in self.members.iter().zip(&self.logs) {
@@ -499,6 +679,16 @@ impl Pbcast {
         }
         digest
     }
+}
+
+/// Gossip weights 1/k^d (P001 §B, hierarchical gossip): `k` the tree's
+/// branching factor, `d` the tree distance to each member. With two equal
+/// clusters this puts a quarter of the weight on the far cluster.
+pub fn hierarchical_weights(distances: &[(NodeId, u32)], branching: f64) -> Vec<(NodeId, f64)> {
+    distances
+        .iter()
+        .map(|&(node, d)| (node, branching.powi(-(d as i32))))
+        .collect()
 }
 
 fn push_delivery(events: &mut VecDeque<Event>, stats: &mut Stats, source: NodeId, ready: Ready) {

@@ -44,7 +44,8 @@ impl Control {
 
 #[derive(Debug)]
 pub(super) struct Retransmit {
-    pub to: NodeId,
+    /// Usually the solicitor or gossiper; IP multicast for pbcast-IPMC/grb.
+    pub destination: Destination,
     /// Index of the source in the member list.
     pub source: u32,
     pub seq: u64,
@@ -72,13 +73,13 @@ pub(super) fn assemble(engine: &mut Pbcast, _now: Instant) -> Option<Transmit> {
         return Some(transmit);
     }
     let outbox = &engine.outbox;
-    let unicast_to = outbox
+    let destination = outbox
         .control
         .front()
-        .map(Control::to)
-        .or_else(|| outbox.retransmits.front().map(|r| r.to));
-    if let Some(to) = unicast_to {
-        return Some(pack_unicast(engine, to));
+        .map(|c| Destination::Node(c.to()))
+        .or_else(|| outbox.retransmits.front().map(|r| r.destination));
+    if let Some(destination) = destination {
+        return Some(pack_repairs(engine, destination));
     }
     if engine.outbox.fresh.is_empty() {
         return None;
@@ -86,12 +87,15 @@ pub(super) fn assemble(engine: &mut Pbcast, _now: Instant) -> Option<Transmit> {
     pack_fresh(engine)
 }
 
-fn pack_unicast(engine: &mut Pbcast, to: NodeId) -> Transmit {
+/// Control packets (always unicast) and retransmissions for one destination.
+fn pack_repairs(engine: &mut Pbcast, destination: Destination) -> Transmit {
     let mut buf = Vec::with_capacity(engine.config.max_datagram_size.min(16 * 1024));
-    pack_control(engine, to, &mut buf);
-    pack_retransmits(engine, to, &mut buf);
+    if let Destination::Node(to) = destination {
+        pack_control(engine, to, &mut buf);
+    }
+    pack_retransmits(engine, destination, &mut buf);
     Transmit {
-        destination: Destination::Node(to),
+        destination,
         payload: Bytes::from(buf),
     }
 }
@@ -100,9 +104,7 @@ fn pack_control(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
     while engine.outbox.control.front().is_some_and(|c| c.to() == to) {
         let control = engine.outbox.control.pop_front().expect("front exists");
         let packet = match control {
-            Control::Gossip { .. } => Packet::Gossip {
-                digest: engine.digest(),
-            },
+            Control::Gossip { .. } => engine.gossip_packet(),
             Control::Solicit { wanted, .. } => Packet::Solicit { wanted },
             Control::Status { next, .. } => Packet::Status { source: to.0, next },
         };
@@ -123,9 +125,9 @@ fn unbuild(to: NodeId, packet: Packet<'_>) -> Control {
     }
 }
 
-fn pack_retransmits(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
+fn pack_retransmits(engine: &mut Pbcast, destination: Destination, buf: &mut Vec<u8>) {
     while let Some(front) = engine.outbox.retransmits.front() {
-        if front.to != to {
+        if front.destination != destination {
             return;
         }
         let (source, seq) = (front.source as usize, front.seq);
@@ -141,6 +143,9 @@ fn pack_retransmits(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
         };
         if !append(engine, &packet, buf) {
             return;
+        }
+        if destination == Destination::Multicast {
+            engine.stats.retransmits_multicast += 1;
         }
         engine.outbox.retransmits.pop_front();
     }

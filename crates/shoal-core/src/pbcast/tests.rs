@@ -4,6 +4,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::*;
+use crate::engine::Destination;
 use crate::testnet;
 
 type Net = testnet::Net<Pbcast>;
@@ -334,4 +335,121 @@ fn gossip_rounds_follow_the_interval() {
     assert!(now >= Instant::ZERO + Duration::from_millis(4_900));
     assert!(now < Instant::ZERO + Duration::from_millis(5_000));
     assert_eq!(e.stats().gossip_rounds, 50);
+}
+
+/// Only the source holds message 0 at first, so several members solicit it
+/// from the source in the same round.
+fn run_with_message_zero_withheld(config: Config, seed: u64) -> Net {
+    let mut net = net(10, config, seed);
+    net.filter = Some(Box::new(|from, _, bytes| {
+        !(from == 0
+            && shoal_wire::packets(bytes)
+                .any(|p| matches!(p, Ok((_, Packet::Data { seq: 0, .. })))))
+    }));
+    net.multicast(0, b"zero").unwrap();
+    net.filter = None;
+    send_stream_from(&mut net, 1, 20, 5);
+    net.run_until(4_000);
+    for member in 0..10 {
+        assert_eq!(net.delivered_seqs(member, 0), (0..20).collect::<Vec<_>>());
+    }
+    net
+}
+
+fn send_stream_from(net: &mut Net, first: u64, end: u64, gap_ms: u64) {
+    for i in first..end {
+        net.run_until(i * gap_ms);
+        net.multicast(0, &i.to_be_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn plain_pbcast_never_multicasts_a_retransmission() {
+    let net = run_with_message_zero_withheld(paper_config(), 1);
+    let multicast: u64 = net
+        .engines
+        .iter()
+        .map(|e| e.stats().retransmits_multicast)
+        .sum();
+    assert_eq!(multicast, 0);
+}
+
+#[test]
+fn ipmc_and_grb_multicast_retransmissions_of_widely_missed_messages() {
+    for variant in [MulticastRepair::Ipmc, MulticastRepair::Grb] {
+        let mut multicast = 0;
+        for seed in 0..5 {
+            let config = Config {
+                multicast_repair: variant,
+                ..paper_config()
+            };
+            let net = run_with_message_zero_withheld(config, seed);
+            multicast += net
+                .engines
+                .iter()
+                .map(|e| e.stats().retransmits_multicast)
+                .sum::<u64>();
+        }
+        assert!(multicast > 0, "{variant:?}");
+    }
+}
+
+#[test]
+fn grb_gossips_repair_bits() {
+    let config = Config {
+        multicast_repair: MulticastRepair::Grb,
+        ..paper_config()
+    };
+    let mut e = Pbcast::new(NodeId(0), &[NodeId(0), NodeId(1)], config, 1, Instant::ZERO).unwrap();
+    let gossip = Packet::Gossip {
+        digest: vec![],
+        repaired: vec![SourceRanges {
+            source: 1,
+            ranges: vec![SeqRange::new(3, 5).unwrap()],
+        }],
+    }
+    .to_vec(1)
+    .unwrap();
+    e.handle_datagram(Instant::ZERO, NodeId(1), &gossip);
+    let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
+        unreachable!()
+    };
+    assert_eq!(
+        repaired,
+        vec![SourceRanges {
+            source: 1,
+            ranges: vec![SeqRange::new(3, 5).unwrap()]
+        }]
+    );
+}
+
+#[test]
+fn gossip_weights_steer_the_choice_of_target() {
+    let members: Vec<NodeId> = (0..5).map(NodeId).collect();
+    let mut e = Pbcast::new(NodeId(0), &members, paper_config(), 1, Instant::ZERO).unwrap();
+    e.set_gossip_weights(&[(NodeId(3), 1.0)]).unwrap();
+    for _ in 0..50 {
+        let now = e.poll_timeout().unwrap();
+        e.handle_timeout(now);
+        while let Some(t) = e.poll_transmit(now) {
+            assert_eq!(t.destination, Destination::Node(NodeId(3)));
+        }
+    }
+    assert_eq!(
+        e.set_gossip_weights(&[(NodeId(2), f64::NAN)]),
+        Err(ConfigError::BadWeight(2))
+    );
+}
+
+#[test]
+fn hierarchical_weights_fall_off_with_tree_distance() {
+    let weights = hierarchical_weights(&[(NodeId(1), 1), (NodeId(2), 2), (NodeId(3), 0)], 3.0);
+    assert_eq!(
+        weights,
+        vec![
+            (NodeId(1), 1.0 / 3.0),
+            (NodeId(2), 1.0 / 9.0),
+            (NodeId(3), 1.0)
+        ]
+    );
 }
