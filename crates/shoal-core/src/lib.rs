@@ -20,6 +20,7 @@
 //! ```
 
 pub mod engine;
+pub mod fd;
 pub mod pbcast;
 pub mod ranges;
 pub mod srm;

@@ -10,9 +10,39 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::SeqRange;
 
-use crate::engine::{Destination, Engine, NodeId, SendError};
+use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
 use crate::pbcast::Event;
 use crate::time::Instant;
+
+/// What the network drives: every engine, and sans-IO components such as
+/// the failure detector that have no `multicast`.
+pub trait Node {
+    type Ev;
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]);
+    fn handle_timeout(&mut self, now: Instant);
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit>;
+    fn poll_event(&mut self) -> Option<Self::Ev>;
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+impl<E: Engine> Node for E {
+    type Ev = E::Event;
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        Engine::handle_datagram(self, now, from, datagram)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Engine::handle_timeout(self, now)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        Engine::poll_transmit(self, now)
+    }
+    fn poll_event(&mut self) -> Option<E::Event> {
+        Engine::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Engine::poll_timeout(self)
+    }
+}
 
 pub const MS: u64 = 1_000_000;
 
@@ -21,9 +51,9 @@ pub type Filter = Box<dyn Fn(usize, usize, &[u8]) -> bool>;
 /// (arrival ns, insertion order, to, from, datagram)
 type InFlight = Reverse<(u64, u64, usize, usize, Bytes)>;
 
-pub struct Net<E> {
+pub struct Net<E: Node> {
     pub engines: Vec<E>,
-    pub events: Vec<Vec<Event>>,
+    pub events: Vec<Vec<E::Ev>>,
     queue: BinaryHeap<InFlight>,
     sequence: u64,
     now: u64,
@@ -36,7 +66,7 @@ pub struct Net<E> {
     pub check: Option<fn(&E)>,
 }
 
-impl<E: Engine<Event = Event>> Net<E> {
+impl<E: Node> Net<E> {
     /// Members `0..n`, engine `i` built by `build(i, &members)`.
     pub fn new(n: usize, seed: u64, build: impl Fn(NodeId, &[NodeId]) -> E) -> Net<E> {
         let members: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
@@ -90,13 +120,6 @@ impl<E: Engine<Event = Event>> Net<E> {
         }
     }
 
-    pub fn multicast(&mut self, from: usize, payload: &[u8]) -> Result<u64, SendError> {
-        let now = self.now();
-        let seq = self.engines[from].multicast(now, Bytes::copy_from_slice(payload))?;
-        self.drain(from);
-        Ok(seq)
-    }
-
     /// Runs datagrams and timers up to and including `until_ms`.
     pub fn run_until(&mut self, until_ms: u64) {
         let until = until_ms * MS;
@@ -132,6 +155,15 @@ impl<E: Engine<Event = Event>> Net<E> {
         if let Some(check) = self.check {
             self.engines.iter().for_each(check);
         }
+    }
+}
+
+impl<E: Engine<Event = Event>> Net<E> {
+    pub fn multicast(&mut self, from: usize, payload: &[u8]) -> Result<u64, SendError> {
+        let now = self.now();
+        let seq = self.engines[from].multicast(now, Bytes::copy_from_slice(payload))?;
+        self.drain(from);
+        Ok(seq)
     }
 
     pub fn delivered_seqs(&self, member: usize, source: u32) -> Vec<u64> {

@@ -43,10 +43,11 @@ pub enum Kind {
     Retransmit = 4,
     Status = 5,
     Session = 6,
+    Heartbeat = 7,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 6;
+pub const KIND_COUNT: usize = 7;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -56,6 +57,7 @@ impl Kind {
         Kind::Retransmit,
         Kind::Status,
         Kind::Session,
+        Kind::Heartbeat,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -74,6 +76,7 @@ impl Kind {
             Kind::Retransmit => "retransmit",
             Kind::Status => "status",
             Kind::Session => "session",
+            Kind::Heartbeat => "heartbeat",
         }
     }
 
@@ -195,7 +198,23 @@ pub enum Packet<'a> {
     /// `source u32, highest u64`, `count u16` then per peer
     /// `peer u32, echoed_ns u64, held_ns u64`.
     Session(Session),
+    /// Gossip-style failure detection (van Renesse, Minsky, Hayden): heartbeat
+    /// counters the sender knows. Body: `count u16`, then per member
+    /// `member u32, incarnation u32, heartbeat u64`.
+    Heartbeat { entries: Vec<HeartbeatEntry> },
 }
+
+/// One member's heartbeat in a [`Packet::Heartbeat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatEntry {
+    pub member: u32,
+    /// Bumped when the member restarts, so its counter may start over.
+    pub incarnation: u32,
+    pub heartbeat: u64,
+}
+
+/// Bytes one [`HeartbeatEntry`] takes on the wire.
+pub const HEARTBEAT_ENTRY_LEN: usize = 16;
 
 /// Body of a [`Packet::Session`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +246,7 @@ impl Packet<'_> {
             Packet::Retransmit { .. } => Kind::Retransmit,
             Packet::Status { .. } => Kind::Status,
             Packet::Session(_) => Kind::Session,
+            Packet::Heartbeat { .. } => Kind::Heartbeat,
         }
     }
 
@@ -241,6 +261,7 @@ impl Packet<'_> {
             Packet::Retransmit { payload, .. } => 12 + payload.len(),
             Packet::Status { .. } => 12,
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
+            Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
         }
     }
 
@@ -288,6 +309,14 @@ impl Packet<'_> {
                 out.extend_from_slice(&next.to_be_bytes());
             }
             Packet::Session(session) => encode_session(session, out)?,
+            Packet::Heartbeat { entries } => {
+                out.extend_from_slice(&count_u16(entries.len(), "entries")?);
+                for entry in entries {
+                    out.extend_from_slice(&entry.member.to_be_bytes());
+                    out.extend_from_slice(&entry.incarnation.to_be_bytes());
+                    out.extend_from_slice(&entry.heartbeat.to_be_bytes());
+                }
+            }
         }
         Ok(())
     }
@@ -479,6 +508,9 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             next: reader.u64()?,
         },
         Kind::Session => Packet::Session(reader.session()?),
+        Kind::Heartbeat => Packet::Heartbeat {
+            entries: reader.heartbeats()?,
+        },
     };
     match reader.remaining() {
         0 => Ok(packet),
@@ -548,6 +580,20 @@ impl<'a> Reader<'a> {
             });
         }
         Ok(())
+    }
+
+    fn heartbeats(&mut self) -> Result<Vec<HeartbeatEntry>, DecodeError> {
+        let count = self.u16()? as usize;
+        self.check_count("heartbeat", count, HEARTBEAT_ENTRY_LEN)?;
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            entries.push(HeartbeatEntry {
+                member: self.u32()?,
+                incarnation: self.u32()?,
+                heartbeat: self.u64()?,
+            });
+        }
+        Ok(entries)
     }
 
     fn session(&mut self) -> Result<Session, DecodeError> {

@@ -229,6 +229,7 @@ enum Owned {
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
     Session(Session),
+    Heartbeat(Vec<HeartbeatEntry>),
 }
 
 impl Owned {
@@ -253,6 +254,9 @@ impl Owned {
                 next: *n,
             },
             Owned::Session(session) => Packet::Session(session.clone()),
+            Owned::Heartbeat(entries) => Packet::Heartbeat {
+                entries: entries.clone(),
+            },
         }
     }
 }
@@ -282,6 +286,17 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
                     })
                     .collect(),
             })),
+        prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>()), 0..6).prop_map(|v| {
+            Owned::Heartbeat(
+                v.into_iter()
+                    .map(|(member, incarnation, heartbeat)| HeartbeatEntry {
+                        member,
+                        incarnation,
+                        heartbeat,
+                    })
+                    .collect(),
+            )
+        }),
     ]
 }
 

@@ -299,8 +299,8 @@ impl Pbcast {
                     p.heard = now;
                 }
             }
-            // SRM's packet: not part of pbcast.
-            Packet::Session(_) => {}
+            // Other protocols' packets: not part of pbcast.
+            Packet::Session(_) | Packet::Heartbeat { .. } => {}
         }
     }
 

@@ -610,7 +610,7 @@ impl Srm {
                 }
             }
             Packet::Session(session) => self.on_session(now, from, &session),
-            Packet::Gossip { .. } | Packet::Status { .. } => {}
+            Packet::Gossip { .. } | Packet::Status { .. } | Packet::Heartbeat { .. } => {}
         }
     }
 }
