@@ -22,6 +22,8 @@
 
 use thiserror::Error;
 
+pub mod vsync;
+
 /// First two bytes of every packet: ASCII "SH".
 pub const MAGIC: u16 = 0x5348;
 /// The wire version this crate speaks. A packet with another version is refused.
@@ -44,10 +46,11 @@ pub enum Kind {
     Status = 5,
     Session = 6,
     Heartbeat = 7,
+    Vsync = 8,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 7;
+pub const KIND_COUNT: usize = 8;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -58,6 +61,7 @@ impl Kind {
         Kind::Status,
         Kind::Session,
         Kind::Heartbeat,
+        Kind::Vsync,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -77,6 +81,7 @@ impl Kind {
             Kind::Status => "status",
             Kind::Session => "session",
             Kind::Heartbeat => "heartbeat",
+            Kind::Vsync => "vsync",
         }
     }
 
@@ -202,6 +207,9 @@ pub enum Packet<'a> {
     /// counters the sender knows. Body: `count u16`, then per member
     /// `member u32, incarnation u32, heartbeat u64`.
     Heartbeat { entries: Vec<HeartbeatEntry> },
+    /// Virtual synchrony and membership control (P000 §5.2): the body is
+    /// decoded by [`vsync::decode`], kept opaque here so the layers stay apart.
+    Vsync { body: &'a [u8] },
 }
 
 /// One member's heartbeat in a [`Packet::Heartbeat`].
@@ -247,6 +255,7 @@ impl Packet<'_> {
             Packet::Status { .. } => Kind::Status,
             Packet::Session(_) => Kind::Session,
             Packet::Heartbeat { .. } => Kind::Heartbeat,
+            Packet::Vsync { .. } => Kind::Vsync,
         }
     }
 
@@ -262,6 +271,7 @@ impl Packet<'_> {
             Packet::Status { .. } => 12,
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
+            Packet::Vsync { body } => body.len(),
         }
     }
 
@@ -317,6 +327,7 @@ impl Packet<'_> {
                     out.extend_from_slice(&entry.heartbeat.to_be_bytes());
                 }
             }
+            Packet::Vsync { body } => out.extend_from_slice(body),
         }
         Ok(())
     }
@@ -510,6 +521,9 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
         Kind::Session => Packet::Session(reader.session()?),
         Kind::Heartbeat => Packet::Heartbeat {
             entries: reader.heartbeats()?,
+        },
+        Kind::Vsync => Packet::Vsync {
+            body: reader.rest(),
         },
     };
     match reader.remaining() {

@@ -230,6 +230,7 @@ enum Owned {
     Status(u32, u64),
     Session(Session),
     Heartbeat(Vec<HeartbeatEntry>),
+    Vsync(Vec<u8>),
 }
 
 impl Owned {
@@ -257,6 +258,7 @@ impl Owned {
             Owned::Heartbeat(entries) => Packet::Heartbeat {
                 entries: entries.clone(),
             },
+            Owned::Vsync(body) => Packet::Vsync { body },
         }
     }
 }
@@ -286,6 +288,7 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
                     })
                     .collect(),
             })),
+        prop::collection::vec(any::<u8>(), 0..40).prop_map(Owned::Vsync),
         prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>()), 0..6).prop_map(|v| {
             Owned::Heartbeat(
                 v.into_iter()

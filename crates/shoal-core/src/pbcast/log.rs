@@ -54,8 +54,11 @@ pub(super) struct Ready {
     pub recovered: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct SourceLog {
+    /// False for a member that joined while this source was already sending:
+    /// the log starts at the first message it receives, not at 0.
+    anchored: bool,
     base: u64,
     slots: VecDeque<Slot>,
     /// First sequence number not yet delivered, skipped or collected.
@@ -66,7 +69,29 @@ pub(super) struct SourceLog {
     pub unreported: u32,
 }
 
+impl Default for SourceLog {
+    fn default() -> Self {
+        SourceLog {
+            anchored: true,
+            base: 0,
+            slots: VecDeque::new(),
+            cursor: 0,
+            held: 0,
+            missing: 0,
+            unreported: 0,
+        }
+    }
+}
+
 impl SourceLog {
+    /// A log that starts wherever the first received message is.
+    pub fn unanchored() -> SourceLog {
+        SourceLog {
+            anchored: false,
+            ..SourceLog::default()
+        }
+    }
+
     /// One past the highest sequence number known to exist.
     pub fn end(&self) -> u64 {
         self.base + self.slots.len() as u64
@@ -114,6 +139,9 @@ impl SourceLog {
     /// Records that messages up to `last` exist, opening `Missing` slots.
     /// `limit` bounds how far a single packet may extend the log.
     pub fn learn_up_to(&mut self, last: u64, now: Instant, limit: u64) {
+        if !self.anchored {
+            return;
+        }
         let last = last.min(self.end().saturating_add(limit));
         while self.end() <= last {
             self.slots.push_back(Slot::Missing(Missing {
@@ -135,6 +163,11 @@ impl SourceLog {
         recovered: bool,
         limit: u64,
     ) -> Inserted {
+        if !self.anchored {
+            self.anchored = true;
+            self.base = seq;
+            self.cursor = seq;
+        }
         if seq < self.base || seq > self.end().saturating_add(limit) {
             return Inserted::Duplicate;
         }

@@ -188,6 +188,80 @@ impl Pbcast {
         })
     }
 
+    /// A member joining a group whose members are already sending: it
+    /// receives their messages from the first one that reaches it onwards
+    /// (the layer above transfers earlier state).
+    pub fn new_joining(
+        me: NodeId,
+        members: &[NodeId],
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Pbcast, ConfigError> {
+        let mut engine = Pbcast::new(me, members, config, seed, now)?;
+        for (i, log) in engine.logs.iter_mut().enumerate() {
+            if i != engine.my_index {
+                *log = SourceLog::unanchored();
+            }
+        }
+        Ok(engine)
+    }
+
+    /// Replaces the member list (a new view). Members that stay keep their
+    /// state; new members start with an empty log from sequence number 0
+    /// (they are new senders); removed members' messages are forgotten.
+    /// Gossip weights are reset to uniform.
+    pub fn set_members(&mut self, now: Instant, members: &[NodeId]) -> Result<(), ConfigError> {
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        let my_index = members
+            .binary_search(&self.me)
+            .map_err(|_| ConfigError::NotAMember(self.me.0))?;
+        let old_index: Vec<Option<usize>> = members
+            .iter()
+            .map(|m| self.members.binary_search(m).ok())
+            .collect();
+        let new_index: Vec<Option<usize>> = self
+            .members
+            .iter()
+            .map(|m| members.binary_search(m).ok())
+            .collect();
+        let mut old_logs: Vec<Option<SourceLog>> = std::mem::take(&mut self.logs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.logs = old_index
+            .iter()
+            .map(|old| old.and_then(|i| old_logs[i].take()).unwrap_or_default())
+            .collect();
+        self.progress = old_index
+            .iter()
+            .map(|old| {
+                old.map_or(
+                    Progress {
+                        next: 0,
+                        heard: now,
+                    },
+                    |i| self.progress[i],
+                )
+            })
+            .collect();
+        let remap = |(source, seq): Key| new_index[source].map(|n| (n, seq));
+        self.solicitations = remap_keys(std::mem::take(&mut self.solicitations), remap);
+        self.multicast_recently = remap_keys(std::mem::take(&mut self.multicast_recently), remap);
+        self.repair_bits = remap_keys(std::mem::take(&mut self.repair_bits), remap);
+        self.outbox.retransmits.retain_mut(|r| {
+            let moved = new_index[r.source as usize];
+            r.source = moved.unwrap_or(0) as u32;
+            moved.is_some()
+        });
+        self.members = members;
+        self.my_index = my_index;
+        self.gossip_weights = None;
+        Ok(())
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -300,7 +374,7 @@ impl Pbcast {
                 }
             }
             // Other protocols' packets: not part of pbcast.
-            Packet::Session(_) | Packet::Heartbeat { .. } => {}
+            Packet::Session(_) | Packet::Heartbeat { .. } | Packet::Vsync { .. } => {}
         }
     }
 
@@ -679,6 +753,12 @@ impl Pbcast {
         }
         digest
     }
+}
+
+fn remap_keys<V>(map: BTreeMap<Key, V>, remap: impl Fn(Key) -> Option<Key>) -> BTreeMap<Key, V> {
+    map.into_iter()
+        .filter_map(|(key, value)| remap(key).map(|k| (k, value)))
+        .collect()
 }
 
 /// Gossip weights 1/k^d (P001 §B, hierarchical gossip): `k` the tree's

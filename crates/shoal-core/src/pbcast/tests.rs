@@ -453,3 +453,47 @@ fn hierarchical_weights_fall_off_with_tree_distance() {
         ]
     );
 }
+
+#[test]
+fn members_can_be_added_and_removed() {
+    let mut net = net(4, paper_config(), 21);
+    send_stream(&mut net, 10, 2);
+    net.run_until(500);
+    // Member 3 leaves the view of members 0..3; member 0 keeps sending.
+    let now = net.now();
+    for i in 0..3 {
+        net.engines[i]
+            .set_members(now, &[NodeId(0), NodeId(1), NodeId(2)])
+            .unwrap();
+    }
+    net.filter = Some(Box::new(|from, to, _| from != 3 && to != 3));
+    send_stream_from(&mut net, 10, 20, 60);
+    net.run_until(3_000);
+    for member in 0..3 {
+        assert_eq!(net.delivered_seqs(member, 0), (0..20).collect::<Vec<_>>());
+        assert!(net.lost(member).is_empty());
+    }
+    assert_eq!(
+        net.engines[1].set_members(now, &[NodeId(0)]),
+        Err(ConfigError::NotAMember(1))
+    );
+}
+
+#[test]
+fn a_joiner_starts_at_the_first_message_it_receives() {
+    let members: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let mut joiner =
+        Pbcast::new_joining(NodeId(2), &members, paper_config(), 1, Instant::ZERO).unwrap();
+    for seq in 40..43u64 {
+        let data = Packet::Data { seq, payload: b"x" }.to_vec(0).unwrap();
+        joiner.handle_datagram(Instant::ZERO, NodeId(0), &data);
+    }
+    let delivered: Vec<u64> = std::iter::from_fn(|| joiner.poll_event())
+        .filter_map(|e| match e {
+            Event::Deliver { seq, .. } => Some(seq),
+            Event::Lost { .. } => None,
+        })
+        .collect();
+    assert_eq!(delivered, vec![40, 41, 42]);
+    joiner.check_invariants();
+}

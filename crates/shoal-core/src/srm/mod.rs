@@ -610,7 +610,10 @@ impl Srm {
                 }
             }
             Packet::Session(session) => self.on_session(now, from, &session),
-            Packet::Gossip { .. } | Packet::Status { .. } | Packet::Heartbeat { .. } => {}
+            Packet::Gossip { .. }
+            | Packet::Status { .. }
+            | Packet::Heartbeat { .. }
+            | Packet::Vsync { .. } => {}
         }
     }
 }
