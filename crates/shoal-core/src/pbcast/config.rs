@@ -65,7 +65,10 @@ pub struct Config {
     pub mode: GossipMode,
     /// A message is "young" (pushed to a gossiper that lacks it) while it has
     /// been held for less than this; older messages are only pulled. P000 §3
-    /// names the rule but not the threshold; default two rounds.
+    /// names the rule but not the threshold; default half the GC period, so a
+    /// member that lost a message gets pushes on its own gossip rounds as
+    /// well as pulls on others' (measured: with 200 ms, 50 members at 10%
+    /// loss lost about one message in 10^4 for want of repair attempts).
     #[serde(with = "crate::serde_ms")]
     pub push_age_max: Duration,
     /// Retransmissions (solicited or pushed) one member sends per round, at
@@ -76,7 +79,10 @@ pub struct Config {
     /// one datagram). Default 64.
     pub digest_ranges_max: u16,
     /// A missing message is asked for again no sooner than this after the last
-    /// solicitation of it. Default one round.
+    /// solicitation of it, when another digest offers it. Short, so that
+    /// nearly every digest received is a repair attempt (a lost solicitation
+    /// or retransmission otherwise costs a whole round of the ~10 a message is
+    /// buffered); long enough to cover a LAN round trip. Default 20 ms.
     #[serde(with = "crate::serde_ms")]
     pub solicit_retry: Duration,
     /// A gap is declared lost (an explicit `Lost` event) once it has been known
@@ -133,10 +139,10 @@ impl Default for Config {
             gossip_fanout: NonZeroU32::MIN,
             gc_rounds: NonZeroU32::new(10).unwrap(),
             mode: GossipMode::PushPull,
-            push_age_max: Duration::from_millis(200),
+            push_age_max: Duration::from_millis(500),
             retransmits_per_round_max: 500,
             digest_ranges_max: 64,
-            solicit_retry: Duration::from_millis(100),
+            solicit_retry: Duration::from_millis(20),
             lost_evidence_min: 3,
             lost_after_rounds: NonZeroU32::new(20).unwrap(),
             delivery: Delivery::Fifo,
