@@ -1,0 +1,26 @@
+//! An SRM member fed arbitrary datagrams from peers: no panic, timers keep
+//! working, and forged sequence numbers cannot make it allocate without bound.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use shoal_core::srm::{Config, Srm};
+use shoal_core::{Engine, Instant, NodeId};
+
+fuzz_target!(|data: &[u8]| {
+    let members = [NodeId(0), NodeId(1), NodeId(2)];
+    let mut engine = Srm::new(NodeId(0), &members, Config::adaptive(3), 1, Instant::ZERO)
+        .expect("valid config");
+    let _ = engine.multicast(Instant::ZERO, bytes::Bytes::from_static(b"hello"));
+    let mut now = Instant::ZERO;
+    for (i, datagram) in data.split(|b| *b == 0xFF).enumerate() {
+        now = Instant::from_nanos(now.as_nanos() + 7_000_000);
+        engine.handle_datagram(now, NodeId(1 + (i % 2) as u32), datagram);
+        if let Some(deadline) = engine.poll_timeout() {
+            if deadline <= now {
+                engine.handle_timeout(now);
+            }
+        }
+        while engine.poll_transmit(now).is_some() {}
+        while engine.poll_event().is_some() {}
+    }
+});
