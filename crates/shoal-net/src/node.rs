@@ -1,0 +1,617 @@
+//! One member's core loop: an OS thread with a current-thread tokio runtime
+//! that owns the engine.
+//!
+//! Each turn, in this order (QSM: I/O first):
+//!
+//! 1. drain the sockets in batches (`try_recv_from` until `WouldBlock` or
+//!    `recv_batch_max`), passing each datagram through the fault layer to
+//!    `handle_datagram`;
+//! 2. release delayed datagrams that are due;
+//! 3. fire the engine's timer if its deadline passed;
+//! 4. accept application multicasts from the command channel until the
+//!    engine's send window is full (flow control: the refused payload waits
+//!    and is retried after the next input);
+//! 5. pull datagrams from `poll_transmit` and send them until the engine has
+//!    none or the socket would block (the pull architecture of DESIGN.md: the
+//!    engine builds each datagram when the socket can take it);
+//! 6. hand the turn's events to the application as one [`EventBatch`].
+//!
+//! Events are drained after every input; transmissions once per turn, after
+//! all of the turn's inputs. The engine queues its outputs, so this changes
+//! no protocol decision; it lets the engine pack a turn's worth of messages
+//! into few datagrams. A turn with a single input flushes at once: nothing
+//! waits for a batch to fill, so packing adds no latency at low rates.
+//!
+//! Then the loop sleeps until a socket is readable (or writable, when a send
+//! would block), a command arrives, the engine's or the fault layer's next
+//! deadline passes, or shutdown is asked for.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_core::engine::SendError;
+use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{AddressBook, Clock, Endpoint, FaultConfig, Faults, NetError, Verdict};
+
+/// What the application asks a node to do.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Multicast this payload to the group (when flow control allows).
+    Multicast(Bytes),
+}
+
+/// The events of one turn of the loop, with the time they were handed over.
+#[derive(Debug)]
+pub struct EventBatch<Ev> {
+    /// Engine time at which the runtime handed these events to the channel.
+    pub at: Instant,
+    pub events: Vec<Ev>,
+}
+
+/// Settings of the runtime around one engine.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The static member list; must contain the endpoint's own address.
+    pub book: AddressBook,
+    /// Injected faults on received datagrams (none by default).
+    pub faults: FaultConfig,
+    /// Datagrams read from one socket per turn, at most, before timers and
+    /// sends get their turn. Default 64.
+    pub recv_batch_max: usize,
+    /// Application multicasts accepted per turn, at most. Default 256.
+    pub command_batch_max: usize,
+    /// Capacity of the command channel. Default 4096.
+    pub command_queue_len: usize,
+    /// While the send window is full, retry at least this often even if no
+    /// datagram arrives (a silent member stops holding the window after a
+    /// timeout the engine does not report). Default 1 ms.
+    pub window_retry: Duration,
+}
+
+impl NodeConfig {
+    pub fn new(book: AddressBook) -> NodeConfig {
+        NodeConfig {
+            book,
+            faults: FaultConfig::default(),
+            recv_batch_max: 64,
+            command_batch_max: 256,
+            command_queue_len: 4096,
+            window_retry: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Counters of the runtime (the engine keeps its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    pub turns: u64,
+    pub datagrams_received: u64,
+    pub bytes_received: u64,
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    /// Dropped by the fault layer.
+    pub fault_drops: u64,
+    /// Held back by the fault layer.
+    pub fault_delays: u64,
+    /// This node's own multicasts looped back to it, dropped.
+    pub own_filtered: u64,
+    /// From an address not in the book, dropped.
+    pub unknown_source: u64,
+    /// Sends that found the socket buffer full (and waited for it).
+    pub send_would_block: u64,
+    /// Sends or receives that failed (logged, datagram dropped).
+    pub io_errors: u64,
+    /// Application multicasts refused for now by flow control.
+    pub window_full: u64,
+    /// Application multicasts refused for good (payload too large).
+    pub too_large: u64,
+}
+
+/// A running member. Dropping it stops the node without waiting.
+pub struct Node<E: Engine> {
+    id: NodeId,
+    local_addr: SocketAddr,
+    commands: mpsc::Sender<Command>,
+    events: Option<mpsc::UnboundedReceiver<EventBatch<E::Event>>>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(E, RuntimeStats), NetError>>>,
+}
+
+impl<E> Node<E>
+where
+    E: Engine + Send + 'static,
+    E::Event: Send + 'static,
+{
+    /// Starts `engine` on its own thread, on `endpoint`'s sockets.
+    pub fn spawn(
+        engine: E,
+        endpoint: Endpoint,
+        config: NodeConfig,
+        clock: Clock,
+    ) -> Result<Node<E>, NetError> {
+        let id = engine.node_id();
+        let local_addr = endpoint.local_addr();
+        if config.book.addr(id) != Some(local_addr) {
+            return Err(NetError::AddressBook(format!(
+                "{id} is not listed at its own address {local_addr}"
+            )));
+        }
+        let (command_tx, command_rx) = mpsc::channel(config.command_queue_len.max(1));
+        let (event_tx, event_rx) = mpsc::unbounded_channel();
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("shoal-{id}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(NetError::Runtime)?;
+                runtime.block_on(async move {
+                    let driver =
+                        Driver::new(engine, endpoint, config, clock, command_rx, event_tx)?;
+                    driver.run(shutdown_rx).await
+                })
+            })
+            .map_err(NetError::Runtime)?;
+        Ok(Node {
+            id,
+            local_addr,
+            commands: command_tx,
+            events: Some(event_rx),
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl<E: Engine> Node<E> {
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Where the application sends commands (clone it freely). Closing every
+    /// sender does not stop the node: it keeps repairing until shutdown.
+    pub fn commands(&self) -> mpsc::Sender<Command> {
+        self.commands.clone()
+    }
+
+    /// The event stream; `None` once taken. The application must keep
+    /// reading it: events are never dropped, so an unread stream grows.
+    pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<EventBatch<E::Event>>> {
+        self.events.take()
+    }
+
+    /// Stops the loop and waits for it; returns the engine (for its
+    /// statistics) and the runtime's counters. Blocks the calling thread.
+    pub fn shutdown(mut self) -> Result<(E, RuntimeStats), NetError> {
+        if let Some(tx) = self.shutdown.take() {
+            // The loop may already have stopped on an error: ignore.
+            let _ = tx.send(());
+        }
+        let thread = self.thread.take().expect("joined once");
+        thread.join().map_err(|_| NetError::Panicked)?
+    }
+}
+
+impl<E: Engine> Drop for Node<E> {
+    fn drop(&mut self) {
+        // Dropping the shutdown sender stops the loop; the thread is detached.
+        self.shutdown.take();
+    }
+}
+
+/// Why the loop woke up.
+enum Wake {
+    Io,
+    Command(Option<Command>),
+    Timer,
+    Shutdown,
+}
+
+/// The state the loop owns.
+struct Driver<E: Engine> {
+    engine: E,
+    me: NodeId,
+    my_addr: SocketAddr,
+    unicast: UdpSocket,
+    multicast_rx: Option<UdpSocket>,
+    group: Option<SocketAddr>,
+    book: AddressBook,
+    faults: Option<Faults>,
+    clock: Clock,
+    config: NodeConfig,
+    commands: mpsc::Receiver<Command>,
+    commands_open: bool,
+    /// An application payload refused by flow control, retried first.
+    waiting: Option<Bytes>,
+    /// Addressed datagrams pulled from the engine, not yet accepted by the socket.
+    outgoing: VecDeque<(SocketAddr, Bytes)>,
+    /// The head of `outgoing` met a full socket buffer.
+    blocked: bool,
+    events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
+    events: Vec<E::Event>,
+    buf: Vec<u8>,
+    stats: RuntimeStats,
+    warned_no_multicast: bool,
+}
+
+impl<E: Engine> Driver<E> {
+    fn new(
+        engine: E,
+        endpoint: Endpoint,
+        config: NodeConfig,
+        clock: Clock,
+        commands: mpsc::Receiver<Command>,
+        events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
+    ) -> Result<Driver<E>, NetError> {
+        let my_addr = endpoint.local_addr();
+        let unicast = UdpSocket::from_std(endpoint.unicast).map_err(NetError::Runtime)?;
+        let (multicast_rx, group) = match endpoint.multicast {
+            Some((socket, group)) => (
+                Some(UdpSocket::from_std(socket).map_err(NetError::Runtime)?),
+                Some(SocketAddr::V4(group.addr())),
+            ),
+            None => (None, None),
+        };
+        let faults = config
+            .faults
+            .is_active()
+            .then(|| Faults::new(config.faults));
+        Ok(Driver {
+            me: engine.node_id(),
+            engine,
+            my_addr,
+            unicast,
+            multicast_rx,
+            group,
+            book: config.book.clone(),
+            faults,
+            clock,
+            config,
+            commands,
+            commands_open: true,
+            waiting: None,
+            outgoing: VecDeque::new(),
+            blocked: false,
+            events_tx,
+            events: Vec::new(),
+            buf: vec![0; 65_536],
+            stats: RuntimeStats::default(),
+            warned_no_multicast: false,
+        })
+    }
+
+    async fn run(
+        mut self,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> Result<(E, RuntimeStats), NetError> {
+        tracing::debug!(node = %self.me, addr = %self.my_addr, group = ?self.group, "node started");
+        loop {
+            let busy = self.turn();
+            if busy {
+                // More input is waiting: go round again, but let the
+                // runtime's I/O driver run between turns.
+                if shutdown_asked(&mut shutdown) {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
+            match self.wait(&mut shutdown).await {
+                Wake::Shutdown => break,
+                Wake::Command(Some(Command::Multicast(payload))) => self.waiting = Some(payload),
+                Wake::Command(None) => self.commands_open = false,
+                Wake::Io | Wake::Timer => {}
+            }
+        }
+        tracing::debug!(node = %self.me, stats = ?self.stats, "node stopped");
+        Ok((self.engine, self.stats))
+    }
+
+    /// One turn of the loop. Returns whether a batch limit was hit (more
+    /// input is likely waiting).
+    fn turn(&mut self) -> bool {
+        self.stats.turns += 1;
+        let mut busy = self.receive_all();
+        self.release_delayed();
+        self.fire_timer();
+        busy |= self.accept_commands();
+        self.send_pending();
+        self.hand_over_events();
+        busy
+    }
+
+    // ---- 1. receive --------------------------------------------------------
+
+    /// Drains both sockets, a batch from each. Returns whether a batch filled.
+    fn receive_all(&mut self) -> bool {
+        let mut full = self.receive_batch(Socket::Unicast);
+        if self.multicast_rx.is_some() {
+            full |= self.receive_batch(Socket::Multicast);
+        }
+        full
+    }
+
+    fn receive_batch(&mut self, which: Socket) -> bool {
+        for _ in 0..self.config.recv_batch_max {
+            let socket = match which {
+                Socket::Unicast => &self.unicast,
+                Socket::Multicast => self.multicast_rx.as_ref().expect("checked by caller"),
+            };
+            match socket.try_recv_from(&mut self.buf) {
+                Ok((len, from)) => self.on_datagram(len, from),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) => {
+                    // E.g. an ICMP error reported on the socket: not fatal.
+                    self.stats.io_errors += 1;
+                    tracing::debug!(node = %self.me, error = %e, "receive failed");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn on_datagram(&mut self, len: usize, from: SocketAddr) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += len as u64;
+        if from == self.my_addr {
+            // Our own IP multicast, looped back: the engine never expects it.
+            self.stats.own_filtered += 1;
+            return;
+        }
+        let Some(node) = self.book.node(from) else {
+            self.stats.unknown_source += 1;
+            tracing::trace!(node = %self.me, %from, "datagram from unknown address");
+            return;
+        };
+        let now = self.clock.now();
+        let verdict = match self.faults.as_mut() {
+            Some(faults) => faults.judge(now),
+            None => Verdict::Deliver,
+        };
+        match verdict {
+            Verdict::Deliver => {
+                self.engine.handle_datagram(now, node, &self.buf[..len]);
+                self.drain_events();
+            }
+            Verdict::Drop => self.stats.fault_drops += 1,
+            Verdict::DelayUntil(due) => {
+                self.stats.fault_delays += 1;
+                let faults = self.faults.as_mut().expect("verdict came from it");
+                faults.hold(due, node, &self.buf[..len]);
+            }
+        }
+    }
+
+    // ---- 2. delayed datagrams ---------------------------------------------
+
+    fn release_delayed(&mut self) {
+        let Some(faults) = self.faults.as_mut() else {
+            return;
+        };
+        let now = self.clock.now();
+        while let Some((from, datagram)) = faults.pop_due(now) {
+            self.engine.handle_datagram(now, from, &datagram);
+            while let Some(event) = self.engine.poll_event() {
+                self.events.push(event);
+            }
+        }
+    }
+
+    // ---- 3. timers ----------------------------------------------------------
+
+    fn fire_timer(&mut self) {
+        let now = self.clock.now();
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+            self.drain_events();
+        }
+    }
+
+    // ---- 4. application commands -------------------------------------------
+
+    /// Accepts multicasts until the window fills, the channel is empty or
+    /// the per-turn limit is reached. Returns whether the limit was reached.
+    fn accept_commands(&mut self) -> bool {
+        if self.blocked {
+            // The socket is full: let the application feel back-pressure.
+            return false;
+        }
+        for _ in 0..self.config.command_batch_max {
+            let Some(payload) = self.next_payload() else {
+                return false;
+            };
+            if !self.multicast(payload) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn next_payload(&mut self) -> Option<Bytes> {
+        if let Some(payload) = self.waiting.take() {
+            return Some(payload);
+        }
+        if !self.commands_open {
+            return None;
+        }
+        match self.commands.try_recv() {
+            Ok(Command::Multicast(payload)) => Some(payload),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => {
+                self.commands_open = false;
+                None
+            }
+        }
+    }
+
+    /// Returns false when flow control refused it (it waits in `waiting`).
+    fn multicast(&mut self, payload: Bytes) -> bool {
+        let now = self.clock.now();
+        match self.engine.multicast(now, payload.clone()) {
+            Ok(_seq) => {
+                self.drain_events();
+                true
+            }
+            Err(SendError::WindowFull) => {
+                self.stats.window_full += 1;
+                self.waiting = Some(payload);
+                false
+            }
+            Err(e @ SendError::TooLarge { .. }) => {
+                self.stats.too_large += 1;
+                tracing::warn!(node = %self.me, error = %e, "multicast refused");
+                true
+            }
+        }
+    }
+
+    // ---- 5. send -------------------------------------------------------------
+
+    /// Sends what is queued, pulling more from the engine while the socket
+    /// takes it.
+    fn send_pending(&mut self) {
+        loop {
+            while let Some((to, payload)) = self.outgoing.front() {
+                match self.unicast.try_send_to(payload, *to) {
+                    Ok(_) => {
+                        self.stats.datagrams_sent += 1;
+                        self.stats.bytes_sent += payload.len() as u64;
+                        self.outgoing.pop_front();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.stats.send_would_block += 1;
+                        self.blocked = true;
+                        return;
+                    }
+                    Err(e) => {
+                        // E.g. ECONNREFUSED left by a dead peer's ICMP: drop
+                        // this datagram, keep the node running.
+                        self.stats.io_errors += 1;
+                        tracing::debug!(node = %self.me, %to, error = %e, "send failed");
+                        self.outgoing.pop_front();
+                    }
+                }
+            }
+            self.blocked = false;
+            let now = self.clock.now();
+            let Some(transmit) = self.engine.poll_transmit(now) else {
+                return;
+            };
+            self.address(transmit);
+        }
+    }
+
+    /// Queues a transmit for its socket address(es).
+    fn address(&mut self, transmit: Transmit) {
+        match transmit.destination {
+            Destination::Node(node) => match self.book.addr(node) {
+                Some(addr) => self.outgoing.push_back((addr, transmit.payload)),
+                None => tracing::warn!(node = %self.me, to = %node, "no address for member"),
+            },
+            Destination::Multicast => match self.group {
+                Some(group) => self.outgoing.push_back((group, transmit.payload)),
+                None => self.fan_out(transmit.payload),
+            },
+        }
+    }
+
+    /// The engine wants IP multicast but none is configured: unicast to all.
+    fn fan_out(&mut self, payload: Bytes) {
+        if !self.warned_no_multicast {
+            self.warned_no_multicast = true;
+            tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
+        }
+        for (i, addr) in self.book.addrs().iter().enumerate() {
+            if i != self.me.0 as usize {
+                self.outgoing.push_back((*addr, payload.clone()));
+            }
+        }
+    }
+
+    // ---- 6. events -----------------------------------------------------------
+
+    fn drain_events(&mut self) {
+        while let Some(event) = self.engine.poll_event() {
+            self.events.push(event);
+        }
+    }
+
+    fn hand_over_events(&mut self) {
+        self.drain_events();
+        if self.events.is_empty() {
+            return;
+        }
+        let batch = EventBatch {
+            at: self.clock.now(),
+            events: std::mem::take(&mut self.events),
+        };
+        // The application stopped listening: its loss, keep running.
+        let _ = self.events_tx.send(batch);
+    }
+
+    // ---- waiting ---------------------------------------------------------------
+
+    /// When the loop must wake even without I/O.
+    fn deadline(&self) -> Option<Instant> {
+        let engine = self.engine.poll_timeout();
+        let delayed = self.faults.as_ref().and_then(Faults::next_due);
+        let retry = self
+            .waiting
+            .is_some()
+            .then(|| self.clock.now() + self.config.window_retry);
+        [engine, delayed, retry].into_iter().flatten().min()
+    }
+
+    async fn wait(&mut self, shutdown: &mut oneshot::Receiver<()>) -> Wake {
+        let deadline = self.deadline().map(|t| self.clock.os_instant(t));
+        let sleep = async move {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let take_commands = self.waiting.is_none() && !self.blocked && self.commands_open;
+        tokio::select! {
+            biased;
+            _ = shutdown => Wake::Shutdown,
+            _ = self.unicast.readable() => Wake::Io,
+            _ = readable(self.multicast_rx.as_ref()) => Wake::Io,
+            _ = self.unicast.writable(), if self.blocked => Wake::Io,
+            command = self.commands.recv(), if take_commands => Wake::Command(command),
+            _ = sleep => Wake::Timer,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Socket {
+    Unicast,
+    Multicast,
+}
+
+async fn readable(socket: Option<&UdpSocket>) -> io::Result<()> {
+    match socket {
+        Some(socket) => socket.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn shutdown_asked(shutdown: &mut oneshot::Receiver<()>) -> bool {
+    !matches!(
+        shutdown.try_recv(),
+        Err(oneshot::error::TryRecvError::Empty)
+    )
+}
