@@ -1,4 +1,31 @@
+//! The `shoal` command. Thin: parse arguments, hand each subcommand to its
+//! module (mini-redis style). `anyhow` lives only at this level.
+
 mod demo;
 mod sim;
 
-fn main() {}
+use clap::{Parser, Subcommand};
+
+/// Shoal: group communication (Bimodal Multicast today; virtual synchrony,
+/// QSM regions and Spread-style daemons to come).
+#[derive(Debug, Parser)]
+#[command(name = "shoal", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A local cluster on loopback: one sender, N members, injected loss.
+    Demo(demo::DemoArgs),
+    /// Run a simulator scenario (paper experiments).
+    Sim(sim::SimArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Demo(args) => demo::run(args),
+        Command::Sim(args) => sim::run(args),
+    }
+}
