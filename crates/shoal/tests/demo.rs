@@ -62,16 +62,7 @@ fn parse(stdout: &str) -> (u64, Vec<(String, u64, u64)>) {
 
 #[test]
 fn demo_with_loss_loses_nothing() {
-    let output = run_demo(&[
-        "--nodes",
-        "4",
-        "--loss",
-        "0.05",
-        "--duration",
-        "2",
-        "--rate",
-        "500",
-    ]);
+    let output = run_demo(&["--nodes", "4", "--loss", "0.05", "--duration", "2"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
