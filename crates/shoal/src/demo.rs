@@ -12,6 +12,7 @@
 //! lost a message or did not deliver every message sent.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,10 @@ pub struct DemoArgs {
     /// After sending stops, wait at most this many seconds for repairs.
     #[arg(long, default_value_t = 10.0)]
     settle: f64,
+    /// Flow control: the sender's messages in flight beyond the slowest
+    /// member's progress (the engine's `send_window`).
+    #[arg(long, default_value_t = DEFAULT_SEND_WINDOW)]
+    send_window: u32,
     /// Seeds the engines and the loss injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -70,6 +75,9 @@ enum Transport {
 const DATAGRAM_SIZE: usize = 65_507;
 /// Bytes of the send timestamp at the head of each payload.
 const STAMP_LEN: usize = 8;
+
+/// The engine's default send window.
+const DEFAULT_SEND_WINDOW: u32 = 4096;
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let config = engine_config(&args);
@@ -100,6 +108,7 @@ fn engine_config(args: &DemoArgs) -> pbcast::Config {
     pbcast::Config {
         max_datagram_size: DATAGRAM_SIZE,
         ip_multicast: args.transport == Transport::Multicast,
+        send_window: NonZeroU32::new(args.send_window),
         ..pbcast::Config::default()
     }
 }
@@ -406,7 +415,9 @@ fn on_event(receipt: &mut Receipt, next_seq: &mut u64, at: Instant, event: Event
         } => {
             receipt.delivered += 1;
             receipt.recovered += u64::from(recovered);
-            receipt.out_of_order += u64::from(seq != *next_seq);
+            // FIFO: strictly increasing. Gaps are allowed here (a `Lost`
+            // event may come before the deliveries that precede its range).
+            receipt.out_of_order += u64::from(seq < *next_seq);
             *next_seq = seq + 1;
             receipt.last_delivery = Some(at);
             if let Some(stamp) = payload.get(..STAMP_LEN) {
@@ -417,10 +428,7 @@ fn on_event(receipt: &mut Receipt, next_seq: &mut u64, at: Instant, event: Event
                     .saturating_record(latency.as_micros() as u64);
             }
         }
-        Event::Lost { range, .. } => {
-            receipt.lost += range.len();
-            *next_seq = range.last + 1;
-        }
+        Event::Lost { range, .. } => receipt.lost += range.len(),
     }
 }
 
