@@ -1,0 +1,783 @@
+//! The leader committee's agreement protocol: primary-backup with an
+//! epoch-stamped takeover (docs/vsync.md). P000 §5.2 leaves the
+//! intra-committee protocol open ("total ordering within the
+//! leader-committee"); this is Shoal's choice.
+//!
+//! - The primary (`list[0]`) assigns gseqs and replicates every record (data
+//!   and Newview) to every backup. A backup acknowledges the contiguous
+//!   prefix it holds *written in the current epoch*. A record is *committed*
+//!   (exposed: Gseq ack sent, Newview pbcast, served as a repair) once every
+//!   backup acknowledged it and everything before it.
+//! - Backup `i` takes over after `i × committee_timeout` without hearing from
+//!   the primary: epoch + i, the members ahead of it dropped, its store cut
+//!   at its first hole, and a view change at once. Every committed record is
+//!   on every backup, so it is in the new primary's store, unchanged.
+//! - A backup silent for `committee_timeout` is dropped from the committee
+//!   (epoch + 1) and replaced at the next view (which starts at once).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use shoal_wire::vsync::{self as wire, Heartbeat, Message, NewView};
+
+use super::{nodes, Config, Record, Store, Vsync};
+use crate::engine::NodeId;
+use crate::time::Instant;
+
+/// A record in a committee member's store, with the epoch that wrote it.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub record: Record,
+    pub epoch: u64,
+}
+
+pub(super) struct Committee {
+    pub epoch: u64,
+    /// Takeover order; `list[0]` is the primary.
+    pub list: Vec<NodeId>,
+    pub store: Store,
+    /// Records below `base` were collected.
+    pub base: u64,
+    /// Records below `committed` are final.
+    pub committed: u64,
+    /// Per sender, one past the highest local id among collected records.
+    pub floor: BTreeMap<NodeId, u64>,
+    pub role: Role,
+}
+
+pub(super) enum Role {
+    Primary(Box<Primary>),
+    Backup(Backup),
+}
+
+pub(super) struct Backup {
+    /// Contiguous prefix held in the current epoch.
+    pub confirmed: u64,
+    pub heard: Instant,
+    pub ack_due: bool,
+}
+
+pub(super) struct Replica {
+    pub acked: u64,
+    pub sent: u64,
+    pub heard: Instant,
+}
+
+pub(super) struct Primary {
+    pub next_gseq: u64,
+    pub backups: BTreeMap<NodeId, Replica>,
+    pub next_local: BTreeMap<NodeId, u64>,
+    /// Gseq Reqs waiting: out of order, or during a view change.
+    pub held: BTreeMap<(NodeId, u64), Bytes>,
+    pub assigned: BTreeMap<(NodeId, u64), u64>,
+    /// The latest view assigned a gseq (committed or not), and its gseq.
+    pub cview: NewView,
+    pub cview_gseq: u64,
+    pub vc: Option<super::viewchange::ViewChange>,
+    pub joins: BTreeSet<NodeId>,
+    pub leaves: BTreeSet<NodeId>,
+    pub next_view_at: Instant,
+    pub change_at: Option<Instant>,
+    /// Reasons gathered for the next view change.
+    pub pending_reasons: u8,
+    pub next_heartbeat: Instant,
+    pub heartbeat_every: std::time::Duration,
+    /// The latest committed Newview (sent to joiners as their welcome).
+    pub welcome: Option<(u64, NewView)>,
+}
+
+impl Committee {
+    pub fn founding(position: usize, initial: NewView, config: &Config, now: Instant) -> Committee {
+        let list = nodes(&initial.committee);
+        let role = if position == 0 {
+            let mut p = Primary::new(initial, 0, config, now);
+            p.reset_backups(&list, 0, now);
+            Role::Primary(Box::new(p))
+        } else {
+            Role::Backup(Backup {
+                confirmed: 0,
+                heard: now,
+                ack_due: false,
+            })
+        };
+        Committee {
+            epoch: 0,
+            list,
+            store: Store::new(),
+            base: 0,
+            committed: 0,
+            floor: BTreeMap::new(),
+            role,
+        }
+    }
+
+    pub fn primary(&self) -> NodeId {
+        self.list[0]
+    }
+
+    pub fn is_primary(&self) -> bool {
+        matches!(self.role, Role::Primary(_))
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.role {
+            Role::Primary(p) => {
+                let vc = p.vc.as_ref().filter(|v| !v.decided).map(|v| v.deadline);
+                let periodic = p.vc.is_none().then_some(p.next_view_at);
+                let change = p.change_at.filter(|_| p.vc.is_none());
+                [Some(p.next_heartbeat), vc, periodic, change]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            }
+            Role::Backup(_) => None,
+        }
+    }
+
+    /// When this backup takes over if the primary stays silent.
+    fn takeover_at(&self, me: NodeId, timeout: std::time::Duration) -> Option<Instant> {
+        let Role::Backup(b) = &self.role else {
+            return None;
+        };
+        let position = self.list.iter().position(|c| *c == me)?.max(1);
+        Some(b.heard + timeout * position as u32)
+    }
+
+    pub fn check_invariants(&self) {
+        assert!(self.committed >= self.base || self.store.is_empty() || self.committed == 0);
+        if let Some(first) = self.store.keys().next() {
+            assert!(*first >= self.base, "store below base");
+        }
+        if let Role::Primary(p) = &self.role {
+            assert!(self.committed <= p.next_gseq, "committed beyond assigned");
+            for r in p.backups.values() {
+                assert!(r.acked <= p.next_gseq, "ack beyond assigned");
+            }
+        }
+    }
+
+    /// Collects records below `base`, remembering each sender's floor.
+    pub(super) fn collect(&mut self, base: u64) {
+        if base <= self.base {
+            return;
+        }
+        let kept = self.store.split_off(&base);
+        for stored in std::mem::replace(&mut self.store, kept).into_values() {
+            if let Record::Data {
+                sender, local_id, ..
+            } = stored.record
+            {
+                let floor = self.floor.entry(sender).or_insert(0);
+                *floor = (*floor).max(local_id + 1);
+            }
+        }
+        self.base = base;
+        if let Role::Primary(p) = &mut self.role {
+            p.assigned.retain(|_, g| *g >= base);
+        }
+    }
+}
+
+impl Primary {
+    fn new(cview: NewView, cview_gseq: u64, config: &Config, now: Instant) -> Primary {
+        Primary {
+            next_gseq: 0,
+            backups: BTreeMap::new(),
+            next_local: BTreeMap::new(),
+            held: BTreeMap::new(),
+            assigned: BTreeMap::new(),
+            cview,
+            cview_gseq,
+            vc: None,
+            joins: BTreeSet::new(),
+            leaves: BTreeSet::new(),
+            next_view_at: now + config.view_period,
+            change_at: None,
+            pending_reasons: 0,
+            next_heartbeat: now,
+            heartbeat_every: config.committee_heartbeat,
+            welcome: None,
+        }
+    }
+
+    /// A new epoch: every backup re-acknowledges from `base`.
+    pub fn reset_backups(&mut self, list: &[NodeId], base: u64, now: Instant) {
+        self.backups = list[1..]
+            .iter()
+            .map(|b| {
+                let replica = Replica {
+                    acked: base,
+                    sent: base,
+                    heard: now,
+                };
+                (*b, replica)
+            })
+            .collect();
+        self.next_heartbeat = now;
+    }
+}
+
+impl Vsync {
+    pub(super) fn primary_mut(&mut self) -> Option<&mut Primary> {
+        match &mut self.committee.as_mut()?.role {
+            Role::Primary(p) => Some(p),
+            Role::Backup(_) => None,
+        }
+    }
+
+    /// Assigns the next gseq to `record` and starts replicating it.
+    pub(super) fn assign(&mut self, now: Instant, record: Record) -> Option<u64> {
+        let c = self.committee.as_mut()?;
+        let epoch = c.epoch;
+        let Role::Primary(p) = &mut c.role else {
+            return None;
+        };
+        let gseq = p.next_gseq;
+        p.next_gseq += 1;
+        match &record {
+            Record::Data {
+                sender, local_id, ..
+            } => {
+                p.assigned.insert((*sender, *local_id), gseq);
+                p.next_local.insert(*sender, local_id + 1);
+            }
+            Record::Newview(v) => {
+                p.cview = v.clone();
+                p.cview_gseq = gseq;
+            }
+        }
+        c.store.insert(gseq, Stored { record, epoch });
+        self.pump_replication();
+        self.try_commit(now);
+        Some(gseq)
+    }
+
+    /// Sends each backup the records it has not been sent, within the window.
+    fn pump_replication(&mut self) {
+        let window = u64::from(self.config.replicate_window.get());
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let mut batches = Vec::new();
+        for (node, r) in p.backups.iter_mut() {
+            let end = p.next_gseq.min(r.acked + window);
+            let start = r.sent.max(c.base);
+            if start < end {
+                batches.push((*node, start, end));
+                r.sent = end;
+            }
+        }
+        let epoch = c.epoch;
+        for (node, start, end) in batches {
+            let Some(c) = self.committee.as_ref() else {
+                return;
+            };
+            let encoded = bodies(c.store.range(start..end).map(|(g, s)| Message::Replicate {
+                epoch,
+                gseq: *g,
+                entry: s.record.to_wire(),
+            }));
+            self.send_bodies(node, encoded);
+        }
+    }
+
+    /// Advances `committed` to what every backup holds, exposing records.
+    pub(super) fn try_commit(&mut self, now: Instant) {
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &c.role else {
+            return;
+        };
+        let stable = p
+            .backups
+            .values()
+            .map(|r| r.acked)
+            .fold(p.next_gseq, u64::min);
+        let from = c.committed.max(c.base);
+        if stable <= c.committed {
+            return;
+        }
+        c.committed = stable;
+        for gseq in from..stable {
+            self.expose(now, gseq);
+        }
+    }
+
+    /// A committed record takes effect: Gseq ack, or Newview by pbcast.
+    fn expose(&mut self, now: Instant, gseq: u64) {
+        let Some(record) = self
+            .committee
+            .as_ref()
+            .and_then(|c| c.store.get(&gseq))
+            .map(|s| s.record.clone())
+        else {
+            return;
+        };
+        match &record {
+            Record::Data {
+                sender, local_id, ..
+            } => {
+                let view = self.primary_mut().map_or(0, |p| p.cview.view);
+                if *sender == self.me {
+                    self.on_gseq_ack(now, *local_id, gseq, view);
+                } else {
+                    let ack = Message::GseqAck {
+                        local_id: *local_id,
+                        gseq,
+                        view,
+                    };
+                    self.send(*sender, &ack);
+                }
+            }
+            Record::Newview(v) => self.expose_newview(now, gseq, v),
+        }
+        self.on_entry(now, gseq, record);
+    }
+
+    /// Records of this member's store that became committed reach its own
+    /// member side (backups; the primary does it in `expose`).
+    fn feed_member(&mut self, now: Instant) {
+        let Some(c) = self.committee.as_ref() else {
+            return;
+        };
+        let start = self.member.next.min(c.committed);
+        let records: Vec<(u64, Record)> = c
+            .store
+            .range(start..c.committed)
+            .map(|(g, s)| (*g, s.record.clone()))
+            .collect();
+        for (gseq, record) in records {
+            self.on_entry(now, gseq, record);
+        }
+    }
+
+    // ---- inputs -------------------------------------------------------------
+
+    pub(super) fn on_gseq_req(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        sender: NodeId,
+        local_id: u64,
+        payload: &[u8],
+    ) {
+        self.stats.gseq_reqs_received += 1;
+        let me = self.me;
+        let window = self.config.gseq_window.get() as usize;
+        let Some(p) = self.primary_mut() else {
+            // Not the primary: forward to the one we know (P000 Fig 7).
+            if let Some(primary) = self.committee.as_ref().map(Committee::primary) {
+                if primary != from && primary != me {
+                    let req = Message::GseqReq {
+                        sender: sender.0,
+                        local_id,
+                        payload,
+                    };
+                    self.send(primary, &req);
+                }
+            }
+            return;
+        };
+        if from != sender && from != me && !p.cview.members.contains(&from.0) {
+            return;
+        }
+        if !p.cview.members.contains(&sender.0) {
+            return;
+        }
+        let next = p.next_local.get(&sender).copied().unwrap_or(0);
+        if local_id < next {
+            self.answer_duplicate(sender, local_id);
+            return;
+        }
+        let cap = 4 * window * p.cview.members.len().max(1);
+        if p.held.len() < cap {
+            p.held
+                .insert((sender, local_id), Bytes::copy_from_slice(payload));
+        }
+        self.assign_held(now);
+    }
+
+    /// A repeated Gseq Req: ack again if its record is committed.
+    fn answer_duplicate(&mut self, sender: NodeId, local_id: u64) {
+        let Some(c) = self.committee.as_ref() else {
+            return;
+        };
+        let Role::Primary(p) = &c.role else {
+            return;
+        };
+        let Some(&gseq) = p.assigned.get(&(sender, local_id)) else {
+            return;
+        };
+        if gseq < c.committed && sender != self.me {
+            let view = p.cview.view;
+            let ack = Message::GseqAck {
+                local_id,
+                gseq,
+                view,
+            };
+            self.send(sender, &ack);
+        }
+    }
+
+    /// Assigns held Gseq Reqs that are next in their sender's order, unless a
+    /// view change holds them (P000 §5.2).
+    pub(super) fn assign_held(&mut self, now: Instant) {
+        loop {
+            let Some(p) = self.primary_mut() else {
+                return;
+            };
+            if p.vc.is_some() {
+                return;
+            }
+            let next_local = &p.next_local;
+            p.held
+                .retain(|(s, l), _| *l >= next_local.get(s).copied().unwrap_or(0));
+            let ready = p
+                .held
+                .keys()
+                .copied()
+                .find(|(s, l)| *l == p.next_local.get(s).copied().unwrap_or(0));
+            let Some(key) = ready else {
+                return;
+            };
+            let payload = p.held.remove(&key).unwrap_or_default();
+            let record = Record::Data {
+                sender: key.0,
+                local_id: key.1,
+                payload,
+            };
+            self.assign(now, record);
+        }
+    }
+
+    pub(super) fn on_repair_req(&mut self, from: NodeId, next: u64, upto: u64) {
+        self.stats.repair_requests_received += 1;
+        let Some(c) = self.committee.as_ref() else {
+            return;
+        };
+        let members = match &c.role {
+            Role::Primary(p) => nodes(&p.cview.members),
+            Role::Backup(_) => self.view.members.clone(),
+        };
+        let view = self.view.id;
+        if next < c.base && !super::contains(&members, from) {
+            self.send(from, &Message::Removed { view });
+            return;
+        }
+        // `upto` is only a hint: answer the whole batch, the gap may be wider.
+        let _ = upto;
+        let batch = u64::from(self.config.repair_batch_max.get());
+        let end = c.committed.min(next.saturating_add(batch));
+        let start = next.max(c.base);
+        let mut encoded =
+            bodies(
+                c.store
+                    .range(start..end.max(start))
+                    .map(|(g, s)| Message::Entry {
+                        gseq: *g,
+                        entry: s.record.to_wire(),
+                    }),
+            );
+        self.stats.repairs_sent += encoded.len() as u64;
+        encoded.extend(bodies(std::iter::once(Message::RepairDone {
+            committed: c.committed,
+            view,
+        })));
+        self.send_bodies(from, encoded);
+    }
+
+    // ---- replication ------------------------------------------------------
+
+    pub(super) fn on_replicate(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        epoch: u64,
+        gseq: u64,
+        entry: wire::Entry<'_>,
+    ) {
+        let window = 2 * u64::from(self.config.replicate_window.get());
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        if epoch < c.epoch {
+            let stale = Message::ReplicaAck {
+                epoch: c.epoch,
+                next: 0,
+            };
+            self.send(from, &stale);
+            return;
+        }
+        let Role::Backup(b) = &mut c.role else {
+            return;
+        };
+        if epoch > c.epoch || from != c.list[0] || gseq < c.base || gseq >= b.confirmed + window {
+            return;
+        }
+        b.heard = now;
+        c.store.insert(
+            gseq,
+            Stored {
+                record: Record::from_wire(entry),
+                epoch,
+            },
+        );
+        while c.store.get(&b.confirmed).is_some_and(|s| s.epoch == epoch) {
+            b.confirmed += 1;
+        }
+        b.ack_due = true;
+    }
+
+    /// One ReplicaAck per datagram received.
+    pub(super) fn flush_replica_ack(&mut self) {
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Backup(b) = &mut c.role else {
+            return;
+        };
+        if !std::mem::take(&mut b.ack_due) {
+            return;
+        }
+        let ack = Message::ReplicaAck {
+            epoch: c.epoch,
+            next: b.confirmed,
+        };
+        let to = c.list[0];
+        self.send(to, &ack);
+    }
+
+    pub(super) fn on_heartbeat(&mut self, now: Instant, from: NodeId, hb: Heartbeat) {
+        let epoch = self.committee.as_ref().map(|c| c.epoch);
+        if epoch.is_some_and(|e| hb.epoch < e) {
+            let stale = Message::ReplicaAck {
+                epoch: epoch.unwrap_or(0),
+                next: 0,
+            };
+            self.send(from, &stale);
+            return;
+        }
+        if hb.committee.first() != Some(&from.0) {
+            return;
+        }
+        if !hb.committee.contains(&self.me.0) {
+            if epoch.is_none_or(|e| hb.epoch > e) {
+                self.committee = None;
+            }
+            return;
+        }
+        if epoch != Some(hb.epoch) {
+            self.adopt_epoch(now, &hb);
+        }
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Backup(b) = &mut c.role else {
+            return;
+        };
+        b.heard = now;
+        b.ack_due = true;
+        let confirmed = b.confirmed;
+        c.committed = c.committed.max(hb.committed.min(confirmed));
+        c.collect(hb.base.min(c.committed));
+        if let Role::Backup(b) = &mut c.role {
+            b.confirmed = b.confirmed.max(c.base);
+        }
+        self.feed_member(now);
+    }
+
+    /// Joins, or moves to, the committee epoch a primary announces.
+    fn adopt_epoch(&mut self, now: Instant, hb: &Heartbeat) {
+        let c = self.committee.get_or_insert_with(|| Committee {
+            epoch: hb.epoch,
+            list: Vec::new(),
+            store: Store::new(),
+            base: hb.base,
+            committed: hb.base,
+            floor: BTreeMap::new(),
+            role: Role::Backup(Backup {
+                confirmed: hb.base,
+                heard: now,
+                ack_due: true,
+            }),
+        });
+        c.epoch = hb.epoch;
+        c.list = nodes(&hb.committee);
+        if c.base < hb.base {
+            c.collect(hb.base);
+        }
+        let mut confirmed = c.base;
+        while c.store.get(&confirmed).is_some_and(|s| s.epoch == hb.epoch) {
+            confirmed += 1;
+        }
+        c.role = Role::Backup(Backup {
+            confirmed,
+            heard: now,
+            ack_due: true,
+        });
+    }
+
+    pub(super) fn on_replica_ack(&mut self, now: Instant, from: NodeId, epoch: u64, next: u64) {
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        if epoch > c.epoch {
+            // A newer primary exists: step down and wait for its heartbeat.
+            c.role = Role::Backup(Backup {
+                confirmed: c.base,
+                heard: now,
+                ack_due: false,
+            });
+            return;
+        }
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let Some(r) = p.backups.get_mut(&from) else {
+            return;
+        };
+        r.heard = now;
+        if epoch == c.epoch {
+            r.acked = r.acked.max(next.min(p.next_gseq));
+            r.sent = r.sent.max(r.acked);
+            self.try_commit(now);
+            self.pump_replication();
+        }
+    }
+
+    // ---- timers -------------------------------------------------------------
+
+    pub(super) fn on_committee_timers(&mut self, now: Instant) {
+        let timeout = self.config.committee_timeout;
+        let Some(c) = self.committee.as_ref() else {
+            return;
+        };
+        if c.takeover_at(self.me, timeout).is_some_and(|t| t <= now) {
+            self.take_over(now);
+        }
+        if !self.is_primary() {
+            return;
+        }
+        if self.primary_mut().is_some_and(|p| p.next_heartbeat <= now) {
+            self.on_heartbeat_timer(now);
+        }
+        self.on_view_timers(now);
+    }
+
+    fn on_heartbeat_timer(&mut self, now: Instant) {
+        let timeout = self.config.committee_timeout;
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        p.next_heartbeat = now + p.heartbeat_every;
+        let silent: Vec<NodeId> = p
+            .backups
+            .iter()
+            .filter(|(_, r)| r.heard + timeout <= now)
+            .map(|(n, _)| *n)
+            .collect();
+        if !silent.is_empty() {
+            c.list.retain(|m| !silent.contains(m));
+            c.epoch += 1;
+            let (list, base) = (c.list.clone(), c.base);
+            p.reset_backups(&list, base, now);
+            p.next_heartbeat = now + p.heartbeat_every;
+            self.request_view_change(now, wire::REASON_COMMITTEE);
+        }
+        self.send_heartbeats();
+    }
+
+    pub(super) fn send_heartbeats(&mut self) {
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        for r in p.backups.values_mut() {
+            r.sent = r.acked;
+        }
+        let hb = Message::Heartbeat(Heartbeat {
+            epoch: c.epoch,
+            committee: c.list.iter().map(|n| n.0).collect(),
+            base: c.base,
+            committed: c.committed,
+        });
+        let backups: Vec<NodeId> = p.backups.keys().copied().collect();
+        for b in backups {
+            self.send(b, &hb);
+        }
+        self.pump_replication();
+    }
+
+    /// This backup becomes the primary (the ones ahead of it are silent).
+    fn take_over(&mut self, now: Instant) {
+        let me = self.me;
+        let config = self.config.clone();
+        let view = self.view.clone();
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let position = c.list.iter().position(|m| *m == me).unwrap_or(1).max(1);
+        c.epoch += position as u64;
+        c.list.drain(..position.min(c.list.len()));
+        if c.list.first() != Some(&me) {
+            c.list.insert(0, me);
+        }
+        let mut end = c.base;
+        while c.store.contains_key(&end) {
+            end += 1;
+        }
+        c.store.split_off(&end);
+        c.committed = c.committed.min(end);
+        let (cview, cview_gseq) = latest_view(&c.store).unwrap_or_else(|| {
+            let v = NewView {
+                view: view.id,
+                epoch: c.epoch,
+                members: view.members.iter().map(|n| n.0).collect(),
+                committee: view.committee.iter().map(|n| n.0).collect(),
+                left: Vec::new(),
+                reasons: 0,
+            };
+            (v, 0)
+        });
+        let mut p = Primary::new(cview, cview_gseq, &config, now);
+        p.next_gseq = end;
+        p.next_local = c.floor.clone();
+        for (g, s) in &c.store {
+            if let Record::Data {
+                sender, local_id, ..
+            } = &s.record
+            {
+                p.assigned.insert((*sender, *local_id), *g);
+                let n = p.next_local.entry(*sender).or_insert(0);
+                *n = (*n).max(local_id + 1);
+            }
+        }
+        p.reset_backups(&c.list, c.base, now);
+        c.role = Role::Primary(Box::new(p));
+        self.stats.takeovers += 1;
+        self.request_view_change(now, wire::REASON_COMMITTEE);
+        self.send_heartbeats();
+        self.try_commit(now);
+    }
+}
+
+fn latest_view(store: &Store) -> Option<(NewView, u64)> {
+    store.iter().rev().find_map(|(g, s)| match &s.record {
+        Record::Newview(v) => Some((v.clone(), *g)),
+        Record::Data { .. } => None,
+    })
+}
+
+/// Encodes messages into vsync bodies (so the store's borrow ends before sending).
+fn bodies<'a>(messages: impl Iterator<Item = Message<'a>>) -> Vec<Vec<u8>> {
+    messages.filter_map(|m| m.to_vec().ok()).collect()
+}

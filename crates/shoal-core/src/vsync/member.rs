@@ -1,0 +1,357 @@
+//! The member side of vsync over pbcast (P000 §5.2, Fig 9): delivery in gseq
+//! order, the repair sub-protocol, views and AckPrefreshview.
+//!
+//! Repair timeout rule (the paper gives only the bounds, 10 ms to 1 s): an
+//! EWMA (weight 1/8) of the gap between arrivals of new entries, times
+//! `repair_gap_factor`, clamped to `[repair_timeout_min, repair_timeout_max]`;
+//! each unanswered request doubles it, up to the maximum. With nothing
+//! missing, a member solicits once per `idle_solicit_interval` (§6.4).
+//! Repair pauses for `ack_wait` after a Prefreshview (§5.2: "the repair
+//! sub-protocol [is] blocked during view changes").
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::Rng;
+use shoal_wire::vsync::{self as wire, Message, NewView};
+
+use super::{
+    contains, nodes, CurrentView, Event, Record, RemovedReason, Status, View, ViewReason, Vsync,
+};
+use crate::engine::NodeId;
+use crate::pbcast::Pbcast;
+use crate::time::Instant;
+
+pub(super) struct MemberState {
+    /// Next gseq to deliver.
+    pub next: u64,
+    /// Entries that arrived ahead of `next`.
+    pub pending: BTreeMap<u64, Record>,
+    /// Mean gap between new entries (EWMA).
+    gap: Duration,
+    last_arrival: Instant,
+    /// When the last repair request left, or progress was last made.
+    repair_last: Instant,
+    repair_attempt: u32,
+    repair_target: usize,
+    repair_paused_until: Instant,
+    /// A request is outstanding and its answer said more is committed.
+    behind: bool,
+    ack: Option<AckPlan>,
+}
+
+/// An AckPrefreshview to send.
+struct AckPlan {
+    view: u64,
+    epoch: u64,
+    primary: NodeId,
+    at: Instant,
+    retries_left: u32,
+}
+
+impl MemberState {
+    pub fn new(now: Instant) -> MemberState {
+        MemberState {
+            next: 0,
+            pending: BTreeMap::new(),
+            gap: Duration::from_secs(1),
+            last_arrival: now,
+            repair_last: now,
+            repair_attempt: 0,
+            repair_target: 0,
+            repair_paused_until: now,
+            behind: false,
+            ack: None,
+        }
+    }
+
+    /// Delivery starts at `gseq`.
+    pub fn expect_from(&mut self, gseq: u64, now: Instant) {
+        self.next = gseq;
+        self.pending.clear();
+        self.repair_last = now;
+        self.repair_attempt = 0;
+    }
+
+    fn note_arrival(&mut self, now: Instant) {
+        let gap = now - self.last_arrival;
+        self.gap = (self.gap * 7 + gap) / 8;
+        self.last_arrival = now;
+    }
+}
+
+impl Vsync {
+    /// An entry of the history arrived (pbcast, repair, own store).
+    pub(super) fn on_entry(&mut self, now: Instant, gseq: u64, record: Record) {
+        if self.status != Status::Member {
+            return;
+        }
+        let m = &mut self.member;
+        if gseq < m.next || m.pending.contains_key(&gseq) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        if gseq - m.next >= self.config.pending_max {
+            return;
+        }
+        m.note_arrival(now);
+        m.pending.insert(gseq, record);
+        self.deliver_ready(now);
+    }
+
+    fn deliver_ready(&mut self, now: Instant) {
+        let mut progressed = false;
+        while self.status == Status::Member {
+            let next = self.member.next;
+            let Some(record) = self.member.pending.remove(&next) else {
+                break;
+            };
+            self.member.next += 1;
+            progressed = true;
+            self.deliver(now, next, record);
+        }
+        if progressed {
+            self.member.repair_last = now;
+            self.member.repair_attempt = 0;
+        }
+    }
+
+    fn deliver(&mut self, now: Instant, gseq: u64, record: Record) {
+        match record {
+            Record::Data {
+                sender,
+                local_id,
+                payload,
+            } => {
+                if sender == self.me {
+                    self.sender.awaiting.remove(&local_id);
+                }
+                self.stats.delivered += 1;
+                self.events.push_back(Event::Deliver {
+                    sender,
+                    local_id,
+                    gseq,
+                    payload,
+                });
+            }
+            Record::Newview(view) => self.install_view(now, gseq, view),
+        }
+    }
+
+    fn install_view(&mut self, now: Instant, gseq: u64, v: NewView) {
+        let members = nodes(&v.members);
+        if !contains(&members, self.me) {
+            let reason = if v.left.contains(&self.me.0) {
+                RemovedReason::Left
+            } else {
+                RemovedReason::Dropped
+            };
+            self.on_removed(v.view, reason);
+            return;
+        }
+        let first = self.pbcast.is_none();
+        if let Err(e) = self.attach_pbcast(now, &members) {
+            debug_assert!(false, "pbcast refused a checked view: {e}");
+        }
+        let old = std::mem::take(&mut self.view.members);
+        let event = view_event(&old, &v, gseq, first);
+        self.view = CurrentView {
+            id: v.view,
+            members,
+            committee: nodes(&v.committee),
+        };
+        self.member.ack = self.member.ack.take().filter(|a| a.view > v.view);
+        self.stats.views_installed += 1;
+        self.events.push_back(Event::View(event));
+    }
+
+    fn attach_pbcast(
+        &mut self,
+        now: Instant,
+        members: &[NodeId],
+    ) -> Result<(), super::ConfigError> {
+        match self.pbcast.as_mut() {
+            Some(pb) => pb.set_members(now, members)?,
+            None => {
+                let config = self.config.pbcast.clone();
+                let seed = self.seed ^ 0x7062_6361_7374;
+                self.pbcast = Some(Pbcast::new_joining(self.me, members, config, seed, now)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// A repair, or (while joining) the welcome: the Newview that admits us.
+    pub(super) fn on_repair_entry(&mut self, now: Instant, gseq: u64, entry: wire::Entry<'_>) {
+        if self.status == Status::Joining {
+            let wire::Entry::Newview(v) = &entry else {
+                return;
+            };
+            if !v.members.contains(&self.me.0) {
+                return;
+            }
+            self.status = Status::Member;
+            self.member.expect_from(gseq, now);
+        }
+        self.on_entry(now, gseq, Record::from_wire(entry));
+    }
+
+    /// The end of a repair answer: ask again at once if more is committed.
+    pub(super) fn on_repair_done(&mut self, now: Instant, committed: u64) {
+        self.member.behind = committed > self.member.next;
+        if self.member.behind {
+            self.member.repair_last = now.saturating_sub(self.repair_timeout() * 4);
+            self.member.repair_attempt = 0;
+        }
+    }
+
+    pub(super) fn on_prefreshview(&mut self, now: Instant, view: u64, epoch: u64, primary: NodeId) {
+        if primary == self.me || view <= self.view.id || self.status != Status::Member {
+            return;
+        }
+        if self
+            .member
+            .ack
+            .as_ref()
+            .is_some_and(|a| (a.view, a.epoch) >= (view, epoch))
+        {
+            return;
+        }
+        let max = self.config.ack_defer_max.as_nanos() as u64;
+        let defer = Duration::from_nanos(self.rng.random_range(0..=max));
+        self.member.ack = Some(AckPlan {
+            view,
+            epoch,
+            primary,
+            at: now + defer,
+            retries_left: self.config.ack_retries,
+        });
+        self.member.repair_paused_until = now + self.config.ack_wait;
+    }
+
+    /// The current repair timeout (see the module docs).
+    fn repair_timeout(&self) -> Duration {
+        let c = &self.config;
+        let base = (self.member.gap * c.repair_gap_factor.get())
+            .clamp(c.repair_timeout_min, c.repair_timeout_max);
+        let backoff = 1u32 << self.member.repair_attempt.min(10);
+        (base * backoff).min(c.repair_timeout_max)
+    }
+
+    fn repair_due(&self) -> Option<Instant> {
+        if self.status != Status::Member {
+            return None;
+        }
+        let m = &self.member;
+        let wait = if m.pending.is_empty() && !m.behind {
+            self.config.idle_solicit_interval
+        } else {
+            self.repair_timeout()
+        };
+        Some((m.repair_last + wait).max(m.repair_paused_until))
+    }
+
+    pub(super) fn member_deadline(&self) -> Option<Instant> {
+        let ack = self.member.ack.as_ref().map(|a| a.at);
+        self.repair_due().into_iter().chain(ack).min()
+    }
+
+    pub(super) fn on_member_timers(&mut self, now: Instant) {
+        if self.member.ack.as_ref().is_some_and(|a| a.at <= now) {
+            self.send_ack_prefreshview(now);
+        }
+        if self.repair_due().is_some_and(|t| t <= now) {
+            self.send_repair_request(now);
+        }
+    }
+
+    fn send_ack_prefreshview(&mut self, now: Instant) {
+        let Some(ack) = self.member.ack.as_mut() else {
+            return;
+        };
+        let message = Message::AckPrefreshview {
+            view: ack.view,
+            epoch: ack.epoch,
+            next: self.member.next,
+        };
+        let to = ack.primary;
+        if ack.retries_left == 0 {
+            self.member.ack = None;
+        } else {
+            ack.retries_left -= 1;
+            ack.at = now + self.config.ack_retry_after;
+        }
+        self.stats.acks_prefreshview_sent += 1;
+        self.send(to, &message);
+    }
+
+    fn send_repair_request(&mut self, now: Instant) {
+        let m = &mut self.member;
+        m.repair_last = now;
+        m.repair_attempt = m.repair_attempt.saturating_add(1);
+        let batch = u64::from(self.config.repair_batch_max.get());
+        let upto = m
+            .pending
+            .keys()
+            .next()
+            .map_or(m.next + batch, |first| first.saturating_sub(1));
+        let message = Message::RepairReq { next: m.next, upto };
+        let Some(target) = self.repair_target() else {
+            return;
+        };
+        self.stats.repair_requests_sent += 1;
+        self.send(target, &message);
+    }
+
+    /// Committee members in turn, not this member.
+    fn repair_target(&mut self) -> Option<NodeId> {
+        let others: Vec<NodeId> = self
+            .view
+            .committee
+            .iter()
+            .copied()
+            .filter(|c| *c != self.me)
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        self.member.repair_target = self.member.repair_target.wrapping_add(1);
+        Some(others[self.member.repair_target % others.len()])
+    }
+}
+
+/// The application's view event for Newview `v` at `gseq`.
+fn view_event(old: &[NodeId], v: &NewView, gseq: u64, first: bool) -> View {
+    let members = nodes(&v.members);
+    let joined: Vec<NodeId> = members
+        .iter()
+        .copied()
+        .filter(|m| !contains(old, *m))
+        .collect();
+    let left = nodes(&v.left);
+    let failed: Vec<NodeId> = old
+        .iter()
+        .copied()
+        .filter(|m| !contains(&members, *m) && !contains(&left, *m))
+        .collect();
+    let reason = [
+        (wire::REASON_FAILURE, ViewReason::Failure),
+        (wire::REASON_LEAVE, ViewReason::Leave),
+        (wire::REASON_JOIN, ViewReason::Join),
+        (wire::REASON_COMMITTEE, ViewReason::Committee),
+    ]
+    .into_iter()
+    .find(|(bit, _)| v.reasons & bit != 0)
+    .map_or(ViewReason::Periodic, |(_, r)| r);
+    View {
+        id: v.view,
+        members,
+        committee: nodes(&v.committee),
+        gseq,
+        joined: if first { Vec::new() } else { joined },
+        left,
+        failed,
+        reason,
+        first,
+    }
+}

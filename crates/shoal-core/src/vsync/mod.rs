@@ -1,0 +1,622 @@
+//! Virtual synchrony over Bimodal Multicast, with a k-member leader
+//! committee: P000 (Gupta, Birman, van Renesse, "Fighting fire with fire")
+//! §5.2, Figs 7 to 9. The design, the committee's agreement protocol and its
+//! failure assumptions are in `docs/vsync.md`.
+//!
+//! - **Sending** (Fig 7): the sender's vsync layer sends a Gseq Req carrying
+//!   the message to the committee's primary, which replicates it to every
+//!   backup, assigns the next global sequence number (gseq) and answers with
+//!   a Gseq ack; the sender then disseminates the message with its own
+//!   [`Pbcast`]. A sender keeps at most `gseq_window` messages waiting.
+//! - **Delivery** in gseq order. A member missing the next gseq asks a
+//!   committee member after an adaptive timeout (`member.rs`); idle members
+//!   ask once per `idle_solicit_interval`, so a lost tail is found.
+//! - **Views** (Fig 8) every `view_period`, and on demand for joins, leaves
+//!   and committee changes: Prefreshview by pbcast, AckPrefreshview deferred
+//!   at random, `ack_wait`, then a Newview taking the next gseq. Members that
+//!   did not acknowledge are dropped. Failures are detected this way only,
+//!   as in the paper (the gossip failure detector is not used here).
+//! - **Committee** (`committee.rs`): primary-backup with an epoch-stamped
+//!   takeover; survives k-1 crashes of committee members.
+//!
+//! Sans-IO: no clock, no socket, one seeded RNG.
+
+mod committee;
+mod config;
+mod member;
+mod sender;
+mod viewchange;
+
+#[cfg(test)]
+pub(crate) mod harness;
+#[cfg(test)]
+mod tests;
+
+pub use config::{Config, ConfigError};
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_wire::vsync::{self as wire, Message, NewView};
+use shoal_wire::{Kind, Packet};
+
+use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
+use crate::pbcast::{self, Pbcast};
+use crate::time::Instant;
+use committee::Committee;
+
+/// Why the view changed (the most serious reason when there are several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewReason {
+    /// The group's first view, given at creation.
+    Initial,
+    Failure,
+    Leave,
+    Join,
+    /// The committee itself changed.
+    Committee,
+    Periodic,
+}
+
+/// A membership view as delivered to the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub id: u64,
+    /// Ascending.
+    pub members: Vec<NodeId>,
+    /// Takeover order: `committee[0]` is the primary.
+    pub committee: Vec<NodeId>,
+    /// The gseq of this view's Newview: messages delivered in this view have
+    /// larger gseqs. For a joiner, delivery starts right after it.
+    pub gseq: u64,
+    pub joined: Vec<NodeId>,
+    pub left: Vec<NodeId>,
+    /// Removed for not acknowledging the Prefreshview.
+    pub failed: Vec<NodeId>,
+    pub reason: ViewReason,
+    /// This member's first view: the state-transfer hook. The application
+    /// fetches the state as of `gseq` before applying later deliveries.
+    pub first: bool,
+}
+
+/// Why this member is no longer in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovedReason {
+    /// It asked to leave.
+    Left,
+    /// It did not acknowledge a view change in time (it crashed, slept or
+    /// fell behind, P000 §6.2).
+    Dropped,
+}
+
+/// What a vsync member tells its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A message, in gseq order, once.
+    Deliver {
+        sender: NodeId,
+        /// The id `multicast` returned at the sender.
+        local_id: u64,
+        gseq: u64,
+        payload: Bytes,
+    },
+    View(View),
+    /// This member was removed in view `view`; the engine is inert from now on.
+    Removed {
+        view: u64,
+        reason: RemovedReason,
+    },
+}
+
+/// Counters of one member.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Vsync datagrams refused (bad encoding, spoofed sender).
+    pub malformed: u64,
+    pub delivered: u64,
+    pub duplicates: u64,
+    pub repair_requests_sent: u64,
+    pub repair_requests_received: u64,
+    pub repairs_sent: u64,
+    pub gseq_reqs_received: u64,
+    pub acks_prefreshview_sent: u64,
+    pub views_installed: u64,
+    pub takeovers: u64,
+    pub vsync_datagrams_sent: u64,
+}
+
+/// Where this member stands in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Joining,
+    Member,
+    Removed,
+}
+
+/// A record of the history, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Record {
+    Data {
+        sender: NodeId,
+        local_id: u64,
+        payload: Bytes,
+    },
+    Newview(NewView),
+}
+
+impl Record {
+    fn from_wire(entry: wire::Entry<'_>) -> Record {
+        match entry {
+            wire::Entry::Data {
+                sender,
+                local_id,
+                payload,
+            } => Record::Data {
+                sender: NodeId(sender),
+                local_id,
+                payload: Bytes::copy_from_slice(payload),
+            },
+            wire::Entry::Newview(v) => Record::Newview(v),
+        }
+    }
+
+    fn to_wire(&self) -> wire::Entry<'_> {
+        match self {
+            Record::Data {
+                sender,
+                local_id,
+                payload,
+            } => wire::Entry::Data {
+                sender: sender.0,
+                local_id: *local_id,
+                payload,
+            },
+            Record::Newview(v) => wire::Entry::Newview(v.clone()),
+        }
+    }
+}
+
+/// The view as this member last installed it.
+#[derive(Debug, Clone)]
+struct CurrentView {
+    id: u64,
+    members: Vec<NodeId>,
+    committee: Vec<NodeId>,
+}
+
+/// One vsync member (and, when it is on the committee, its committee role).
+pub struct Vsync {
+    me: NodeId,
+    config: Config,
+    rng: Xoshiro256PlusPlus,
+    seed: u64,
+    last_now: Instant,
+    status: Status,
+    pbcast: Option<Pbcast>,
+    view: CurrentView,
+    member: member::MemberState,
+    sender: sender::SenderState,
+    committee: Option<Committee>,
+    /// Vsync control datagrams, sent before pbcast's.
+    outbox: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+fn nodes(ids: &[u32]) -> Vec<NodeId> {
+    ids.iter().copied().map(NodeId).collect()
+}
+
+fn ids(nodes: &[NodeId]) -> Vec<u32> {
+    nodes.iter().map(|n| n.0).collect()
+}
+
+impl Vsync {
+    /// A founding member of the group `members` (view 0, committee = the k
+    /// lowest ids, the lowest the primary).
+    pub fn new(
+        me: NodeId,
+        members: &[NodeId],
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Vsync, ConfigError> {
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        if members.is_empty() {
+            return Err(ConfigError::NoMembers);
+        }
+        if members.binary_search(&me).is_err() {
+            return Err(ConfigError::NotAMember(me.0));
+        }
+        let mut engine = Vsync::joining(me, &members, config, seed, now)?;
+        let k = engine.config.committee_size.get() as usize;
+        let committee: Vec<NodeId> = members.iter().copied().take(k).collect();
+        let pb = Pbcast::new(me, &members, engine.config.pbcast.clone(), seed, now)?;
+        engine.pbcast = Some(pb);
+        engine.status = Status::Member;
+        engine.view = CurrentView {
+            id: 0,
+            members: members.clone(),
+            committee: committee.clone(),
+        };
+        if let Some(position) = committee.iter().position(|c| *c == me) {
+            let initial = NewView {
+                view: 0,
+                epoch: 0,
+                members: ids(&members),
+                committee: ids(&committee),
+                left: Vec::new(),
+                reasons: 0,
+            };
+            engine.committee = Some(Committee::founding(position, initial, &engine.config, now));
+        }
+        engine.events.push_back(Event::View(View {
+            id: 0,
+            members,
+            committee,
+            gseq: 0,
+            joined: Vec::new(),
+            left: Vec::new(),
+            failed: Vec::new(),
+            reason: ViewReason::Initial,
+            first: true,
+        }));
+        engine.member.expect_from(0, now);
+        Ok(engine)
+    }
+
+    /// A process asking to join through `contacts` (any current members; the
+    /// committee is best). It delivers nothing until a Newview including it
+    /// arrives; its first `View` event has `first: true`.
+    pub fn joining(
+        me: NodeId,
+        contacts: &[NodeId],
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Vsync, ConfigError> {
+        config.validate()?;
+        let mut contacts = contacts.to_vec();
+        contacts.retain(|c| *c != me);
+        Ok(Vsync {
+            me,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5653_594e_4300),
+            seed,
+            last_now: now,
+            status: Status::Joining,
+            pbcast: None,
+            view: CurrentView {
+                id: 0,
+                members: Vec::new(),
+                committee: contacts,
+            },
+            member: member::MemberState::new(now),
+            sender: sender::SenderState::new(now),
+            committee: None,
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The last view this member installed (empty while joining).
+    pub fn members(&self) -> &[NodeId] {
+        &self.view.members
+    }
+
+    pub fn view_id(&self) -> u64 {
+        self.view.id
+    }
+
+    /// Whether this member is the committee's primary.
+    pub fn is_primary(&self) -> bool {
+        self.committee.as_ref().is_some_and(Committee::is_primary)
+    }
+
+    /// The next gseq this member will deliver.
+    pub fn next_gseq(&self) -> u64 {
+        self.member.next
+    }
+
+    /// A multicast would be accepted now.
+    pub fn can_send(&self) -> bool {
+        self.status == Status::Member
+            && self.sender.awaiting.len() < self.config.gseq_window.get() as usize
+    }
+
+    /// Pbcast's counters (none while joining or after removal).
+    pub fn pbcast_stats(&self) -> Option<&pbcast::Stats> {
+        self.pbcast.as_ref().map(Pbcast::stats)
+    }
+
+    /// Asks the committee to remove this member. A `Removed { reason: Left }`
+    /// event follows once the view without it is delivered.
+    pub fn leave(&mut self, now: Instant) {
+        let now = self.clamp(now);
+        if self.status == Status::Member {
+            self.sender.leaving = true;
+            self.sender.leave_next_try = now;
+            self.on_sender_timers(now);
+        }
+    }
+
+    /// Checks internal invariants; panics when one is broken.
+    pub fn check_invariants(&self) {
+        if let Some(c) = &self.committee {
+            c.check_invariants();
+        }
+        if let Some(first) = self.member.pending.keys().next() {
+            assert!(*first >= self.member.next, "pending below next");
+        }
+        if let Some(p) = &self.pbcast {
+            p.check_invariants();
+        }
+    }
+
+    fn clamp(&mut self, now: Instant) -> Instant {
+        self.last_now = self.last_now.max(now);
+        self.last_now
+    }
+
+    // ---- output helpers ---------------------------------------------------
+
+    /// Queues one vsync packet to `to` (never to this member itself).
+    fn send(&mut self, to: NodeId, message: &Message<'_>) {
+        self.send_all(to, std::slice::from_ref(message));
+    }
+
+    /// Queues vsync packets to `to`, packed into as few datagrams as fit.
+    fn send_all(&mut self, to: NodeId, messages: &[Message<'_>]) {
+        let encoded = messages.iter().filter_map(|m| m.to_vec().ok()).collect();
+        self.send_bodies(to, encoded);
+    }
+
+    /// Queues encoded vsync bodies to `to`, packed into as few datagrams as fit.
+    fn send_bodies(&mut self, to: NodeId, bodies: Vec<Vec<u8>>) {
+        if to == self.me {
+            return;
+        }
+        let max = self.config.pbcast.max_datagram_size;
+        let mut datagram = Vec::new();
+        for body in &bodies {
+            let packet = Packet::Vsync { body };
+            if !datagram.is_empty() && datagram.len() + packet.encoded_len() > max {
+                self.push_datagram(to, std::mem::take(&mut datagram));
+            }
+            if packet.encode(self.me.0, &mut datagram).is_err() {
+                continue;
+            }
+        }
+        if !datagram.is_empty() {
+            self.push_datagram(to, datagram);
+        }
+    }
+
+    fn push_datagram(&mut self, to: NodeId, datagram: Vec<u8>) {
+        self.stats.vsync_datagrams_sent += 1;
+        self.outbox.push_back(Transmit {
+            destination: Destination::Node(to),
+            payload: Bytes::from(datagram),
+        });
+    }
+
+    /// Multicasts a carried record with this member's pbcast. Returns false
+    /// when pbcast refused it (flow control).
+    fn pbcast_carried(&mut self, now: Instant, carried: &wire::Carried<'_>) -> bool {
+        let (Some(pb), Ok(bytes)) = (self.pbcast.as_mut(), carried.to_vec()) else {
+            return false;
+        };
+        pb.multicast(now, Bytes::from(bytes)).is_ok()
+    }
+
+    // ---- input routing ----------------------------------------------------
+
+    fn on_vsync_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        for item in shoal_wire::packets(datagram) {
+            let body = match item {
+                Ok((header, Packet::Vsync { body })) if header.sender == from.0 => body,
+                _ => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            };
+            match wire::decode(body) {
+                Ok(message) => self.on_message(now, from, message),
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+        self.flush_replica_ack();
+    }
+
+    fn on_message(&mut self, now: Instant, from: NodeId, message: Message<'_>) {
+        match message {
+            Message::GseqReq {
+                sender,
+                local_id,
+                payload,
+            } => self.on_gseq_req(now, from, NodeId(sender), local_id, payload),
+            Message::GseqAck {
+                local_id,
+                gseq,
+                view,
+            } => self.on_gseq_ack(now, local_id, gseq, view),
+            Message::RepairReq { next, upto } => self.on_repair_req(from, next, upto),
+            Message::Entry { gseq, entry } => self.on_repair_entry(now, gseq, entry),
+            Message::RepairDone { committed, .. } => self.on_repair_done(now, committed),
+            Message::Removed { view } => self.on_removed(view, RemovedReason::Dropped),
+            Message::AckPrefreshview { view, epoch, next } => {
+                self.on_ack_prefreshview(now, from, view, epoch, next)
+            }
+            Message::Join { joiner } => self.on_join(now, from, NodeId(joiner)),
+            Message::Leave { member } => self.on_leave(now, from, NodeId(member)),
+            Message::Replicate { epoch, gseq, entry } => {
+                self.on_replicate(now, from, epoch, gseq, entry)
+            }
+            Message::Heartbeat(hb) => self.on_heartbeat(now, from, hb),
+            Message::ReplicaAck { epoch, next } => self.on_replica_ack(now, from, epoch, next),
+        }
+    }
+
+    /// Events of the pbcast underneath: carried vsync records.
+    fn drain_pbcast(&mut self, now: Instant) {
+        loop {
+            let Some(event) = self.pbcast.as_mut().and_then(Pbcast::poll_event) else {
+                return;
+            };
+            // Lost events need nothing: the committee repairs (P000 §5.2).
+            let pbcast::Event::Deliver {
+                source, payload, ..
+            } = event
+            else {
+                continue;
+            };
+            match wire::decode_carried(&payload) {
+                Ok(wire::Carried::Sequenced { gseq, entry }) => {
+                    self.on_entry(now, gseq, Record::from_wire(entry))
+                }
+                Ok(wire::Carried::Prefreshview {
+                    view,
+                    epoch,
+                    primary,
+                }) if primary == source.0 => self.on_prefreshview(now, view, epoch, source),
+                _ => self.stats.malformed += 1,
+            }
+        }
+    }
+
+    /// This member is out of the group: tell the application once and go quiet.
+    fn on_removed(&mut self, view: u64, reason: RemovedReason) {
+        if self.status != Status::Member {
+            return;
+        }
+        self.status = Status::Removed;
+        self.pbcast = None;
+        self.committee = None;
+        self.sender = sender::SenderState::new(self.last_now);
+        self.member.pending.clear();
+        self.events.push_back(Event::Removed { view, reason });
+    }
+}
+
+impl Engine for Vsync {
+    type Event = Event;
+
+    fn node_id(&self) -> NodeId {
+        self.me
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        let now = self.clamp(now);
+        if self.status == Status::Removed {
+            return;
+        }
+        match shoal_wire::decode_header(datagram) {
+            Ok(header) if header.kind == Kind::Vsync => self.on_vsync_datagram(now, from, datagram),
+            Ok(_) => {
+                if let Some(pb) = self.pbcast.as_mut() {
+                    pb.handle_datagram(now, from, datagram);
+                    self.drain_pbcast(now);
+                }
+            }
+            Err(_) => self.stats.malformed += 1,
+        }
+        self.after_input(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let now = self.clamp(now);
+        if self.status == Status::Removed {
+            return;
+        }
+        if let Some(pb) = self.pbcast.as_mut() {
+            if pb.poll_timeout().is_some_and(|t| t <= now) {
+                pb.handle_timeout(now);
+                self.drain_pbcast(now);
+            }
+        }
+        self.on_member_timers(now);
+        self.on_sender_timers(now);
+        self.on_committee_timers(now);
+        self.after_input(now);
+    }
+
+    fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        let now = self.clamp(now);
+        let max = self.config.max_payload();
+        if payload.len() > max {
+            return Err(SendError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if !self.can_send() {
+            return Err(SendError::WindowFull);
+        }
+        let id = self.originate(now, payload);
+        self.after_input(now);
+        Ok(id)
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let now = self.clamp(now);
+        if let Some(t) = self.outbox.pop_front() {
+            return Some(t);
+        }
+        self.pbcast.as_mut()?.poll_transmit(now)
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.status == Status::Removed {
+            return None;
+        }
+        let deadlines = [
+            self.pbcast.as_ref().and_then(Pbcast::poll_timeout),
+            self.member_deadline(),
+            self.sender_deadline(),
+            self.committee.as_ref().and_then(Committee::deadline),
+        ];
+        deadlines.into_iter().flatten().min()
+    }
+}
+
+impl Vsync {
+    /// Work every input may have unblocked.
+    fn after_input(&mut self, now: Instant) {
+        if self.status == Status::Removed {
+            return;
+        }
+        self.retry_dissemination(now);
+        if let Some(pb) = self.pbcast.as_mut() {
+            // Multicasts made above put pbcast events (own deliveries) in its queue.
+            let _ = pb;
+            self.drain_pbcast(now);
+        }
+    }
+}
+
+/// Helper for sorted member lists.
+fn contains(list: &[NodeId], node: NodeId) -> bool {
+    list.binary_search(&node).is_ok()
+}
+
+type Store = BTreeMap<u64, committee::Stored>;

@@ -1,0 +1,148 @@
+//! Checks the virtual-synchrony guarantees over the event logs of a run
+//! (issue 4, item 5): one total order; no duplicate; members that move
+//! together from view V to V+1 delivered the same messages in V; removed
+//! members are told; messages of members that stay are delivered to every
+//! member that stays.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::super::harness::Sim;
+use super::super::{Event, Vsync};
+use crate::engine::NodeId;
+
+type Msg = (NodeId, u64, Bytes);
+
+/// Per member: the views it installed with the gseqs delivered in each.
+struct Log {
+    views: Vec<(u64, Vec<u64>)>,
+    first_gseq: Option<u64>,
+    removed: bool,
+    own: BTreeSet<u64>,
+}
+
+fn log_of(
+    events: &[(u64, Event)],
+    me: usize,
+    order: &mut BTreeMap<u64, Msg>,
+) -> Result<Log, String> {
+    let mut log = Log {
+        views: Vec::new(),
+        first_gseq: None,
+        removed: false,
+        own: BTreeSet::new(),
+    };
+    let mut seen = BTreeSet::new();
+    let mut last = None;
+    for (_, event) in events {
+        if log.removed {
+            return Err(format!("member {me}: event after Removed: {event:?}"));
+        }
+        match event {
+            Event::View(v) => {
+                if log.first_gseq.is_none() {
+                    log.first_gseq = Some(v.gseq);
+                }
+                if last.is_some_and(|l| v.gseq <= l) && v.id != 0 {
+                    return Err(format!("member {me}: view {} out of order", v.id));
+                }
+                last = Some(v.gseq);
+                log.views.push((v.id, Vec::new()));
+            }
+            Event::Deliver {
+                sender,
+                local_id,
+                gseq,
+                payload,
+            } => {
+                if last.is_some_and(|l| *gseq < l) || !seen.insert((*sender, *local_id)) {
+                    return Err(format!("member {me}: gseq {gseq} out of order or twice"));
+                }
+                last = Some(*gseq);
+                let msg = (*sender, *local_id, payload.clone());
+                if let Some(other) = order.insert(*gseq, msg.clone()) {
+                    if other != msg {
+                        return Err(format!("gseq {gseq}: {other:?} vs {msg:?} at {me}"));
+                    }
+                }
+                if sender.0 as usize == me {
+                    log.own.insert(*local_id);
+                }
+                let Some(view) = log.views.last_mut() else {
+                    return Err(format!("member {me}: delivery before any view"));
+                };
+                view.1.push(*gseq);
+            }
+            Event::Removed { .. } => log.removed = true,
+        }
+    }
+    Ok(log)
+}
+
+/// `sent[i]`: local ids member `i`'s multicast accepted.
+pub fn check(sim: &Sim<Vsync>, sent: &[Vec<u64>]) -> Result<(), String> {
+    let mut order = BTreeMap::new();
+    let logs: Vec<Option<Log>> = (0..sim.nodes.len())
+        .map(|i| match sim.nodes[i] {
+            Some(_) => log_of(&sim.events[i], i, &mut order).map(Some),
+            None => Ok(None),
+        })
+        .collect::<Result<_, _>>()?;
+    // Same messages in V for members that moved together from V to V+1.
+    let mut in_view: BTreeMap<(u64, u64), (usize, &Vec<u64>)> = BTreeMap::new();
+    for (i, log) in logs.iter().enumerate() {
+        let Some(log) = log else { continue };
+        for pair in log.views.windows(2) {
+            let key = (pair[0].0, pair[1].0);
+            match in_view.get(&key) {
+                Some((j, gseqs)) if *gseqs != &pair[0].1 => {
+                    return Err(format!(
+                        "members {j} and {i} moved {key:?} with different deliveries"
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    in_view.insert(key, (i, &pair[0].1));
+                }
+            }
+        }
+    }
+    let survivors: Vec<usize> = (0..sim.nodes.len())
+        .filter(|i| sim.alive(*i) && logs[*i].as_ref().is_some_and(|l| !l.removed))
+        .collect();
+    // Survivors agree on the view and were all admitted.
+    let views: BTreeSet<u64> = survivors
+        .iter()
+        .map(|i| sim.nodes[*i].as_ref().unwrap().view_id())
+        .collect();
+    if views.len() > 1 {
+        return Err(format!("survivors end in different views {views:?}"));
+    }
+    for &i in &survivors {
+        let engine = sim.nodes[i].as_ref().unwrap();
+        if !engine.members().contains(&NodeId(i as u32)) {
+            return Err(format!("member {i} alive, never told it is out"));
+        }
+    }
+    // Every message of a survivor reaches every survivor that was in the group then.
+    let gseq_of: BTreeMap<(NodeId, u64), u64> =
+        order.iter().map(|(g, (s, l, _))| ((*s, *l), *g)).collect();
+    for &s in &survivors {
+        let log = logs[s].as_ref().unwrap();
+        for local in &sent[s] {
+            if !log.own.contains(local) {
+                return Err(format!("member {s}: own message {local} never delivered"));
+            }
+            let g = gseq_of[&(NodeId(s as u32), *local)];
+            for &m in &survivors {
+                let lm = logs[m].as_ref().unwrap();
+                let delivered = lm.views.iter().any(|(_, gs)| gs.contains(&g));
+                if lm.first_gseq.is_some_and(|f| f < g) && !delivered {
+                    return Err(format!("member {m} lacks gseq {g} from {s}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
