@@ -62,7 +62,25 @@ fn parse(stdout: &str) -> (u64, Vec<(String, u64, u64)>) {
 
 #[test]
 fn demo_with_loss_loses_nothing() {
-    let output = run_demo(&["--nodes", "4", "--loss", "0.05", "--duration", "2"]);
+    assert_all_delivered(&["--nodes", "4", "--loss", "0.05", "--duration", "2"]);
+}
+
+#[test]
+fn demo_over_unicast_fan_out_loses_nothing() {
+    assert_all_delivered(&[
+        "--nodes",
+        "4",
+        "--loss",
+        "0.05",
+        "--duration",
+        "2",
+        "--transport",
+        "unicast",
+    ]);
+}
+
+fn assert_all_delivered(args: &[&str]) {
+    let output = run_demo(args);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
