@@ -626,12 +626,9 @@ impl Vsync {
             return;
         };
         if epoch > c.epoch {
-            // A newer primary exists: step down and wait for its heartbeat.
-            c.role = Role::Backup(Backup {
-                confirmed: c.base,
-                heard: now,
-                ack_due: false,
-            });
+            // A newer primary exists: step down; its heartbeat re-admits us
+            // (with a fresh store) if its committee still lists us.
+            self.committee = None;
             return;
         }
         let Role::Primary(p) = &mut c.role else {
@@ -656,8 +653,20 @@ impl Vsync {
         let Some(c) = self.committee.as_ref() else {
             return;
         };
-        if c.takeover_at(self.me, timeout).is_some_and(|t| t <= now) {
-            self.take_over(now);
+        if let Some(at) = c.takeover_at(self.me, timeout).filter(|t| *t <= now) {
+            if now > at + timeout / 2 {
+                // The timer fired late: this member itself was asleep and
+                // cannot blame the primary for the silence. Listen again.
+                if let Some(Committee {
+                    role: Role::Backup(b),
+                    ..
+                }) = self.committee.as_mut()
+                {
+                    b.heard = now;
+                }
+            } else {
+                self.take_over(now);
+            }
         }
         if !self.is_primary() {
             return;
@@ -669,7 +678,8 @@ impl Vsync {
     }
 
     fn on_heartbeat_timer(&mut self, now: Instant) {
-        let timeout = self.config.committee_timeout;
+        let (timeout, me) = (self.config.committee_timeout, self.me);
+        let mut dropped = Vec::new();
         let Some(c) = self.committee.as_mut() else {
             return;
         };
@@ -685,16 +695,24 @@ impl Vsync {
             .collect();
         if !silent.is_empty() {
             c.list.retain(|m| !silent.contains(m));
-            c.epoch += 1;
+            // Tell the dropped ones too (they may only be asleep): a
+            // heartbeat without them ends their committee role.
+            dropped.extend(silent.iter().copied());
+            c.epoch = next_epoch(c.epoch, 1, me);
             let (list, base) = (c.list.clone(), c.base);
             p.reset_backups(&list, base, now);
             p.next_heartbeat = now + p.heartbeat_every;
             self.request_view_change(now, wire::REASON_COMMITTEE);
         }
-        self.send_heartbeats();
+        self.send_heartbeats_to(&dropped);
     }
 
     pub(super) fn send_heartbeats(&mut self) {
+        self.send_heartbeats_to(&[]);
+    }
+
+    /// Heartbeats to the backups and to `extra` members.
+    fn send_heartbeats_to(&mut self, extra: &[NodeId]) {
         let Some(c) = self.committee.as_mut() else {
             return;
         };
@@ -710,7 +728,8 @@ impl Vsync {
             base: c.base,
             committed: c.committed,
         });
-        let backups: Vec<NodeId> = p.backups.keys().copied().collect();
+        let mut backups: Vec<NodeId> = p.backups.keys().copied().collect();
+        backups.extend_from_slice(extra);
         for b in backups {
             self.send(b, &hb);
         }
@@ -726,7 +745,7 @@ impl Vsync {
             return;
         };
         let position = c.list.iter().position(|m| *m == me).unwrap_or(1).max(1);
-        c.epoch += position as u64;
+        c.epoch = next_epoch(c.epoch, position as u64, me);
         c.list.drain(..position.min(c.list.len()));
         if c.list.first() != Some(&me) {
             c.list.insert(0, me);
@@ -768,6 +787,13 @@ impl Vsync {
         self.send_heartbeats();
         self.try_commit(now);
     }
+}
+
+/// Epoch numbers carry the primary that chose them in their low 20 bits, so
+/// two members taking over concurrently never pick the same epoch (a
+/// backup would otherwise take one primary's acks for another's records).
+pub(super) fn next_epoch(epoch: u64, bump: u64, me: NodeId) -> u64 {
+    (((epoch >> 20) + bump) << 20) | (u64::from(me.0) & 0xF_FFFF)
 }
 
 fn latest_view(store: &Store) -> Option<(NewView, u64)> {

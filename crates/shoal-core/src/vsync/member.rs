@@ -162,6 +162,13 @@ impl Vsync {
         };
         self.member.ack = self.member.ack.take().filter(|a| a.view > v.view);
         self.stats.views_installed += 1;
+        let backup_left_out = self
+            .committee
+            .as_ref()
+            .is_some_and(|c| !c.is_primary() && !v.committee.contains(&self.me.0));
+        if backup_left_out {
+            self.committee = None;
+        }
         self.events.push_back(Event::View(event));
     }
 

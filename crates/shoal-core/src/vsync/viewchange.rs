@@ -204,7 +204,7 @@ impl Vsync {
         let list = nodes(&v.committee);
         if list != c.list && list.first() == Some(&me) {
             c.list = list;
-            c.epoch += 1;
+            c.epoch = super::committee::next_epoch(c.epoch, 1, me);
             let (list, base) = (c.list.clone(), c.base);
             if let Role::Primary(p) = &mut c.role {
                 p.reset_backups(&list, base, now);
