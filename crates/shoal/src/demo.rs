@@ -48,9 +48,7 @@ pub struct DemoArgs {
     /// Seconds of sending.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
-    /// First-phase transport. IP multicast on loopback is the default: it
-    /// measured faster (bench/RESULTS.md, "shoal demo": about 239k vs 172k
-    /// msgs/s per member at 0% loss), the sender writing each datagram once.
+    /// First-phase transport (IP multicast measured faster: bench/RESULTS.md).
     #[arg(long, value_enum, default_value_t = Transport::Multicast)]
     transport: Transport,
     /// After sending stops, wait at most this many seconds for repairs.

@@ -4,6 +4,8 @@
 mod demo;
 mod sim;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// Shoal: group communication (Bimodal Multicast today; virtual synchrony,
@@ -23,9 +25,17 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole context chain on one line.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
