@@ -1,1 +1,14 @@
-//! placeholder
+//! Shoal's deterministic discrete-event network simulator. It drives the
+//! real protocol engines of `shoal-core` (DESIGN.md, "The simulator") over
+//! simulated links and routers, so the papers' experiments run at thousands
+//! of nodes in seconds, and a seed reproduces a run exactly.
+
+pub mod metrics;
+pub mod network;
+pub mod report;
+pub mod scenarios;
+pub mod sim;
+
+pub use network::{LinkSpec, Topology};
+pub use report::Report;
+pub use sim::Sim;

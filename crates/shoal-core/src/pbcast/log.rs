@@ -320,17 +320,46 @@ impl SourceLog {
         wait: Duration,
         evidence_min: u32,
     ) -> Vec<SeqRange> {
+        self.declare_lost_from(self.base, now, wait, evidence_min, false)
+    }
+
+    /// As [`SourceLog::declare_lost`], but only the run of lost messages at
+    /// the FIFO cursor, so a `Lost` event takes its place in FIFO order.
+    pub fn declare_lost_at_cursor(
+        &mut self,
+        now: Instant,
+        wait: Duration,
+        evidence_min: u32,
+    ) -> Option<SeqRange> {
+        self.advance_cursor_over_done();
+        let cursor = self.cursor;
+        self.declare_lost_from(cursor, now, wait, evidence_min, true)
+            .first()
+            .copied()
+    }
+
+    fn declare_lost_from(
+        &mut self,
+        first: u64,
+        now: Instant,
+        wait: Duration,
+        evidence_min: u32,
+        contiguous: bool,
+    ) -> Vec<SeqRange> {
         let mut lost = RangeBuilder::default();
         if self.missing == 0 {
             return Vec::new();
         }
-        for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
-            if let Slot::Missing(missing) = slot {
-                if missing.since + wait <= now && missing.evidence >= evidence_min {
-                    *slot = Slot::Collected;
-                    self.missing -= 1;
-                    lost.push(seq);
-                }
+        let skip = usize::try_from(first.saturating_sub(self.base)).unwrap_or(usize::MAX);
+        for (seq, slot) in (first..).zip(self.slots.iter_mut().skip(skip)) {
+            let eligible = matches!(slot, Slot::Missing(m)
+                if m.since + wait <= now && m.evidence >= evidence_min);
+            if eligible {
+                *slot = Slot::Collected;
+                self.missing -= 1;
+                lost.push(seq);
+            } else if contiguous {
+                break;
             }
         }
         lost.finish()

@@ -35,6 +35,7 @@ mod outbox;
 pub use config::{Config, ConfigError, Delivery, GossipMode, MulticastRepair, MIN_DATAGRAM_SIZE};
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -622,11 +623,7 @@ impl Pbcast {
         let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
         for source in 0..self.logs.len() {
             self.logs[source].collect_garbage(now, gc_period);
-            let lost =
-                self.logs[source].declare_lost(now, lost_wait, self.config.lost_evidence_min);
-            if !lost.is_empty() {
-                self.report_lost(source, lost);
-            }
+            self.give_up_dead_gaps(now, source, lost_wait);
         }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
@@ -637,16 +634,34 @@ impl Pbcast {
         }
     }
 
-    fn report_lost(&mut self, source: usize, lost: Vec<SeqRange>) {
-        let node = self.members[source];
-        for range in lost {
-            self.stats.lost += range.len();
-            self.events.push_back(Event::Lost {
-                source: node,
-                range,
-            });
+    /// Declares unrepairable gaps lost. In FIFO order each `Lost` event is
+    /// emitted where the gap sits in the stream, between the deliveries
+    /// before and after it.
+    fn give_up_dead_gaps(&mut self, now: Instant, source: usize, wait: Duration) {
+        let evidence = self.config.lost_evidence_min;
+        match self.config.delivery {
+            Delivery::Fifo => {
+                while let Some(range) =
+                    self.logs[source].declare_lost_at_cursor(now, wait, evidence)
+                {
+                    self.report_lost(source, range);
+                    self.deliver_ready(source, None);
+                }
+            }
+            Delivery::Unordered => {
+                for range in self.logs[source].declare_lost(now, wait, evidence) {
+                    self.report_lost(source, range);
+                }
+            }
         }
-        self.deliver_ready(source, None);
+    }
+
+    fn report_lost(&mut self, source: usize, range: SeqRange) {
+        self.stats.lost += range.len();
+        self.events.push_back(Event::Lost {
+            source: self.members[source],
+            range,
+        });
     }
 
     fn random_other_member(&mut self) -> Option<NodeId> {

@@ -520,3 +520,22 @@ fn fifty_members_ten_percent_loss_twenty_seeds() {
         }
     }
 }
+
+#[test]
+fn lost_events_take_their_place_in_fifo_order() {
+    let mut net = net(3, paper_config(), 31);
+    // Nobody but the sender ever gets messages 0 and 2.
+    net.filter = Some(Box::new(|from, _, bytes| {
+        !(from == 0 && (bytes_has_data_seq(bytes, 0) || bytes_has_data_seq(bytes, 2)))
+    }));
+    send_stream(&mut net, 4, 10);
+    net.run_until(6_000);
+    let order: Vec<String> = net.events[1]
+        .iter()
+        .map(|e| match e {
+            Event::Deliver { seq, .. } => format!("d{seq}"),
+            Event::Lost { range, .. } => format!("l{}-{}", range.first, range.last),
+        })
+        .collect();
+    assert_eq!(order, vec!["l0-0", "d1", "l2-2", "d3"]);
+}

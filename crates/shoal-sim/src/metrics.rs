@@ -1,0 +1,117 @@
+//! What the simulator records per host, and the delivery checker that runs
+//! as events happen: every message exactly once, in FIFO order per source
+//! (a `Lost` range counts as delivered-as-lost at its place in the order).
+
+use hdrhistogram::Histogram;
+use shoal_core::pbcast::Event;
+use shoal_wire::{decode_header, HEADER_LEN, KIND_COUNT};
+
+/// A broken delivery guarantee, with where it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub host: usize,
+    pub source: u32,
+    pub what: String,
+}
+
+/// Counters and latencies of one host.
+#[derive(Debug, Clone)]
+pub struct HostMetrics {
+    pub packets_sent: [u64; KIND_COUNT],
+    pub packets_received: [u64; KIND_COUNT],
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    pub originated: u64,
+    pub delivered: u64,
+    pub recovered: u64,
+    pub lost: u64,
+    pub dropped_asleep: u64,
+    /// (source, first, last, time ns) of every `Lost` event.
+    pub lost_ranges: Vec<(u32, u64, u64, u64)>,
+    /// Delivery latency of others' messages, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// Per source: the next sequence number FIFO order expects.
+    expected: Vec<u64>,
+}
+
+impl HostMetrics {
+    pub fn new(sources: usize) -> HostMetrics {
+        HostMetrics {
+            packets_sent: [0; KIND_COUNT],
+            packets_received: [0; KIND_COUNT],
+            datagrams_sent: 0,
+            bytes_sent: 0,
+            originated: 0,
+            delivered: 0,
+            recovered: 0,
+            lost: 0,
+            dropped_asleep: 0,
+            lost_ranges: Vec::new(),
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds"),
+            expected: vec![0; sources],
+        }
+    }
+
+    pub fn count_sent(&mut self, datagram: &[u8]) {
+        self.datagrams_sent += 1;
+        self.bytes_sent += datagram.len() as u64;
+        count_kinds(datagram, &mut self.packets_sent);
+    }
+
+    pub fn count_received(&mut self, datagram: &[u8]) {
+        count_kinds(datagram, &mut self.packets_received);
+    }
+
+    /// Records an event and checks it; returns the violation it shows, if any.
+    pub fn on_event(&mut self, host: usize, now_ns: u64, event: &Event) -> Option<Violation> {
+        let (source, first, last) = match event {
+            Event::Deliver {
+                source,
+                seq,
+                payload,
+                recovered,
+            } => {
+                self.delivered += 1;
+                self.recovered += u64::from(*recovered);
+                if source.0 as usize != host {
+                    self.record_latency(now_ns, payload);
+                }
+                (source.0, *seq, *seq)
+            }
+            Event::Lost { source, range } => {
+                self.lost += range.len();
+                self.lost_ranges
+                    .push((source.0, range.first, range.last, now_ns));
+                (source.0, range.first, range.last)
+            }
+        };
+        let expected = self.expected.get_mut(source as usize)?;
+        let violation = (first != *expected).then(|| Violation {
+            host,
+            source,
+            what: format!("got {first}..={last}, expected {expected} next ({event:?})"),
+        });
+        *expected = (*expected).max(last + 1);
+        violation
+    }
+
+    fn record_latency(&mut self, now_ns: u64, payload: &[u8]) {
+        let Some(stamp) = payload.first_chunk::<8>() else {
+            return;
+        };
+        let sent = u64::from_be_bytes(*stamp);
+        let us = now_ns.saturating_sub(sent) / 1_000;
+        self.latency_us.saturating_record(us.max(1));
+    }
+}
+
+/// Counts packets per kind in a datagram, reading headers only.
+fn count_kinds(mut datagram: &[u8], counts: &mut [u64; KIND_COUNT]) {
+    while let Ok(header) = decode_header(datagram) {
+        counts[header.kind.index()] += 1;
+        let Some(rest) = datagram.get(HEADER_LEN + header.body_len..) else {
+            return;
+        };
+        datagram = rest;
+    }
+}

@@ -1,0 +1,323 @@
+//! The simulated network: nodes (routers, some hosting a member), full-duplex
+//! links with bandwidth (serialisation delay and a drop-tail queue),
+//! propagation delay and independent loss, shortest-path unicast routing and
+//! IP multicast along the shortest-path tree from the sender.
+
+use std::collections::VecDeque;
+
+/// One direction of a link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpec {
+    pub bandwidth_bps: f64,
+    pub delay_ns: u64,
+    /// Independent drop probability per packet.
+    pub loss: f64,
+    /// Packets waiting or in transmission, at most (drop-tail).
+    pub queue_packets: usize,
+}
+
+impl LinkSpec {
+    /// The papers' ns-2 links: 1.5 Mbit/s; 5 ms propagation (ours: the papers
+    /// give none); 50-packet queues.
+    pub fn paper(loss: f64) -> LinkSpec {
+        LinkSpec {
+            bandwidth_bps: 1.5e6,
+            delay_ns: 5_000_000,
+            loss,
+            queue_packets: 50,
+        }
+    }
+}
+
+/// Nodes `0..nodes` and undirected links between them.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub nodes: usize,
+    pub links: Vec<(usize, usize, LinkSpec)>,
+}
+
+impl Topology {
+    /// Node 0 is the router; leaves are 1..=leaves.
+    pub fn star(leaves: usize, spec: LinkSpec) -> Topology {
+        Topology {
+            nodes: leaves + 1,
+            links: (1..=leaves).map(|leaf| (0, leaf, spec)).collect(),
+        }
+    }
+
+    /// A balanced tree numbered breadth-first from the root (node 0):
+    /// `depth` levels below the root, each node with `branching` children.
+    pub fn tree(depth: u32, branching: usize, spec: LinkSpec) -> Topology {
+        let mut links = Vec::new();
+        let mut level = vec![0usize];
+        let mut next_id = 1;
+        for _ in 0..depth {
+            let mut next = Vec::new();
+            for parent in level {
+                for _ in 0..branching {
+                    links.push((parent, next_id, spec));
+                    next.push(next_id);
+                    next_id += 1;
+                }
+            }
+            level = next;
+        }
+        Topology {
+            nodes: next_id,
+            links,
+        }
+    }
+
+    /// Nodes 0..n in a line.
+    pub fn chain(n: usize, spec: LinkSpec) -> Topology {
+        Topology {
+            nodes: n,
+            links: (1..n).map(|i| (i - 1, i, spec)).collect(),
+        }
+    }
+}
+
+/// One direction of a link, with its queue and counters.
+#[derive(Debug)]
+pub struct Link {
+    pub from: usize,
+    pub to: usize,
+    pub spec: LinkSpec,
+    busy_until: u64,
+    /// Departure times of packets queued or in transmission.
+    queue: VecDeque<u64>,
+    pub bytes: u64,
+    pub packets: u64,
+    pub dropped_loss: u64,
+    pub dropped_queue: u64,
+}
+
+/// What happened to a packet offered to a link.
+pub enum Offer {
+    /// It arrives at the far end at this time.
+    Arrives(u64),
+    Lost,
+}
+
+impl Link {
+    /// Queues a packet of `len` bytes at `now`; `roll` is a uniform [0, 1).
+    pub fn offer(&mut self, now: u64, len: usize, roll: f64) -> Offer {
+        while self.queue.front().is_some_and(|d| *d <= now) {
+            self.queue.pop_front();
+        }
+        if self.queue.len() >= self.spec.queue_packets {
+            self.dropped_queue += 1;
+            return Offer::Lost;
+        }
+        let serialisation = (len as f64 * 8.0 / self.spec.bandwidth_bps * 1e9) as u64;
+        let depart = self.busy_until.max(now) + serialisation;
+        self.busy_until = depart;
+        self.queue.push_back(depart);
+        self.bytes += len as u64;
+        self.packets += 1;
+        // Loss after the queue: the packet used the link, then was corrupted.
+        if roll < self.spec.loss {
+            self.dropped_loss += 1;
+            return Offer::Lost;
+        }
+        Offer::Arrives(depart + self.spec.delay_ns)
+    }
+}
+
+/// Links and routes. Routes are computed lazily by breadth-first search and
+/// cached: per destination for unicast, per source for multicast trees.
+pub struct Network {
+    pub links: Vec<Link>,
+    /// Per node: (neighbour, directed link index).
+    adjacency: Vec<Vec<(usize, usize)>>,
+    /// Nodes hosting a member.
+    is_host: Vec<bool>,
+    /// Per destination: per node, the link to take next.
+    next_hop: Vec<Option<Vec<u32>>>,
+    /// Per source: per node, the links to forward a multicast on.
+    tree: Vec<Option<Vec<Vec<u32>>>>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Network {
+    pub fn new(topology: &Topology, hosts: &[usize]) -> Network {
+        let mut links = Vec::new();
+        let mut adjacency = vec![Vec::new(); topology.nodes];
+        for &(a, b, spec) in &topology.links {
+            for (from, to) in [(a, b), (b, a)] {
+                adjacency[from].push((to, links.len()));
+                links.push(Link {
+                    from,
+                    to,
+                    spec,
+                    busy_until: 0,
+                    queue: VecDeque::new(),
+                    bytes: 0,
+                    packets: 0,
+                    dropped_loss: 0,
+                    dropped_queue: 0,
+                });
+            }
+        }
+        let mut is_host = vec![false; topology.nodes];
+        for &h in hosts {
+            is_host[h] = true;
+        }
+        Network {
+            links,
+            adjacency,
+            is_host,
+            next_hop: vec![None; topology.nodes],
+            tree: vec![None; topology.nodes],
+        }
+    }
+
+    /// BFS parents from `root`: (parent node, link from parent to node).
+    fn bfs(&self, root: usize) -> (Vec<usize>, Vec<u32>) {
+        let n = self.adjacency.len();
+        let mut parent = vec![usize::MAX; n];
+        let mut via = vec![NONE; n];
+        let mut queue = VecDeque::from([root]);
+        parent[root] = root;
+        while let Some(v) = queue.pop_front() {
+            for &(u, link) in &self.adjacency[v] {
+                if parent[u] == usize::MAX {
+                    parent[u] = v;
+                    via[u] = link as u32;
+                    queue.push_back(u);
+                }
+            }
+        }
+        (parent, via)
+    }
+
+    /// The link `at` takes towards `dst`, if `dst` is reachable.
+    pub fn route(&mut self, at: usize, dst: usize) -> Option<usize> {
+        if self.next_hop[dst].is_none() {
+            // BFS from the destination: each node's parent link, reversed.
+            let (_, via) = self.bfs(dst);
+            let reverse = via
+                .iter()
+                .map(|&l| if l == NONE { NONE } else { l ^ 1 })
+                .collect();
+            self.next_hop[dst] = Some(reverse);
+        }
+        let hop = self.next_hop[dst].as_ref().expect("computed")[at];
+        (hop != NONE).then_some(hop as usize)
+    }
+
+    /// Links on which `at` forwards a multicast from `source`: the tree's
+    /// child links whose subtree holds a member.
+    pub fn multicast_links(&mut self, source: usize, at: usize) -> &[u32] {
+        if self.tree[source].is_none() {
+            let tree = self.build_tree(source);
+            self.tree[source] = Some(tree);
+        }
+        &self.tree[source].as_ref().expect("built")[at]
+    }
+
+    fn build_tree(&self, source: usize) -> Vec<Vec<u32>> {
+        let n = self.adjacency.len();
+        let (parent, via) = self.bfs(source);
+        let mut order: Vec<usize> = (0..n).filter(|v| parent[*v] != usize::MAX).collect();
+        order.sort_by_key(|v| depth(&parent, *v));
+        let mut useful = self.is_host.clone();
+        for &v in order.iter().rev() {
+            if v != source && useful[v] {
+                useful[parent[v]] = true;
+            }
+        }
+        let mut children = vec![Vec::new(); n];
+        for &v in &order {
+            if v != source && useful[v] {
+                children[parent[v]].push(via[v]);
+            }
+        }
+        children
+    }
+}
+
+fn depth(parent: &[usize], mut v: usize) -> usize {
+    let mut d = 0;
+    while parent[v] != v {
+        v = parent[v];
+        d += 1;
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_sizes_match_depth_and_branching() {
+        let t = Topology::tree(6, 3, LinkSpec::paper(0.0));
+        assert_eq!(t.nodes, 1093);
+        assert_eq!(t.links.len(), 1092);
+    }
+
+    #[test]
+    fn serialisation_delay_and_queue_drops() {
+        let spec = LinkSpec {
+            bandwidth_bps: 8e6, // 1 byte per µs
+            delay_ns: 1_000,
+            loss: 0.0,
+            queue_packets: 2,
+        };
+        let t = Topology::chain(2, spec);
+        let mut net = Network::new(&t, &[0, 1]);
+        let link = net.route(0, 1).unwrap();
+        let l = &mut net.links[link];
+        assert!(matches!(l.offer(0, 1000, 0.5), Offer::Arrives(1_001_000)));
+        assert!(matches!(l.offer(0, 1000, 0.5), Offer::Arrives(2_001_000)));
+        assert!(matches!(l.offer(0, 1000, 0.5), Offer::Lost));
+        assert_eq!(l.dropped_queue, 1);
+        // After the first departs there is room again.
+        assert!(matches!(
+            l.offer(1_000_000, 1000, 0.5),
+            Offer::Arrives(3_001_000)
+        ));
+    }
+
+    #[test]
+    fn loss_uses_the_roll() {
+        let t = Topology::chain(2, LinkSpec::paper(0.1));
+        let mut net = Network::new(&t, &[0, 1]);
+        let l = &mut net.links[0];
+        assert!(matches!(l.offer(0, 10, 0.05), Offer::Lost));
+        assert!(matches!(l.offer(0, 10, 0.5), Offer::Arrives(_)));
+    }
+
+    #[test]
+    fn multicast_tree_reaches_each_member_once_and_prunes_empty_branches() {
+        let t = Topology::tree(2, 2, LinkSpec::paper(0.0)); // 7 nodes
+                                                            // Members: root and the two leaves under node 1 only.
+        let mut net = Network::new(&t, &[0, 3, 4]);
+        let mut reached = vec![0; t.nodes];
+        let mut frontier = vec![0usize];
+        while let Some(v) = frontier.pop() {
+            for &l in net.multicast_links(0, v).to_vec().iter() {
+                let to = net.links[l as usize].to;
+                reached[to] += 1;
+                frontier.push(to);
+            }
+        }
+        assert_eq!(reached, vec![0, 1, 0, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn unicast_follows_the_tree_path() {
+        let t = Topology::tree(2, 2, LinkSpec::paper(0.0));
+        let mut net = Network::new(&t, &[3, 6]);
+        let mut at = 3;
+        let mut path = vec![3];
+        while at != 6 {
+            let link = net.route(at, 6).unwrap();
+            at = net.links[link].to;
+            path.push(at);
+        }
+        assert_eq!(path, vec![3, 1, 0, 2, 6]);
+    }
+}

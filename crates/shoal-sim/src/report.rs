@@ -1,0 +1,181 @@
+//! A finished run as CSV files: `summary.csv` (one row per run), `nodes.csv`
+//! (per member), `links.csv` (per link direction) and `latency.csv` (the
+//! latency histogram over all receivers). Everything in these files is a
+//! function of the scenario and seed; wall-clock figures are kept apart
+//! (`Report::wall`) so two runs with one seed give byte-identical files.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use shoal_core::pbcast::Event;
+use shoal_core::Engine;
+use shoal_wire::Kind;
+
+use crate::sim::Sim;
+
+/// Wall-clock cost of a run (not deterministic, never in the CSV files).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wall {
+    pub seconds: f64,
+    pub events: u64,
+}
+
+impl Wall {
+    pub fn events_per_second(&self) -> f64 {
+        self.events as f64 / self.seconds.max(1e-9)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// (column, value) of the summary row.
+    pub summary: Vec<(String, String)>,
+    pub nodes_csv: String,
+    pub links_csv: String,
+    pub latency_csv: String,
+    pub violations: Vec<String>,
+    /// Every member delivered every message once, in order, nothing lost.
+    pub complete: bool,
+    pub wall: Wall,
+}
+
+impl Report {
+    /// Collects a finished simulation; `messages` is how many were sent and
+    /// `duration_ns` the simulated time (for link utilisation).
+    pub fn collect<E: Engine<Event = Event>>(
+        sim: &Sim<E>,
+        head: Vec<(String, String)>,
+        messages: u64,
+        duration_ns: u64,
+    ) -> Report {
+        let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
+        let mut nodes = String::from(
+            "member,delivered,recovered,lost,dropped_asleep,datagrams_sent,bytes_sent",
+        );
+        for kind in Kind::ALL {
+            let _ = write!(nodes, ",{0}_sent,{0}_received", kind.name());
+        }
+        nodes.push_str(",latency_p50_us,latency_p99_us\n");
+        let (mut delivered_min, mut lost, mut recovered) = (u64::MAX, 0, 0);
+        for (i, (_, m)) in sim.hosts().enumerate() {
+            delivered_min = delivered_min.min(m.delivered);
+            lost += m.lost;
+            recovered += m.recovered;
+            let _ = all.add(&m.latency_us);
+            let _ = write!(
+                nodes,
+                "{i},{},{},{},{},{},{}",
+                m.delivered, m.recovered, m.lost, m.dropped_asleep, m.datagrams_sent, m.bytes_sent
+            );
+            for kind in Kind::ALL {
+                let k = kind.index();
+                let _ = write!(nodes, ",{},{}", m.packets_sent[k], m.packets_received[k]);
+            }
+            let _ = writeln!(
+                nodes,
+                ",{},{}",
+                m.latency_us.value_at_quantile(0.5),
+                m.latency_us.value_at_quantile(0.99)
+            );
+        }
+        let violations: Vec<String> = sim
+            .violations
+            .iter()
+            .map(|v| format!("member {} source {}: {}", v.host, v.source, v.what))
+            .collect();
+        let complete = delivered_min == messages && lost == 0 && violations.is_empty();
+        let mut summary = head;
+        let mut put = |k: &str, v: String| summary.push((k.to_string(), v));
+        put("members", sim.hosts().count().to_string());
+        put("messages", messages.to_string());
+        put("delivered_min", delivered_min.to_string());
+        put("lost", lost.to_string());
+        put("recovered", recovered.to_string());
+        put("violations", violations.len().to_string());
+        put("complete", complete.to_string());
+        put("latency_p50_ms", ms(all.value_at_quantile(0.5)));
+        put("latency_p99_ms", ms(all.value_at_quantile(0.99)));
+        put("latency_max_ms", ms(all.max()));
+        put(
+            "sender_link_util",
+            format!("{:.4}", sender_link_util(sim, duration_ns)),
+        );
+        put("events", sim.events.to_string());
+        Report {
+            summary,
+            nodes_csv: nodes,
+            links_csv: links_csv(sim, duration_ns),
+            latency_csv: latency_csv(&all),
+            violations,
+            complete,
+            wall: Wall::default(),
+        }
+    }
+
+    pub fn summary_header(&self) -> String {
+        let names: Vec<&str> = self.summary.iter().map(|(k, _)| k.as_str()).collect();
+        names.join(",")
+    }
+
+    pub fn summary_row(&self) -> String {
+        let values: Vec<&str> = self.summary.iter().map(|(_, v)| v.as_str()).collect();
+        values.join(",")
+    }
+
+    /// Writes the CSV files into `dir` (created if needed).
+    pub fn write(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let summary = format!("{}\n{}\n", self.summary_header(), self.summary_row());
+        std::fs::write(dir.join("summary.csv"), summary)?;
+        std::fs::write(dir.join("nodes.csv"), &self.nodes_csv)?;
+        std::fs::write(dir.join("links.csv"), &self.links_csv)?;
+        std::fs::write(dir.join("latency.csv"), &self.latency_csv)
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+/// Bytes in and out of the sender's (host 0's) access links, as a fraction
+/// of their capacity (P001 Fig 1 middle).
+fn sender_link_util<E: Engine<Event = Event>>(sim: &Sim<E>, duration_ns: u64) -> f64 {
+    let links = &sim.network().links;
+    let sender_node = sim.host_node(0);
+    let (bits, capacity) = links
+        .iter()
+        .filter(|l| l.from == sender_node || l.to == sender_node)
+        .fold((0.0, 0.0), |(b, c), l| {
+            (b + l.bytes as f64 * 8.0, c + l.spec.bandwidth_bps)
+        });
+    bits / (capacity * duration_ns as f64 / 1e9).max(1e-9)
+}
+
+fn links_csv<E: Engine<Event = Event>>(sim: &Sim<E>, duration_ns: u64) -> String {
+    let mut out = String::from("from,to,packets,bytes,utilisation,dropped_loss,dropped_queue\n");
+    let seconds = duration_ns as f64 / 1e9;
+    for l in &sim.network().links {
+        let util = l.bytes as f64 * 8.0 / (l.spec.bandwidth_bps * seconds).max(1e-9);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{:.5},{},{}",
+            l.from, l.to, l.packets, l.bytes, util, l.dropped_loss, l.dropped_queue
+        );
+    }
+    out
+}
+
+fn latency_csv(h: &Histogram<u64>) -> String {
+    let mut out = String::from("latency_ms_upper,count\n");
+    for v in h.iter_log(1_000, 2.0) {
+        let _ = writeln!(
+            out,
+            "{},{}",
+            ms(v.value_iterated_to()),
+            v.count_since_last_iteration()
+        );
+    }
+    out
+}

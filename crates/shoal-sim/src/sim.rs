@@ -1,0 +1,357 @@
+//! The discrete-event loop: one queue of (time, insertion order, event),
+//! never ticked, driving the real engines over the simulated [`Network`].
+//! Each host has at most one live wake-up; a later one replaces it through a
+//! generation counter. Seeded and deterministic: the same topology, engines
+//! and seed give the same run, event for event.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_core::pbcast::Event;
+use shoal_core::{Destination, Engine, Instant, NodeId};
+
+use crate::metrics::{HostMetrics, Violation};
+use crate::network::{Network, Offer, Topology};
+
+#[derive(Debug)]
+enum Ev {
+    /// A packet reaches `node` over a link.
+    Arrive { node: u32, packet: Packet },
+    /// A host's timer.
+    Wake { host: u32, generation: u64 },
+    /// The application on `host` multicasts a message of `size` bytes.
+    Send { host: u32, size: u32 },
+}
+
+#[derive(Debug, Clone)]
+struct Packet {
+    from_host: u32,
+    /// Destination node, or `None` for multicast from `from_node`.
+    to_node: Option<u32>,
+    from_node: u32,
+    bytes: Bytes,
+}
+
+struct Scheduled {
+    time: u64,
+    order: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.time, self.order) == (other.time, other.order)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    /// Reversed: the heap pops the earliest (time, order) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.time, other.order).cmp(&(self.time, self.order))
+    }
+}
+
+struct Host<E> {
+    node: usize,
+    engine: E,
+    generation: u64,
+    armed: Option<u64>,
+    asleep: Option<(u64, u64)>,
+    metrics: HostMetrics,
+}
+
+/// A simulation of engines of type `E` on a network.
+pub struct Sim<E> {
+    network: Network,
+    hosts: Vec<Host<E>>,
+    /// Node index to host index.
+    host_at: Vec<Option<u32>>,
+    queue: BinaryHeap<Scheduled>,
+    order: u64,
+    now: u64,
+    rng: Xoshiro256PlusPlus,
+    pub events: u64,
+    pub violations: Vec<Violation>,
+}
+
+impl<E: Engine<Event = Event>> Sim<E> {
+    /// Hosts `0..nodes.len()` sit on `nodes[i]`; `build(i, members)` makes
+    /// host i's engine, member ids being host indices.
+    pub fn new(
+        topology: &Topology,
+        nodes: &[usize],
+        seed: u64,
+        build: impl Fn(NodeId, &[NodeId]) -> E,
+    ) -> Sim<E> {
+        let members: Vec<NodeId> = (0..nodes.len() as u32).map(NodeId).collect();
+        let mut host_at = vec![None; topology.nodes];
+        let hosts = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &node)| {
+                host_at[node] = Some(i as u32);
+                Host {
+                    node,
+                    engine: build(members[i], &members),
+                    generation: 0,
+                    armed: None,
+                    asleep: None,
+                    metrics: HostMetrics::new(nodes.len()),
+                }
+            })
+            .collect();
+        let mut sim = Sim {
+            network: Network::new(topology, nodes),
+            hosts,
+            host_at,
+            queue: BinaryHeap::new(),
+            order: 0,
+            now: 0,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
+            events: 0,
+            violations: Vec::new(),
+        };
+        for h in 0..sim.hosts.len() {
+            sim.arm(h);
+        }
+        sim
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    /// The node host `host` sits on.
+    pub fn host_node(&self, host: usize) -> usize {
+        self.hosts[host].node
+    }
+
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = (&E, &HostMetrics)> {
+        self.hosts.iter().map(|h| (&h.engine, &h.metrics))
+    }
+
+    fn push(&mut self, time: u64, ev: Ev) {
+        self.order += 1;
+        self.queue.push(Scheduled {
+            time,
+            order: self.order,
+            ev,
+        });
+    }
+
+    /// Schedules `count` multicasts of `size` bytes from `host`, one every
+    /// `gap_ns`, starting at `start_ns`.
+    pub fn schedule_stream(
+        &mut self,
+        host: usize,
+        start_ns: u64,
+        gap_ns: u64,
+        count: u64,
+        size: u32,
+    ) {
+        for i in 0..count {
+            self.push(
+                start_ns + i * gap_ns,
+                Ev::Send {
+                    host: host as u32,
+                    size,
+                },
+            );
+        }
+    }
+
+    /// `host` drops everything and runs no timers in [from, until).
+    pub fn sleep(&mut self, host: usize, from_ns: u64, until_ns: u64) {
+        self.hosts[host].asleep = Some((from_ns, until_ns));
+        let generation = self.hosts[host].generation;
+        self.push(
+            until_ns,
+            Ev::Wake {
+                host: host as u32,
+                generation,
+            },
+        );
+    }
+
+    fn is_asleep(&self, host: usize) -> bool {
+        self.hosts[host]
+            .asleep
+            .is_some_and(|(from, until)| from <= self.now && self.now < until)
+    }
+
+    /// Runs every event up to and including `until_ns`.
+    pub fn run_until(&mut self, until_ns: u64) {
+        while self.queue.peek().is_some_and(|s| s.time <= until_ns) {
+            let Scheduled { time, ev, .. } = self.queue.pop().expect("peeked");
+            self.now = time;
+            self.events += 1;
+            match ev {
+                Ev::Arrive { node, packet } => self.on_arrive(node as usize, packet),
+                Ev::Wake { host, generation } => self.on_wake(host as usize, generation),
+                Ev::Send { host, size } => self.on_send(host as usize, size),
+            }
+        }
+        self.now = self.now.max(until_ns);
+    }
+
+    fn on_send(&mut self, host: usize, size: u32) {
+        if self.is_asleep(host) {
+            return;
+        }
+        let mut payload = vec![0u8; (size as usize).max(8)];
+        payload[..8].copy_from_slice(&self.now.to_be_bytes());
+        let now = Instant::from_nanos(self.now);
+        if self.hosts[host]
+            .engine
+            .multicast(now, Bytes::from(payload))
+            .is_ok()
+        {
+            self.hosts[host].metrics.originated += 1;
+        }
+        self.after_input(host);
+    }
+
+    fn on_wake(&mut self, host: usize, generation: u64) {
+        if self.is_asleep(host) {
+            return;
+        }
+        let h = &mut self.hosts[host];
+        let woke_from_sleep = h.asleep.is_some_and(|(_, until)| until == self.now);
+        if generation != h.generation && !woke_from_sleep {
+            return;
+        }
+        h.armed = None;
+        h.engine.handle_timeout(Instant::from_nanos(self.now));
+        self.after_input(host);
+    }
+
+    fn on_arrive(&mut self, node: usize, packet: Packet) {
+        let here = self.host_at[node].map(|h| h as usize);
+        match packet.to_node {
+            Some(dst) if dst as usize == node => self.deliver(here, &packet),
+            Some(dst) => self.forward_unicast(node, dst as usize, packet),
+            None => {
+                if node != packet.from_node as usize {
+                    self.deliver(here, &packet);
+                }
+                self.forward_multicast(node, packet);
+            }
+        }
+    }
+
+    fn deliver(&mut self, host: Option<usize>, packet: &Packet) {
+        let Some(host) = host else { return };
+        if self.is_asleep(host) {
+            self.hosts[host].metrics.dropped_asleep += 1;
+            return;
+        }
+        self.hosts[host].metrics.count_received(&packet.bytes);
+        let now = Instant::from_nanos(self.now);
+        let from = NodeId(packet.from_host);
+        self.hosts[host]
+            .engine
+            .handle_datagram(now, from, &packet.bytes);
+        self.after_input(host);
+    }
+
+    /// Drains the engine after an input: datagrams into the network, events
+    /// into the metrics and checker, and the next wake-up.
+    fn after_input(&mut self, host: usize) {
+        let now = Instant::from_nanos(self.now);
+        while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
+            self.hosts[host].metrics.count_sent(&t.payload);
+            let from_node = self.hosts[host].node as u32;
+            let to_node = match t.destination {
+                Destination::Node(member) => match self.hosts.get(member.0 as usize) {
+                    Some(dst) => Some(dst.node as u32),
+                    None => continue,
+                },
+                Destination::Multicast => None,
+            };
+            let packet = Packet {
+                from_host: host as u32,
+                to_node,
+                from_node,
+                bytes: t.payload,
+            };
+            self.inject(packet);
+        }
+        while let Some(event) = self.hosts[host].engine.poll_event() {
+            let now_ns = self.now;
+            if let Some(v) = self.hosts[host].metrics.on_event(host, now_ns, &event) {
+                self.violations.push(v);
+            }
+        }
+        self.arm(host);
+    }
+
+    fn arm(&mut self, host: usize) {
+        let Some(at) = self.hosts[host].engine.poll_timeout() else {
+            return;
+        };
+        let at = at.as_nanos().max(self.now);
+        if self.hosts[host].armed == Some(at) {
+            return;
+        }
+        let h = &mut self.hosts[host];
+        h.generation += 1;
+        h.armed = Some(at);
+        let generation = h.generation;
+        self.push(
+            at,
+            Ev::Wake {
+                host: host as u32,
+                generation,
+            },
+        );
+    }
+
+    fn inject(&mut self, packet: Packet) {
+        let node = packet.from_node as usize;
+        match packet.to_node {
+            Some(dst) if dst as usize == node => {
+                let ev = Ev::Arrive { node: dst, packet };
+                self.push(self.now, ev);
+            }
+            Some(dst) => self.forward_unicast(node, dst as usize, packet),
+            None => self.forward_multicast(node, packet),
+        }
+    }
+
+    fn forward_unicast(&mut self, at: usize, dst: usize, packet: Packet) {
+        if let Some(link) = self.network.route(at, dst) {
+            self.send_on(link, packet);
+        }
+    }
+
+    fn forward_multicast(&mut self, at: usize, packet: Packet) {
+        let links = self
+            .network
+            .multicast_links(packet.from_node as usize, at)
+            .to_vec();
+        for link in links {
+            self.send_on(link as usize, packet.clone());
+        }
+    }
+
+    fn send_on(&mut self, link: usize, packet: Packet) {
+        let roll: f64 = self.rng.random();
+        let l = &mut self.network.links[link];
+        let to = l.to as u32;
+        if let Offer::Arrives(at) = l.offer(self.now, packet.bytes.len(), roll) {
+            self.push(at, Ev::Arrive { node: to, packet });
+        }
+    }
+}
