@@ -1,12 +1,153 @@
-//! `shoal sim <scenario>`: runs a simulator scenario. (Owned by the simulator work.)
+//! `shoal sim <scenario>`: runs a simulator scenario and writes its CSV files.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use shoal_sim::scenarios::{pbcast_star, pbcast_tree, NAMES};
+use shoal_sim::Report;
 
 /// Arguments of `shoal sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Scenario name.
+    /// Scenario: pbcast-star or pbcast-tree.
     pub scenario: String,
+    /// Seed of every random choice; the same seed gives the same files.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Directory for summary.csv, nodes.csv, links.csv and latency.csv.
+    #[arg(long, default_value = "out/sim")]
+    pub out: PathBuf,
+    /// pbcast-star: members around the router [default: 50].
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// Drop probability on every link [star: 0.05, tree: 0.001].
+    #[arg(long)]
+    pub loss: Option<f64>,
+    /// pbcast-star: messages to send [default: 1000].
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// pbcast-tree: levels below the root [default: 4].
+    #[arg(long)]
+    pub depth: Option<u32>,
+    /// pbcast-tree: children per node [default: 3].
+    #[arg(long)]
+    pub branching: Option<usize>,
+    /// Messages per second [default: 100].
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// pbcast-tree: seconds of sending [default: 100].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// pbcast-tree: link bandwidth in Mbit/s [default: 1.5, as in P001].
+    #[arg(long)]
+    pub bandwidth_mbps: Option<f64>,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("scenario {} is not built yet", args.scenario)
+    check_ranges(&args)?;
+    let report = match args.scenario.as_str() {
+        "pbcast-star" => {
+            refuse(
+                &args,
+                &[
+                    ("--depth", args.depth.is_some()),
+                    ("--branching", args.branching.is_some()),
+                    ("--duration", args.duration.is_some()),
+                ],
+            )?;
+            let d = pbcast_star::Options::default();
+            pbcast_star::run(&pbcast_star::Options {
+                nodes: args.nodes.unwrap_or(d.nodes),
+                loss: args.loss.unwrap_or(d.loss),
+                messages: args.messages.unwrap_or(d.messages),
+                rate: args.rate.unwrap_or(d.rate),
+                seed: args.seed,
+                ..d
+            })
+        }
+        "pbcast-tree" => {
+            refuse(
+                &args,
+                &[
+                    ("--nodes", args.nodes.is_some()),
+                    ("--messages", args.messages.is_some()),
+                ],
+            )?;
+            let d = pbcast_tree::Options::default();
+            pbcast_tree::run(&pbcast_tree::Options {
+                depth: args.depth.unwrap_or(d.depth),
+                branching: args.branching.unwrap_or(d.branching),
+                loss: args.loss.unwrap_or(d.loss),
+                rate: args.rate.unwrap_or(d.rate),
+                duration: args.duration.unwrap_or(d.duration),
+                bandwidth_bps: args.bandwidth_mbps.map_or(d.bandwidth_bps, |m| m * 1e6),
+                seed: args.seed,
+                ..d
+            })
+        }
+        other => bail!(
+            "unknown scenario {other:?}; scenarios: {}",
+            NAMES.join(", ")
+        ),
+    };
+    report
+        .write(&args.out)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    print_summary(&report, &args);
+    if !report.complete {
+        bail!(
+            "not every member delivered every message (see {})",
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+fn refuse(args: &SimArgs, options: &[(&str, bool)]) -> anyhow::Result<()> {
+    match options.iter().find(|(_, given)| *given) {
+        Some((name, _)) => bail!("{name} does not apply to {}", args.scenario),
+        None => Ok(()),
+    }
+}
+
+fn check_ranges(args: &SimArgs) -> anyhow::Result<()> {
+    if args.loss.is_some_and(|l| !(0.0..1.0).contains(&l)) {
+        bail!("--loss must be in [0, 1)");
+    }
+    if args.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        bail!("--rate must be positive");
+    }
+    if args.duration.is_some_and(|d| !(d > 0.0 && d.is_finite())) {
+        bail!("--duration must be positive");
+    }
+    if args
+        .bandwidth_mbps
+        .is_some_and(|b| !(b > 0.0 && b.is_finite()))
+    {
+        bail!("--bandwidth-mbps must be positive");
+    }
+    if args.nodes.is_some_and(|n| n < 2) {
+        bail!("--nodes must be at least 2");
+    }
+    if args.branching == Some(0) || args.depth == Some(0) {
+        bail!("--depth and --branching must be at least 1");
+    }
+    Ok(())
+}
+
+fn print_summary(report: &Report, args: &SimArgs) {
+    for (name, value) in &report.summary {
+        println!("{name:>18}  {value}");
+    }
+    let wall = report.wall;
+    println!(
+        "{:>18}  {:.2} s, {:.2} M events/s",
+        "wall time",
+        wall.seconds,
+        wall.events_per_second() / 1e6
+    );
+    for v in report.violations.iter().take(10) {
+        println!("violation: {v}");
+    }
+    println!("files in {}", args.out.display());
 }

@@ -111,6 +111,11 @@ impl SourceLog {
         self.held
     }
 
+    /// Nothing buffered, nothing missing: no work for a round.
+    pub fn is_idle(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     pub fn has_missing(&self) -> bool {
         self.missing > 0
     }
@@ -376,6 +381,10 @@ impl SourceLog {
         max: usize,
     ) -> Vec<u64> {
         let mut out = Vec::new();
+        // Ranges above `next_range` start after the current seq: walking
+        // both backwards keeps this linear (a binary search per slot was the
+        // simulator's hottest instruction).
+        let mut next_range = advertised.len();
         // Newest first: young messages sit at the tail.
         for (index, slot) in self.slots.iter().enumerate().rev() {
             let seq = self.base + index as u64;
@@ -386,7 +395,11 @@ impl SourceLog {
             if held.received + age_max <= now {
                 break;
             }
-            if seq <= highest && !crate::ranges::contains(advertised, seq) {
+            while next_range > 0 && advertised[next_range - 1].first > seq {
+                next_range -= 1;
+            }
+            let advertised_here = next_range > 0 && advertised[next_range - 1].last >= seq;
+            if seq <= highest && !advertised_here {
                 out.push(seq);
             }
         }

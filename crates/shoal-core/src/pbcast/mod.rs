@@ -34,7 +34,7 @@ mod outbox;
 
 pub use config::{Config, ConfigError, Delivery, GossipMode, MulticastRepair, MIN_DATAGRAM_SIZE};
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -110,6 +110,10 @@ pub struct Pbcast {
     config: Config,
     rng: Xoshiro256PlusPlus,
     logs: Vec<SourceLog>,
+    /// Sources whose log is not idle, and those with gaps: in a large group
+    /// most members never send, and a round or a digest must not cost O(n).
+    busy: BTreeSet<usize>,
+    gappy: BTreeSet<usize>,
     progress: Vec<Progress>,
     outbox: Outbox,
     events: VecDeque<Event>,
@@ -167,6 +171,8 @@ impl Pbcast {
             members,
             rng,
             logs: (0..n).map(|_| SourceLog::default()).collect(),
+            busy: BTreeSet::new(),
+            gappy: BTreeSet::new(),
             progress: vec![
                 Progress {
                     next: 0,
@@ -260,6 +266,7 @@ impl Pbcast {
         self.members = members;
         self.my_index = my_index;
         self.gossip_weights = None;
+        self.retrack_all();
         Ok(())
     }
 
@@ -329,8 +336,33 @@ impl Pbcast {
     /// Checks internal invariants; panics when one is broken (tests and the
     /// simulator call this).
     pub fn check_invariants(&self) {
-        for log in &self.logs {
+        for (source, log) in self.logs.iter().enumerate() {
             log.check_invariants();
+            assert_eq!(self.busy.contains(&source), !log.is_idle(), "busy set");
+            assert_eq!(self.gappy.contains(&source), log.has_missing(), "gappy set");
+        }
+    }
+
+    /// Keeps `busy` and `gappy` in step with one source's log.
+    fn track(&mut self, source: usize) {
+        let log = &self.logs[source];
+        if log.is_idle() {
+            self.busy.remove(&source);
+        } else {
+            self.busy.insert(source);
+        }
+        if log.has_missing() {
+            self.gappy.insert(source);
+        } else {
+            self.gappy.remove(&source);
+        }
+    }
+
+    fn retrack_all(&mut self) {
+        self.busy.clear();
+        self.gappy.clear();
+        for source in 0..self.logs.len() {
+            self.track(source);
         }
     }
 
@@ -381,7 +413,9 @@ impl Pbcast {
 
     fn on_message(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes, rx: bool) {
         let log = &mut self.logs[source];
-        match log.insert(seq, payload, now, rx, LOG_EXTENSION_MAX) {
+        let inserted = log.insert(seq, payload, now, rx, LOG_EXTENSION_MAX);
+        self.track(source);
+        match inserted {
             Inserted::Duplicate => self.stats.duplicates += 1,
             Inserted::New => {
                 self.deliver_ready(source, Some(seq));
@@ -432,7 +466,8 @@ impl Pbcast {
     /// messages it lacks, and count evidence for declaring gaps lost.
     fn on_gossip(&mut self, now: Instant, from: usize, digest: &[SourceRanges]) {
         let mut wanted = Vec::new();
-        let mut advertised: Vec<Vec<SeqRange>> = vec![Vec::new(); self.members.len()];
+        // (source index, sorted ranges) of every source the digest names.
+        let mut advertised: Vec<(usize, Vec<SeqRange>)> = Vec::with_capacity(digest.len());
         for entry in digest {
             let Some(source) = self.index_of(NodeId(entry.source)) else {
                 continue;
@@ -441,6 +476,7 @@ impl Pbcast {
             ranges.sort_unstable();
             if let Some(highest) = ranges.last().map(|r| r.last) {
                 self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
+                self.track(source);
             }
             if self.config.mode != GossipMode::Push {
                 if let Some(w) = self.pull(now, source, &ranges) {
@@ -450,9 +486,15 @@ impl Pbcast {
             if self.config.mode != GossipMode::Pull {
                 self.push(now, from, source, &ranges);
             }
-            advertised[source] = ranges;
+            advertised.push((source, ranges));
         }
-        for (log, ranges) in self.logs.iter_mut().zip(&advertised) {
+        advertised.sort_unstable_by_key(|(source, _)| *source);
+        for &source in &self.gappy {
+            let log = &mut self.logs[source];
+            let ranges = match advertised.binary_search_by_key(&source, |(s, _)| *s) {
+                Ok(i) => advertised[i].1.as_slice(),
+                Err(_) => &[],
+            };
             log.note_digest(ranges);
         }
         if !wanted.is_empty() {
@@ -621,9 +663,11 @@ impl Pbcast {
         self.repair_bits.retain(|_, bit| bit.at + memory > now);
         let gc_period = self.config.gc_period();
         let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
-        for source in 0..self.logs.len() {
+        let busy: Vec<usize> = self.busy.iter().copied().collect();
+        for source in busy {
             self.logs[source].collect_garbage(now, gc_period);
             self.give_up_dead_gaps(now, source, lost_wait);
+            self.track(source);
         }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
@@ -750,7 +794,8 @@ impl Pbcast {
         let mut room = room.saturating_sub(2);
         let max_ranges = usize::from(self.config.digest_ranges_max);
         let mut digest = Vec::new();
-        for (node, log) in self.members.iter().zip(&self.logs) {
+        for &source in &self.busy {
+            let (node, log) = (&self.members[source], &self.logs[source]);
             if log.held() == 0 {
                 continue;
             }
@@ -858,6 +903,7 @@ impl Engine for Pbcast {
         let me = self.my_index;
         let seq = self.logs[me].end();
         self.logs[me].insert(seq, payload, now, false, 1);
+        self.track(me);
         self.logs[me].unreported = 0;
         self.stats.originated += 1;
         self.outbox.fresh.push_back(seq);

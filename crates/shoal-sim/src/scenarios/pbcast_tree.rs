@@ -21,6 +21,8 @@ pub struct Options {
     /// Seconds of sending.
     pub duration: f64,
     pub size: u32,
+    /// Link bandwidth in bit/s (P001: 1.5 Mbit/s).
+    pub bandwidth_bps: f64,
     pub seed: u64,
 }
 
@@ -33,6 +35,7 @@ impl Default for Options {
             rate: 100.0,
             duration: 100.0,
             size: 210,
+            bandwidth_bps: 1.5e6,
             seed: 1,
         }
     }
@@ -40,7 +43,11 @@ impl Default for Options {
 
 pub fn run(o: &Options) -> Report {
     let started = WallInstant::now();
-    let topology = Topology::tree(o.depth, o.branching, LinkSpec::paper(o.loss));
+    let spec = LinkSpec {
+        bandwidth_bps: o.bandwidth_bps,
+        ..LinkSpec::paper(o.loss)
+    };
+    let topology = Topology::tree(o.depth, o.branching, spec);
     let hosts: Vec<usize> = (0..topology.nodes).collect();
     let config = paper_pbcast();
     let drain = drain_ns(&config);
