@@ -2,14 +2,9 @@
 //! one sender, loss on every link. Optionally one member sleeps for a while
 //! (DESIGN.md: node perturbation) and must catch up through gossip.
 
-use std::time::Instant as WallInstant;
-
-use shoal_core::pbcast::Pbcast;
-use shoal_core::Instant;
-
-use super::{drain_ns, ns, paper_pbcast};
-use crate::report::{Report, Wall};
-use crate::{LinkSpec, Sim, Topology};
+use super::{head, PbcastRun};
+use crate::report::Report;
+use crate::{LinkSpec, Topology};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -42,43 +37,19 @@ impl Default for Options {
 }
 
 pub fn run(o: &Options) -> Report {
-    let started = WallInstant::now();
     let topology = Topology::star(o.nodes, LinkSpec::paper(o.loss));
     let leaves: Vec<usize> = (1..=o.nodes).collect();
-    let config = paper_pbcast();
-    let drain = drain_ns(&config);
-    let seed = o.seed;
-    let mut sim = Sim::new(&topology, &leaves, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    let gap = ns(1.0 / o.rate);
-    sim.schedule_stream(0, ns(0.5), gap, o.messages, o.size);
-    if let Some((member, start, length)) = o.sleep {
-        sim.sleep(member, ns(start), ns(start + length));
+    PbcastRun {
+        topology: &topology,
+        hosts: &leaves,
+        messages: o.messages,
+        rate: o.rate,
+        size: o.size,
+        sleep: o.sleep,
+        seed: o.seed,
+        head: head("pbcast-star", o.nodes, o.seed, o.loss),
     }
-    let end = ns(0.5) + gap * o.messages + drain;
-    sim.run_until(end);
-    let head = vec![
-        ("scenario".into(), "pbcast-star".into()),
-        ("protocol".into(), "pbcast".into()),
-        ("group_size".into(), o.nodes.to_string()),
-        ("seed".into(), o.seed.to_string()),
-        ("loss".into(), o.loss.to_string()),
-    ];
-    if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
-        for (i, (_, m)) in sim.hosts().enumerate() {
-            if !m.lost_ranges.is_empty() {
-                eprintln!("member {i} lost {:?}", m.lost_ranges);
-            }
-        }
-    }
-    let mut report = Report::collect(&sim, head, o.messages, end);
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
-    report
+    .run()
 }
 
 #[cfg(test)]

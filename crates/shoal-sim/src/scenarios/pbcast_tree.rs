@@ -2,14 +2,9 @@
 //! sender is the root (P001 §C, "simulations of simple network topologies":
 //! 100 messages/s of 210 bytes, 1.5 Mbit/s links, 0.1% loss per link).
 
-use std::time::Instant as WallInstant;
-
-use shoal_core::pbcast::Pbcast;
-use shoal_core::Instant;
-
-use super::{drain_ns, ns, paper_pbcast};
-use crate::report::{Report, Wall};
-use crate::{LinkSpec, Sim, Topology};
+use super::{head, PbcastRun};
+use crate::report::Report;
+use crate::{LinkSpec, Topology};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -42,38 +37,23 @@ impl Default for Options {
 }
 
 pub fn run(o: &Options) -> Report {
-    let started = WallInstant::now();
     let spec = LinkSpec {
         bandwidth_bps: o.bandwidth_bps,
         ..LinkSpec::paper(o.loss)
     };
     let topology = Topology::tree(o.depth, o.branching, spec);
     let hosts: Vec<usize> = (0..topology.nodes).collect();
-    let config = paper_pbcast();
-    let drain = drain_ns(&config);
-    let seed = o.seed;
-    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    let messages = (o.rate * o.duration).round() as u64;
-    let gap = ns(1.0 / o.rate);
-    sim.schedule_stream(0, ns(0.5), gap, messages, o.size);
-    let end = ns(0.5) + gap * messages + drain;
-    sim.run_until(end);
-    let head = vec![
-        ("scenario".into(), "pbcast-tree".into()),
-        ("protocol".into(), "pbcast".into()),
-        ("group_size".into(), topology.nodes.to_string()),
-        ("seed".into(), o.seed.to_string()),
-        ("loss".into(), o.loss.to_string()),
-    ];
-    let mut report = Report::collect(&sim, head, messages, end);
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
-    report
+    PbcastRun {
+        topology: &topology,
+        hosts: &hosts,
+        messages: (o.rate * o.duration).round() as u64,
+        rate: o.rate,
+        size: o.size,
+        sleep: None,
+        seed: o.seed,
+        head: head("pbcast-tree", topology.nodes, o.seed, o.loss),
+    }
+    .run()
 }
 
 #[cfg(test)]
