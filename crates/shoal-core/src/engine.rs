@@ -15,6 +15,17 @@ impl std::fmt::Display for NodeId {
     }
 }
 
+/// A member list in canonical form (ascending, no repeats) and `me`'s index
+/// in it; `None` when `me` is not in the list. Engines index per-member state
+/// by this position.
+pub fn member_list(me: NodeId, members: &[NodeId]) -> Option<(Vec<NodeId>, usize)> {
+    let mut members = members.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let index = members.binary_search(&me).ok()?;
+    Some((members, index))
+}
+
 /// Where a datagram goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {

@@ -42,7 +42,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::{Packet, SeqRange, SourceRanges};
 
-use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
+use crate::engine::{member_list, Destination, Engine, NodeId, SendError, Transmit};
 use crate::ranges::RangeBuilder;
 use crate::time::Instant;
 use log::{Inserted, Ready, SourceLog};
@@ -155,12 +155,7 @@ impl Pbcast {
         now: Instant,
     ) -> Result<Pbcast, ConfigError> {
         config.validate()?;
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
-        let my_index = members
-            .binary_search(&me)
-            .map_err(|_| ConfigError::NotAMember(me.0))?;
+        let (members, my_index) = member_list(me, members).ok_or(ConfigError::NotAMember(me.0))?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         // Rounds are not synchronised across members (P001 §B).
         let first_round = now + config.gossip_interval.mul_f64(rng.random::<f64>());
@@ -219,12 +214,8 @@ impl Pbcast {
     /// (they are new senders); removed members' messages are forgotten.
     /// Gossip weights are reset to uniform.
     pub fn set_members(&mut self, now: Instant, members: &[NodeId]) -> Result<(), ConfigError> {
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
-        let my_index = members
-            .binary_search(&self.me)
-            .map_err(|_| ConfigError::NotAMember(self.me.0))?;
+        let (members, my_index) =
+            member_list(self.me, members).ok_or(ConfigError::NotAMember(self.me.0))?;
         let old_index: Vec<Option<usize>> = members
             .iter()
             .map(|m| self.members.binary_search(m).ok())

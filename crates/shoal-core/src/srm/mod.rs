@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::{Echo, Packet, SeqRange, Session, SourceRanges};
 
-use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
+use crate::engine::{member_list, Destination, Engine, NodeId, SendError, Transmit};
 use crate::pbcast::{Event, Stats};
 use crate::time::Instant;
 use adaptive::Tuner;
@@ -116,12 +116,7 @@ impl Srm {
         now: Instant,
     ) -> Result<Srm, ConfigError> {
         config.validate()?;
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
-        let my_index = members
-            .binary_search(&me)
-            .map_err(|_| ConfigError::NotAMember(me.0))?;
+        let (members, my_index) = member_list(me, members).ok_or(ConfigError::NotAMember(me.0))?;
         let n = members.len();
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let first_session = now + config.session_interval.mul_f64(rng.random::<f64>());
