@@ -58,6 +58,15 @@ pub trait Engine {
     fn node_id(&self) -> NodeId;
     /// A datagram arrived from `from`. Bad bytes are counted and dropped.
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]);
+    /// As [`Engine::handle_datagram`], for a driver that holds the datagram as
+    /// [`Bytes`] sized to the datagram: the engine may keep slices of it
+    /// (payloads in its log) instead of copying. The simulator uses this, as
+    /// one multicast datagram reaches hundreds of engines. A driver that
+    /// receives into a large reusable buffer should call `handle_datagram`,
+    /// or a kept slice would pin the whole buffer.
+    fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        self.handle_datagram(now, from, datagram)
+    }
     /// The deadline returned by `poll_timeout` has passed (spurious calls are harmless).
     fn handle_timeout(&mut self, now: Instant);
     /// Originates a multicast of `payload`; errors leave the engine unchanged.

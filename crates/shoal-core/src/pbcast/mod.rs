@@ -376,10 +376,37 @@ impl Pbcast {
 
     // ---- inputs ----------------------------------------------------------
 
-    fn on_packet(&mut self, now: Instant, from: usize, packet: Packet<'_>) {
+    fn receive(&mut self, now: Instant, from: NodeId, datagram: &[u8], shared: Option<&Bytes>) {
+        let now = self.clamp(now);
+        self.stats.datagrams_received += 1;
+        let Some(from_index) = self.index_of(from).filter(|i| *i != self.my_index) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        for item in shoal_wire::packets(datagram) {
+            match item {
+                Ok((header, packet)) if header.sender == from.0 => {
+                    self.stats.packets_received[header.kind.index()] += 1;
+                    self.on_packet(now, from_index, packet, shared);
+                }
+                _ => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `shared`, when the caller has one, is the datagram the packet was
+    /// decoded from: payloads become slices of it instead of copies.
+    fn on_packet(&mut self, now: Instant, from: usize, packet: Packet<'_>, shared: Option<&Bytes>) {
+        let own = |payload: &[u8]| match shared {
+            Some(datagram) => datagram.slice_ref(payload),
+            None => Bytes::copy_from_slice(payload),
+        };
         match packet {
             Packet::Data { seq, payload } => {
-                let payload = Bytes::copy_from_slice(payload);
+                let payload = own(payload);
                 self.on_message(now, from, seq, payload, false);
             }
             Packet::Retransmit {
@@ -388,7 +415,7 @@ impl Pbcast {
                 payload,
             } => {
                 if let Some(source) = self.index_of(NodeId(source)) {
-                    let payload = Bytes::copy_from_slice(payload);
+                    let payload = own(payload);
                     self.on_message(now, source, seq, payload, true);
                 }
             }
@@ -848,24 +875,11 @@ impl Engine for Pbcast {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
-        let now = self.clamp(now);
-        self.stats.datagrams_received += 1;
-        let Some(from_index) = self.index_of(from).filter(|i| *i != self.my_index) else {
-            self.stats.malformed += 1;
-            return;
-        };
-        for item in shoal_wire::packets(datagram) {
-            match item {
-                Ok((header, packet)) if header.sender == from.0 => {
-                    self.stats.packets_received[header.kind.index()] += 1;
-                    self.on_packet(now, from_index, packet);
-                }
-                _ => {
-                    self.stats.malformed += 1;
-                    return;
-                }
-            }
-        }
+        self.receive(now, from, datagram, None);
+    }
+
+    fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        self.receive(now, from, datagram, Some(datagram));
     }
 
     fn handle_timeout(&mut self, now: Instant) {

@@ -539,3 +539,27 @@ fn lost_events_take_their_place_in_fifo_order() {
         .collect();
     assert_eq!(order, vec!["l0-0", "d1", "l2-2", "d3"]);
 }
+
+#[test]
+fn a_shared_datagram_is_delivered_as_a_slice_not_a_copy() {
+    let members = [NodeId(0), NodeId(1)];
+    let engine = |me| Pbcast::new(me, &members, paper_config(), 7, Instant::ZERO).unwrap();
+    let mut sender = engine(NodeId(0));
+    sender.multicast(Instant::ZERO, Bytes::from_static(b"hello")).unwrap();
+    let datagram = sender.poll_transmit(Instant::ZERO).unwrap().payload;
+
+    let mut copied = engine(NodeId(1));
+    copied.handle_datagram(Instant::ZERO, NodeId(0), &datagram);
+    let mut shared = engine(NodeId(1));
+    shared.handle_datagram_bytes(Instant::ZERO, NodeId(0), &datagram);
+
+    let (Some(Event::Deliver { payload: a, .. }), Some(Event::Deliver { payload: b, .. })) =
+        (copied.poll_event(), shared.poll_event())
+    else {
+        panic!("both paths deliver the message");
+    };
+    assert_eq!(a, b);
+    let inside = datagram.as_ptr_range();
+    assert!(inside.contains(&b.as_ptr()), "shared path keeps a slice");
+    assert!(!inside.contains(&a.as_ptr()), "plain path copies");
+}
