@@ -1,6 +1,7 @@
 //! What the simulator records per host, and the delivery checker that runs
-//! as events happen: every message exactly once, in FIFO order per source
-//! (a `Lost` range counts as delivered-as-lost at its place in the order).
+//! as events happen: every message exactly once, and, for engines that
+//! promise it, in FIFO order per source (a `Lost` range counts as
+//! delivered-as-lost at its place in the order).
 
 use hdrhistogram::Histogram;
 use shoal_core::pbcast::Event;
@@ -32,6 +33,9 @@ pub struct HostMetrics {
     pub latency_us: Histogram<u64>,
     /// Per source: the next sequence number FIFO order expects.
     expected: Vec<u64>,
+    /// `None`: FIFO order is checked. `Some`: unordered delivery, checked
+    /// for exactly-once with a bit per (source, sequence number).
+    seen: Option<Vec<Vec<u64>>>,
 }
 
 impl HostMetrics {
@@ -49,7 +53,14 @@ impl HostMetrics {
             lost_ranges: Vec::new(),
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds"),
             expected: vec![0; sources],
+            seen: None,
         }
+    }
+
+    /// Checks exactly-once delivery only, not order (SRM, unordered pbcast).
+    pub fn unordered(mut self) -> HostMetrics {
+        self.seen = Some(vec![Vec::new(); self.expected.len()]);
+        self
     }
 
     pub fn count_sent(&mut self, datagram: &[u8]) {
@@ -85,6 +96,14 @@ impl HostMetrics {
                 (source.0, range.first, range.last)
             }
         };
+        if let Some(seen) = &mut self.seen {
+            let bits = seen.get_mut(source as usize)?;
+            return mark_once(bits, first, last).map(|seq| Violation {
+                host,
+                source,
+                what: format!("{seq} delivered twice ({event:?})"),
+            });
+        }
         let expected = self.expected.get_mut(source as usize)?;
         let violation = (first != *expected).then(|| Violation {
             host,
@@ -105,8 +124,24 @@ impl HostMetrics {
     }
 }
 
+/// Sets the bits first..=last; returns a sequence number already set.
+fn mark_once(bits: &mut Vec<u64>, first: u64, last: u64) -> Option<u64> {
+    let mut twice = None;
+    for seq in first..=last {
+        let (word, bit) = ((seq / 64) as usize, seq % 64);
+        if bits.len() <= word {
+            bits.resize(word + 1, 0);
+        }
+        if bits[word] & (1 << bit) != 0 {
+            twice.get_or_insert(seq);
+        }
+        bits[word] |= 1 << bit;
+    }
+    twice
+}
+
 /// Counts packets per kind in a datagram, reading headers only.
-fn count_kinds(mut datagram: &[u8], counts: &mut [u64; KIND_COUNT]) {
+pub(crate) fn count_kinds(mut datagram: &[u8], counts: &mut [u64; KIND_COUNT]) {
     while let Ok(header) = decode_header(datagram) {
         counts[header.kind.index()] += 1;
         let Some(rest) = datagram.get(HEADER_LEN + header.body_len..) else {

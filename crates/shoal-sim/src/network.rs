@@ -68,6 +68,29 @@ impl Topology {
         }
     }
 
+    /// A tree of exactly `nodes` nodes and at most `depth` levels below
+    /// the root, filled breadth-first with the smallest branching factor
+    /// that fits (P001 Fig 1: "trees of 20-80 nodes, depth 4").
+    pub fn tree_of(nodes: usize, depth: u32, spec: LinkSpec) -> Topology {
+        let capacity = |b: usize| (0..=depth).map(|d| b.pow(d)).sum::<usize>();
+        let branching = (1..).find(|&b| capacity(b) >= nodes).expect("some b fits");
+        let links = (1..nodes).map(|v| ((v - 1) / branching, v, spec)).collect();
+        Topology { nodes, links }
+    }
+
+    /// Two LANs (each a switch with its hosts) joined by one link between
+    /// the switches (P001 Fig 7). Nodes: switch A = 0, switch B = 1, then A's
+    /// `a` hosts, then B's `b` hosts.
+    pub fn two_clusters(a: usize, b: usize, lan: LinkSpec, bridge: LinkSpec) -> Topology {
+        let mut links = vec![(0, 1, bridge)];
+        links.extend((0..a).map(|i| (0, 2 + i, lan)));
+        links.extend((0..b).map(|i| (1, 2 + a + i, lan)));
+        Topology {
+            nodes: 2 + a + b,
+            links,
+        }
+    }
+
     /// Nodes 0..n in a line.
     pub fn chain(n: usize, spec: LinkSpec) -> Topology {
         Topology {
@@ -90,6 +113,8 @@ pub struct Link {
     pub packets: u64,
     pub dropped_loss: u64,
     pub dropped_queue: u64,
+    /// Packets per kind offered to this link, when watched.
+    pub kinds: Option<Box<[u64; shoal_wire::KIND_COUNT]>>,
 }
 
 /// What happened to a packet offered to a link.
@@ -157,6 +182,7 @@ impl Network {
                     packets: 0,
                     dropped_loss: 0,
                     dropped_queue: 0,
+                    kinds: None,
                 });
             }
         }
@@ -170,6 +196,15 @@ impl Network {
             is_host,
             next_hop: vec![None; topology.nodes],
             tree: vec![None; topology.nodes],
+        }
+    }
+
+    /// Starts counting packets per kind on the links from `from` to `to`.
+    pub fn watch(&mut self, from: usize, to: usize) {
+        for l in &mut self.links {
+            if l.from == from && l.to == to {
+                l.kinds = Some(Box::new([0; shoal_wire::KIND_COUNT]));
+            }
         }
     }
 
@@ -190,6 +225,20 @@ impl Network {
             }
         }
         (parent, via)
+    }
+
+    /// Hops from `root` to every node (`u32::MAX` if unreachable).
+    pub fn hops_from(&self, root: usize) -> Vec<u32> {
+        let (parent, _) = self.bfs(root);
+        (0..parent.len())
+            .map(|v| {
+                if parent[v] == usize::MAX {
+                    NONE
+                } else {
+                    depth(&parent, v) as u32
+                }
+            })
+            .collect()
     }
 
     /// The link `at` takes towards `dst`, if `dst` is reachable.
@@ -256,6 +305,26 @@ mod tests {
         let t = Topology::tree(6, 3, LinkSpec::paper(0.0));
         assert_eq!(t.nodes, 1093);
         assert_eq!(t.links.len(), 1092);
+    }
+
+    #[test]
+    fn tree_of_has_the_size_and_depth_asked() {
+        for n in [20, 40, 80] {
+            let t = Topology::tree_of(n, 4, LinkSpec::paper(0.0));
+            assert_eq!((t.nodes, t.links.len()), (n, n - 1));
+            let net = Network::new(&t, &[0]);
+            let deepest = net.hops_from(0).into_iter().max().unwrap();
+            assert!((3..=4).contains(&deepest), "n={n} depth {deepest}");
+        }
+    }
+
+    #[test]
+    fn two_clusters_cross_one_bridge() {
+        let t = Topology::two_clusters(3, 2, LinkSpec::paper(0.0), LinkSpec::paper(0.0));
+        let net = Network::new(&t, &[]);
+        let hops = net.hops_from(2);
+        assert_eq!(hops[3], 2, "same LAN: host-switch-host");
+        assert_eq!(hops[5], 3, "other LAN: host-switch-switch-host");
     }
 
     #[test]

@@ -49,6 +49,8 @@ impl Report {
         head: Vec<(String, String)>,
         messages: u64,
         duration_ns: u64,
+        (send_seconds, link_bytes): (f64, &[u64]),
+        sender: usize,
     ) -> Report {
         let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
         let mut nodes = String::from(
@@ -98,9 +100,30 @@ impl Report {
         put("latency_p50_ms", ms(all.value_at_quantile(0.5)));
         put("latency_p99_ms", ms(all.value_at_quantile(0.99)));
         put("latency_max_ms", ms(all.max()));
+        let per_member_second = |kind: Kind| {
+            let total: u64 = sim
+                .hosts()
+                .map(|(_, m)| m.packets_received[kind.index()])
+                .sum();
+            total as f64 / sim.hosts().count().max(1) as f64 / send_seconds.max(1e-9)
+        };
+        // Requests and repairs received per member per second of sending,
+        // duplicates included (P001 Figs 1, 2, 8). SRM and pbcast both use
+        // SOLICIT for requests and RETRANSMIT for repairs.
+        put(
+            "requests_per_s",
+            format!("{:.4}", per_member_second(Kind::Solicit)),
+        );
+        put(
+            "repairs_per_s",
+            format!("{:.4}", per_member_second(Kind::Retransmit)),
+        );
         put(
             "sender_link_util",
-            format!("{:.4}", sender_link_util(sim, duration_ns)),
+            format!(
+                "{:.4}",
+                sender_link_util(sim, sender, send_seconds, link_bytes)
+            ),
         );
         put("events", sim.events.to_string());
         Report {
@@ -139,18 +162,26 @@ fn ms(us: u64) -> String {
     format!("{:.3}", us as f64 / 1000.0)
 }
 
-/// Bytes in and out of the sender's (host 0's) access links, as a fraction
-/// of their capacity (P001 Fig 1 middle).
-fn sender_link_util<E: Engine<Event = Event>>(sim: &Sim<E>, duration_ns: u64) -> f64 {
+/// Bytes into and out of the sender's link, as a fraction of the
+/// link's one-way capacity over the sending period (`link_bytes`: each
+/// directed link's bytes when the sending ended) (P001 Fig 1 middle: data
+/// alone is "about 10%"). A sender with several links (the root of a tree)
+/// reports its busiest.
+fn sender_link_util<E: Engine<Event = Event>>(
+    sim: &Sim<E>,
+    sender: usize,
+    send_seconds: f64,
+    link_bytes: &[u64],
+) -> f64 {
     let links = &sim.network().links;
-    let sender_node = sim.host_node(0);
-    let (bits, capacity) = links
-        .iter()
-        .filter(|l| l.from == sender_node || l.to == sender_node)
-        .fold((0.0, 0.0), |(b, c), l| {
-            (b + l.bytes as f64 * 8.0, c + l.spec.bandwidth_bps)
-        });
-    bits / (capacity * duration_ns as f64 / 1e9).max(1e-9)
+    let sender = sim.host_node(sender);
+    let mut busiest: f64 = 0.0;
+    for (i, out) in links.iter().enumerate().filter(|(_, l)| l.from == sender) {
+        // Directed links come in pairs: 2k and 2k + 1 are the two ways.
+        let bits = (link_bytes[i] + link_bytes[i ^ 1]) as f64 * 8.0;
+        busiest = busiest.max(bits / (out.spec.bandwidth_bps * send_seconds).max(1e-9));
+    }
+    busiest
 }
 
 fn links_csv<E: Engine<Event = Event>>(sim: &Sim<E>, duration_ns: u64) -> String {

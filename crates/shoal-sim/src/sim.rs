@@ -161,6 +161,19 @@ impl<E: Engine<Event = Event>> Sim<E> {
         sim
     }
 
+    /// Check exactly-once delivery but not FIFO order (unordered engines).
+    pub fn check_unordered(&mut self) {
+        for h in &mut self.hosts {
+            h.metrics = std::mem::replace(&mut h.metrics, HostMetrics::new(0)).unordered();
+        }
+    }
+
+    /// Counts packets per kind on the link from node `from` to node `to`
+    /// (both directions if `both`), e.g. the router link of P001 Fig 9.
+    pub fn watch_link(&mut self, from: usize, to: usize) {
+        self.network.watch(from, to);
+    }
+
     pub fn now_ns(&self) -> u64 {
         self.now
     }
@@ -380,6 +393,9 @@ impl<E: Engine<Event = Event>> Sim<E> {
     fn send_on(&mut self, link: usize, packet: Packet) {
         let roll: f64 = self.rng.random();
         let l = &mut self.network.links[link];
+        if let Some(kinds) = &mut l.kinds {
+            crate::metrics::count_kinds(&packet.bytes, kinds);
+        }
         let to = l.to as u32;
         if let Offer::Arrives(at) = l.offer(self.now, packet.bytes.len(), roll) {
             self.push(at, Ev::Arrive { node: to, packet });

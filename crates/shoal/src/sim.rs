@@ -3,14 +3,21 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use shoal_sim::scenarios::{pbcast_star, pbcast_tree, NAMES};
+use shoal_sim::scenarios::{figure, pbcast_star, pbcast_tree, Figure, Scale, FIGURES, NAMES};
 use shoal_sim::Report;
 
 /// Arguments of `shoal sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Scenario: pbcast-star or pbcast-tree.
+    /// Scenario: a paper figure (p001-fig1-tree, ...), `all` (every
+    /// figure), or pbcast-star / pbcast-tree.
     pub scenario: String,
+    /// Paper figures: reduced sizes and durations (minutes for all).
+    #[arg(long)]
+    pub quick: bool,
+    /// Paper figures: seeds per configuration [default: 5, quick: 2].
+    #[arg(long)]
+    pub seeds: Option<u64>,
     /// Seed of every random choice; the same seed gives the same files.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -45,6 +52,13 @@ pub struct SimArgs {
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     check_ranges(&args)?;
+    if args.scenario == "all" || figure(&args.scenario).is_some() {
+        return run_figures(&args);
+    }
+    refuse(
+        &args,
+        &[("--quick", args.quick), ("--seeds", args.seeds.is_some())],
+    )?;
     let report = match args.scenario.as_str() {
         "pbcast-star" => {
             refuse(
@@ -85,10 +99,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 ..d
             })
         }
-        other => bail!(
-            "unknown scenario {other:?}; scenarios: {}",
-            NAMES.join(", ")
-        ),
+        other => {
+            let figures: Vec<&str> = FIGURES.iter().map(|(n, _)| *n).collect();
+            bail!(
+                "unknown scenario {other:?}; scenarios: all, {}, {}",
+                figures.join(", "),
+                NAMES.join(", ")
+            )
+        }
     };
     report
         .write(&args.out)
@@ -150,4 +168,70 @@ fn print_summary(report: &Report, args: &SimArgs) {
         println!("violation: {v}");
     }
     println!("files in {}", args.out.display());
+}
+
+/// Runs one paper figure, or all of them (each into `--out`/NAME).
+fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
+    let single_run_options = [
+        ("--nodes", args.nodes.is_some()),
+        ("--loss", args.loss.is_some()),
+        ("--messages", args.messages.is_some()),
+        ("--depth", args.depth.is_some()),
+        ("--branching", args.branching.is_some()),
+        ("--rate", args.rate.is_some()),
+        ("--duration", args.duration.is_some()),
+        ("--bandwidth-mbps", args.bandwidth_mbps.is_some()),
+    ];
+    refuse(args, &single_run_options)?;
+    let mut scale = if args.quick {
+        Scale::quick(args.seed)
+    } else {
+        Scale::full(args.seed)
+    };
+    if let Some(seeds) = args.seeds {
+        if seeds == 0 {
+            bail!("--seeds must be at least 1");
+        }
+        scale.seeds = seeds;
+    }
+    let chosen: Vec<_> = FIGURES
+        .iter()
+        .filter(|(name, _)| args.scenario == "all" || args.scenario == *name)
+        .collect();
+    let started = std::time::Instant::now();
+    let mut incomplete = Vec::new();
+    for (name, run) in chosen {
+        let dir = if args.scenario == "all" {
+            args.out.join(name)
+        } else {
+            args.out.clone()
+        };
+        let figure = run(scale);
+        figure
+            .write(&dir)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.display()))?;
+        print_figure(&figure, &dir);
+        incomplete.extend(figure.incomplete.iter().map(|r| format!("{name}: {r}")));
+    }
+    println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
+    if !incomplete.is_empty() {
+        for r in incomplete.iter().take(10) {
+            println!("incomplete: {r}");
+        }
+        bail!("{} runs did not deliver every message", incomplete.len());
+    }
+    Ok(())
+}
+
+fn print_figure(figure: &Figure, dir: &std::path::Path) {
+    println!("== {} ({} runs)", figure.name, figure.rows.len());
+    for note in &figure.notes {
+        println!("   {note}");
+    }
+    println!(
+        "   {:.1} s of simulation, {:.2} M events/s; files in {}",
+        figure.wall.seconds,
+        figure.wall.events_per_second() / 1e6,
+        dir.display()
+    );
 }

@@ -370,8 +370,14 @@ impl SourceLog {
         lost.finish()
     }
 
-    /// Young held messages (held for less than `age_max`) that lie below
-    /// `highest` and outside `advertised`: what a gossiper seems to lack.
+    /// Young held messages (held for less than `age_max`) that lie within
+    /// the span of `advertised` (sorted, non-empty) and outside it: what a
+    /// gossiper seems to lack. Below its lowest advertised message the
+    /// gossiper has collected (or given up on) messages, which a digest
+    /// cannot tell from missing ones; pushing those is waste, and under
+    /// congestion (late receivers holding messages "young" that others
+    /// already collected) it fed a retransmission storm. Pull covers a
+    /// gossiper that really lacks its oldest messages.
     pub fn young_missing_at_peer(
         &self,
         advertised: &[SeqRange],
@@ -393,6 +399,9 @@ impl SourceLog {
             }
             let Slot::Held(held) = slot else { continue };
             if held.received + age_max <= now {
+                break;
+            }
+            if advertised.first().is_none_or(|r| seq < r.first) {
                 break;
             }
             while next_range > 0 && advertised[next_range - 1].first > seq {

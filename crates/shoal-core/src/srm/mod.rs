@@ -494,25 +494,11 @@ impl Engine for Srm {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
-        self.last_now = self.last_now.max(now);
-        let now = self.last_now;
-        self.stats.datagrams_received += 1;
-        let Some(from_index) = self.index_of(from).filter(|i| *i != self.my_index) else {
-            self.stats.malformed += 1;
-            return;
-        };
-        for item in shoal_wire::packets(datagram) {
-            let Ok((header, packet)) = item.map_err(|_| ()) else {
-                self.stats.malformed += 1;
-                return;
-            };
-            if header.sender != from.0 {
-                self.stats.malformed += 1;
-                return;
-            }
-            self.stats.packets_received[header.kind.index()] += 1;
-            self.on_packet(now, from_index, packet);
-        }
+        self.receive(now, from, datagram, None);
+    }
+
+    fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        self.receive(now, from, datagram, Some(datagram));
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -578,10 +564,38 @@ impl Engine for Srm {
 }
 
 impl Srm {
-    fn on_packet(&mut self, now: Instant, from: usize, packet: Packet<'_>) {
+    /// `shared`, when the caller has one, is the datagram itself: stored
+    /// payloads become slices of it instead of copies.
+    fn receive(&mut self, now: Instant, from: NodeId, datagram: &[u8], shared: Option<&Bytes>) {
+        self.last_now = self.last_now.max(now);
+        let now = self.last_now;
+        self.stats.datagrams_received += 1;
+        let Some(from_index) = self.index_of(from).filter(|i| *i != self.my_index) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        for item in shoal_wire::packets(datagram) {
+            let Ok((header, packet)) = item.map_err(|_| ()) else {
+                self.stats.malformed += 1;
+                return;
+            };
+            if header.sender != from.0 {
+                self.stats.malformed += 1;
+                return;
+            }
+            self.stats.packets_received[header.kind.index()] += 1;
+            self.on_packet(now, from_index, packet, shared);
+        }
+    }
+
+    fn on_packet(&mut self, now: Instant, from: usize, packet: Packet<'_>, shared: Option<&Bytes>) {
+        let own = |payload: &[u8]| match shared {
+            Some(datagram) => datagram.slice_ref(payload),
+            None => Bytes::copy_from_slice(payload),
+        };
         match packet {
             Packet::Data { seq, payload } => {
-                self.on_message(now, (from, seq), Bytes::copy_from_slice(payload), false);
+                self.on_message(now, (from, seq), own(payload), false);
             }
             Packet::Retransmit {
                 source,
@@ -589,7 +603,7 @@ impl Srm {
                 payload,
             } => {
                 if let Some(source) = self.index_of(NodeId(source)) {
-                    self.on_repair(now, (source, seq), Bytes::copy_from_slice(payload));
+                    self.on_repair(now, (source, seq), own(payload));
                 }
             }
             Packet::Solicit { wanted } => {

@@ -1,18 +1,54 @@
 //! Named experiments, one per file (`shoal sim <name>`).
 
+pub mod figure;
+pub mod p000_fig6_analysis;
+pub mod p001_fig1_star;
+pub mod p001_fig1_tree;
+pub mod p001_fig2_sparse;
+pub mod p001_fig3_histograms;
+pub mod p001_fig4_chain;
+pub mod p001_fig7_two_cluster;
+pub mod p001_fig8_bottleneck;
+pub mod p001_fig9_hierarchical;
 pub mod pbcast_star;
 pub mod pbcast_tree;
+pub mod protocol;
 
+use std::sync::Mutex;
 use std::time::Instant as WallInstant;
 
-use shoal_core::pbcast::{Config, Pbcast};
-use shoal_core::Instant;
+use hdrhistogram::Histogram;
+use shoal_core::pbcast::{Config, Delivery};
+use shoal_wire::KIND_COUNT;
 
 use crate::report::{Report, Wall};
 use crate::{Sim, Topology};
+pub use figure::{Figure, Scale};
+pub use protocol::{AnyEngine, Hierarchy, Protocol};
 
-/// Names `shoal sim` accepts.
+/// Single-run scenarios with their own options.
 pub const NAMES: [&str; 2] = ["pbcast-star", "pbcast-tree"];
+
+/// A paper figure: runs at a scale and returns its files.
+pub type FigureFn = fn(Scale) -> Figure;
+
+/// The paper figures, in the order `shoal sim all` runs them.
+pub const FIGURES: &[(&str, FigureFn)] = &[
+    (p001_fig1_tree::NAME, p001_fig1_tree::run),
+    (p001_fig1_star::NAME, p001_fig1_star::run),
+    (p001_fig2_sparse::NAME, p001_fig2_sparse::run),
+    (p001_fig3_histograms::NAME, p001_fig3_histograms::run),
+    (p001_fig4_chain::NAME, p001_fig4_chain::run),
+    (p001_fig7_two_cluster::NAME, p001_fig7_two_cluster::run),
+    (p001_fig8_bottleneck::NAME, p001_fig8_bottleneck::run),
+    (p001_fig9_hierarchical::NAME, p001_fig9_hierarchical::run),
+    (p000_fig6_analysis::NAME, p000_fig6_analysis::run),
+];
+
+/// The figure called `name`.
+pub fn figure(name: &str) -> Option<FigureFn> {
+    FIGURES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
 
 /// pbcast as the papers simulate it: IP multicast first phase, fixed-rate
 /// sender (no flow control), Ethernet-sized datagrams.
@@ -37,64 +73,332 @@ pub(crate) fn drain_ns(config: &Config) -> u64 {
     config.gossip_interval.as_nanos() as u64 * rounds
 }
 
-/// One pbcast run: members on `hosts`, member 0 sends `messages` of `size`
-/// bytes at `rate` per second from 0.5 s, optional (member, start s,
-/// length s) sleep, then a drain long enough for repair to finish.
-pub(crate) struct PbcastRun<'a> {
+/// One run: members on `hosts` running `protocol`, member `sender` sends
+/// `messages` of `size` bytes at `rate` per second from 0.5 s, optional
+/// (member, start s, length s) sleep, then a drain long enough for repair
+/// to finish.
+pub(crate) struct Run<'a> {
     pub topology: &'a Topology,
     pub hosts: &'a [usize],
+    pub protocol: Protocol,
+    pub delivery: Delivery,
+    pub sender: usize,
     pub messages: u64,
     pub rate: f64,
     pub size: u32,
     pub sleep: Option<(usize, f64, f64)>,
     pub seed: u64,
+    pub hierarchy: Option<Hierarchy>,
+    /// Directed links (from node, to node) whose packets are counted by kind.
+    pub watch: Vec<(usize, usize)>,
     /// Leading summary columns (scenario, protocol, group size, ...).
     pub head: Vec<(String, String)>,
 }
 
-impl PbcastRun<'_> {
-    pub fn run(self) -> Report {
+/// A finished run: the report, plus what figures need beyond it.
+pub(crate) struct Finished {
+    pub report: Report,
+    /// Per member: the latency histogram (µs) of messages it received.
+    pub latency_us: Vec<Histogram<u64>>,
+    /// Per watched link: packets per kind.
+    pub link_kinds: Vec<[u64; KIND_COUNT]>,
+    /// Simulated seconds of sending.
+    pub send_seconds: f64,
+}
+
+impl<'a> Run<'a> {
+    /// A run with the common defaults: P001's 100 msgs/s of 210 B from member
+    /// 0, plain pbcast, FIFO delivery.
+    pub fn new(topology: &'a Topology, hosts: &'a [usize], seed: u64) -> Run<'a> {
+        Run {
+            topology,
+            hosts,
+            protocol: Protocol::Pbcast,
+            delivery: Delivery::Fifo,
+            sender: 0,
+            messages: 1000,
+            rate: 100.0,
+            size: 210,
+            sleep: None,
+            seed,
+            hierarchy: None,
+            watch: Vec::new(),
+            head: Vec::new(),
+        }
+    }
+
+    pub fn run(self) -> Finished {
         let started = WallInstant::now();
-        let config = paper_pbcast();
-        let drain = drain_ns(&config);
-        let seed = self.seed;
+        let drain = match self.protocol.pbcast_config(self.delivery) {
+            Some(config) => drain_ns(&config),
+            // SRM never gives up and backs off exponentially (adaptive SRM
+            // by 3× per try): a long drain.
+            None => ns(60.0),
+        };
+        let (seed, protocol, delivery) = (self.seed, self.protocol, self.delivery);
+        let hierarchy = self.hierarchy.as_ref();
         let mut sim = Sim::new(self.topology, self.hosts, seed, |me, members| {
             let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-            Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+            AnyEngine::build(protocol, delivery, me, members, seed, hierarchy)
         });
+        if protocol.is_srm() || delivery == Delivery::Unordered {
+            sim.check_unordered();
+        }
+        for &(from, to) in &self.watch {
+            sim.watch_link(from, to);
+        }
         let gap = ns(1.0 / self.rate);
-        sim.schedule_stream(0, ns(0.5), gap, self.messages, self.size);
+        sim.schedule_stream(self.sender, ns(0.5), gap, self.messages, self.size);
         if let Some((member, start, length)) = self.sleep {
             sim.sleep(member, ns(start), ns(start + length));
         }
-        let end = ns(0.5) + gap * self.messages + drain;
+        let send_end = ns(0.5) + gap * self.messages;
+        let end = send_end + drain;
+        sim.run_until(send_end);
+        // Link load is measured over the sending period only: the drain
+        // would otherwise dilute it, or (when repair backlogs outlast the
+        // sending) inflate it past the link's capacity.
+        let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
         sim.run_until(end);
         if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
             for (i, (_, m)) in sim.hosts().enumerate() {
                 if !m.lost_ranges.is_empty() {
-                    eprintln!("member {i} lost {:?}", m.lost_ranges);
+                    eprintln!("member {i} lost {} ranges", m.lost_ranges.len());
                 }
+                eprintln!(
+                    "member {i} sent {:?} received {:?}",
+                    m.packets_sent, m.packets_received
+                );
             }
         }
-        let mut report = Report::collect(&sim, self.head, self.messages, end);
+        let send_seconds = self.messages as f64 / self.rate;
+        let mut report = Report::collect(
+            &sim,
+            self.head,
+            self.messages,
+            end,
+            (send_seconds, &link_bytes),
+            self.sender,
+        );
         report.wall = Wall {
             seconds: started.elapsed().as_secs_f64(),
             events: sim.events,
         };
-        report
+        let latency_us = sim.hosts().map(|(_, m)| m.latency_us.clone()).collect();
+        let link_kinds = self
+            .watch
+            .iter()
+            .map(|&(from, to)| {
+                sim.network()
+                    .links
+                    .iter()
+                    .find(|l| l.from == from && l.to == to)
+                    .and_then(|l| l.kinds.as_deref().copied())
+                    .unwrap_or([0; KIND_COUNT])
+            })
+            .collect();
+        Finished {
+            report,
+            latency_us,
+            link_kinds,
+            send_seconds,
+        }
+    }
+}
+
+/// Runs independent jobs on every core (`SHOAL_SIM_THREADS` overrides),
+/// returning results in job order, so output never depends on scheduling.
+pub(crate) fn run_parallel<T: Send>(jobs: Vec<Box<dyn FnOnce() -> T + Send + '_>>) -> Vec<T> {
+    let threads = std::env::var("SHOAL_SIM_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                // Take from the front so long early jobs start first.
+                let job = {
+                    let mut q = queue.lock().expect("queue");
+                    if q.is_empty() {
+                        break;
+                    }
+                    q.remove(0)
+                };
+                let (i, job) = job;
+                let result = job();
+                results.lock().expect("results").push((i, result));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Where one run's members sit and what it watches.
+pub(crate) struct Setup {
+    pub topology: Topology,
+    pub hosts: Vec<usize>,
+    /// Index into `hosts` of the sender.
+    pub sender: usize,
+    pub hierarchy: Option<Hierarchy>,
+    pub watch: Vec<(usize, usize)>,
+}
+
+impl Setup {
+    /// Hierarchical gossip over the topology: member j's level from member
+    /// i is the hop count between their nodes, weights `base`^-hops (P001
+    /// §B: 1/k^d over a tree derived from the topology).
+    pub fn with_hop_hierarchy(mut self, base: f64) -> Setup {
+        let network = crate::network::Network::new(&self.topology, &self.hosts);
+        let levels = self
+            .hosts
+            .iter()
+            .map(|&from| {
+                let hops = network.hops_from(from);
+                self.hosts.iter().map(|&to| hops[to]).collect()
+            })
+            .collect();
+        self.hierarchy = Some(Hierarchy { levels, base });
+        self
+    }
+
+    /// Every node hosts a member; the sender is node 0.
+    pub fn everyone(topology: Topology) -> Setup {
+        let hosts = (0..topology.nodes).collect();
+        Setup {
+            topology,
+            hosts,
+            sender: 0,
+            hierarchy: None,
+            watch: Vec::new(),
+        }
+    }
+}
+
+/// A sweep over protocols × group sizes × seeds with one traffic pattern.
+pub(crate) struct Sweep<'a> {
+    pub scenario: &'a str,
+    pub protocols: &'a [Protocol],
+    pub sizes: &'a [usize],
+    pub scale: Scale,
+    pub loss: f64,
+    pub messages: u64,
+    pub rate: f64,
+    pub size: u32,
+    pub delivery: Delivery,
+}
+
+/// One finished run of a sweep.
+pub(crate) struct SweepRun {
+    pub protocol: Protocol,
+    pub group_size: usize,
+    pub seed: u64,
+    pub finished: Finished,
+}
+
+impl Sweep<'_> {
+    /// Runs every configuration (in parallel), adding rows to `figure`.
+    pub fn run(
+        &self,
+        figure: &mut Figure,
+        setup: &(dyn Fn(usize, u64) -> Setup + Sync),
+    ) -> Vec<SweepRun> {
+        let mut configs = Vec::new();
+        for &n in self.sizes.iter().rev() {
+            for &protocol in self.protocols {
+                for seed in self.scale.seeds() {
+                    configs.push((protocol, n, seed));
+                }
+            }
+        }
+        let jobs: Vec<Box<dyn FnOnce() -> SweepRun + Send + '_>> = configs
+            .into_iter()
+            .map(|(protocol, n, seed)| {
+                Box::new(move || {
+                    let s = setup(n, seed);
+                    let finished = Run {
+                        protocol,
+                        delivery: self.delivery,
+                        sender: s.sender,
+                        messages: self.messages,
+                        rate: self.rate,
+                        size: self.size,
+                        hierarchy: s.hierarchy.clone(),
+                        watch: s.watch.clone(),
+                        head: head(self.scenario, protocol, n, seed, self.loss),
+                        ..Run::new(&s.topology, &s.hosts, seed)
+                    }
+                    .run();
+                    SweepRun {
+                        protocol,
+                        group_size: n,
+                        seed,
+                        finished,
+                    }
+                }) as Box<dyn FnOnce() -> SweepRun + Send + '_>
+            })
+            .collect();
+        let mut runs = run_parallel(jobs);
+        runs.sort_by_key(|r| (r.group_size, r.protocol, r.seed));
+        for r in &runs {
+            figure.add_run(&r.finished.report);
+        }
+        runs
+    }
+}
+
+/// The three overhead plots of P001 Figs 1 and 2.
+pub(crate) fn overhead_plots(figure: &mut Figure, what: &str) {
+    let name = figure.name.clone();
+    figure.plot_by_group_size(
+        &format!("{name}-requests.svg"),
+        &format!("{what}: requests received per member"),
+        "requests_per_s",
+        "requests/s per member",
+    );
+    figure.plot_by_group_size(
+        &format!("{name}-repairs.svg"),
+        &format!("{what}: repairs received per member"),
+        "repairs_per_s",
+        "repairs/s per member",
+    );
+    figure.plot_by_group_size(
+        &format!("{name}-link.svg"),
+        &format!("{what}: sender's link utilisation"),
+        "sender_link_util",
+        "fraction of 1.5 Mbit/s",
+    );
+}
+
+/// Headline notes: per protocol, the overhead at the largest size.
+pub(crate) fn overhead_notes(figure: &mut Figure, protocols: &[Protocol], largest: usize) {
+    for p in protocols {
+        let line = format!(
+            "n={largest} {:<14} requests/s {:>7.2}  repairs/s {:>7.2}  sender link {:>5.1}%",
+            p.name(),
+            figure.mean("requests_per_s", p.name(), largest),
+            figure.mean("repairs_per_s", p.name(), largest),
+            100.0 * figure.mean("sender_link_util", p.name(), largest),
+        );
+        figure.notes.push(line);
     }
 }
 
 /// The first summary columns every scenario writes.
 pub(crate) fn head(
     scenario: &str,
+    protocol: Protocol,
     group_size: usize,
     seed: u64,
     loss: f64,
 ) -> Vec<(String, String)> {
     vec![
         ("scenario".into(), scenario.into()),
-        ("protocol".into(), "pbcast".into()),
+        ("protocol".into(), protocol.name().into()),
         ("group_size".into(), group_size.to_string()),
         ("seed".into(), seed.to_string()),
         ("loss".into(), loss.to_string()),

@@ -2,7 +2,7 @@
 //! one sender, loss on every link. Optionally one member sleeps for a while
 //! (DESIGN.md: node perturbation) and must catch up through gossip.
 
-use super::{head, PbcastRun};
+use super::{head, Protocol, Run};
 use crate::report::Report;
 use crate::{LinkSpec, Topology};
 
@@ -39,17 +39,16 @@ impl Default for Options {
 pub fn run(o: &Options) -> Report {
     let topology = Topology::star(o.nodes, LinkSpec::paper(o.loss));
     let leaves: Vec<usize> = (1..=o.nodes).collect();
-    PbcastRun {
-        topology: &topology,
-        hosts: &leaves,
+    Run {
         messages: o.messages,
         rate: o.rate,
         size: o.size,
         sleep: o.sleep,
-        seed: o.seed,
-        head: head("pbcast-star", o.nodes, o.seed, o.loss),
+        head: head("pbcast-star", Protocol::Pbcast, o.nodes, o.seed, o.loss),
+        ..Run::new(&topology, &leaves, o.seed)
     }
     .run()
+    .report
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! sender is the root (P001 §C, "simulations of simple network topologies":
 //! 100 messages/s of 210 bytes, 1.5 Mbit/s links, 0.1% loss per link).
 
-use super::{head, PbcastRun};
+use super::{head, Protocol, Run};
 use crate::report::Report;
 use crate::{LinkSpec, Topology};
 
@@ -43,17 +43,22 @@ pub fn run(o: &Options) -> Report {
     };
     let topology = Topology::tree(o.depth, o.branching, spec);
     let hosts: Vec<usize> = (0..topology.nodes).collect();
-    PbcastRun {
-        topology: &topology,
-        hosts: &hosts,
+    Run {
         messages: (o.rate * o.duration).round() as u64,
         rate: o.rate,
         size: o.size,
         sleep: None,
-        seed: o.seed,
-        head: head("pbcast-tree", topology.nodes, o.seed, o.loss),
+        head: head(
+            "pbcast-tree",
+            Protocol::Pbcast,
+            topology.nodes,
+            o.seed,
+            o.loss,
+        ),
+        ..Run::new(&topology, &hosts, o.seed)
     }
     .run()
+    .report
 }
 
 #[cfg(test)]

@@ -1,0 +1,74 @@
+//! `p001-fig2-sparse` (P001 §C, Fig 2; notes E1-4): a 1093-node tree (depth
+//! 6, branching 3; the paper says "about 1000 nodes"), 20-100 members placed
+//! at random, 0.1% loss per link, 100 messages/s of 210 B from one member.
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_core::pbcast::Delivery;
+
+use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use crate::{LinkSpec, Topology};
+
+pub const NAME: &str = "p001-fig2-sparse";
+
+pub const PROTOCOLS: [Protocol; 4] = super::p001_fig1_tree::PROTOCOLS;
+
+pub fn run(scale: Scale) -> Figure {
+    let mut figure = Figure::new(NAME);
+    let sizes: &[usize] = scale.pick(&[20, 40, 60, 80, 100], &[20, 60, 100]);
+    let loss = 0.001;
+    let seconds = scale.pick(100.0, 10.0);
+    Sweep {
+        scenario: NAME,
+        protocols: &PROTOCOLS,
+        sizes,
+        scale,
+        loss,
+        messages: (100.0 * seconds) as u64,
+        rate: 100.0,
+        size: 210,
+        delivery: Delivery::Fifo,
+    }
+    .run(&mut figure, &|n, seed| {
+        let topology = Topology::tree(6, 3, LinkSpec::paper(loss));
+        // The same placement for every protocol of one (size, seed).
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ (n as u64) << 32);
+        let hosts = pick_distinct(&mut rng, topology.nodes, n);
+        Setup {
+            hosts,
+            ..Setup::everyone(topology)
+        }
+    });
+    overhead_plots(&mut figure, "sparse group in a 1093-node tree");
+    overhead_notes(&mut figure, &PROTOCOLS, *sizes.last().expect("sizes"));
+    figure
+}
+
+/// `k` distinct values of 0..n in random order (a partial Fisher-Yates).
+pub(crate) fn pick_distinct(rng: &mut impl Rng, n: usize, k: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    for i in 0..k.min(n) {
+        let j = rng.random_range(i..n);
+        all.swap(i, j);
+    }
+    all.truncate(k);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sparse group shows the dense tree's shape, more strongly.
+    #[test]
+    fn srm_overhead_grows_and_pbcast_stays_below() {
+        let f = run(Scale {
+            seeds: 1,
+            ..Scale::quick(1)
+        });
+        assert!(f.complete(), "{:?}", f.incomplete);
+        let overhead = |p: &str, n| f.mean("requests_per_s", p, n) + f.mean("repairs_per_s", p, n);
+        assert!(overhead("srm", 100) > overhead("srm", 20));
+        assert!(overhead("pbcast", 100) * 3.0 < overhead("srm", 100));
+    }
+}

@@ -1,0 +1,149 @@
+//! `p001-fig7-two-cluster` (P001 §E, Figs 6 top and 7; notes E1-9): 80
+//! members in two LANs of 40 (the split is not stated; we assume equal)
+//! joined by one link. 1% loss inside the clusters, 50% on the link between
+//! them. The sender is in one cluster; latency is measured at the receivers
+//! in the other. pbcast without FIFO, pbcast-grb with FIFO, SRM and adaptive
+//! SRM, as in the paper.
+
+use shoal_core::pbcast::Delivery;
+
+use super::figure::{histograms_csv, latency_fractions, merged, Plot, PlotKind};
+use super::{head, run_parallel, Figure, Protocol, Run, Scale};
+use crate::{LinkSpec, Topology};
+
+pub const NAME: &str = "p001-fig7-two-cluster";
+
+/// The LANs and the link between them: 10 Mbit/s, 0.1 ms to the switch
+/// (P001 gives no figures). A 1.5 Mbit/s bridge saturates: with half the
+/// data lost on it, every far member's unicast repairs cross it (about
+/// 3.5 Mbit/s at 100 msgs/s), which the paper's figure does not show.
+pub fn lan(loss: f64) -> LinkSpec {
+    LinkSpec {
+        bandwidth_bps: 10e6,
+        delay_ns: 100_000,
+        loss,
+        queue_packets: 50,
+    }
+}
+
+const CONFIGS: [(Protocol, Delivery, &str); 4] = [
+    (Protocol::Pbcast, Delivery::Unordered, "pbcast"),
+    (Protocol::PbcastGrb, Delivery::Fifo, "pbcast-grb (fifo)"),
+    (Protocol::Srm, Delivery::Unordered, "srm"),
+    (Protocol::SrmAdaptive, Delivery::Unordered, "srm-adaptive"),
+];
+
+/// Latency bins: 100 ms up to the last bin at 5 s (P001 Fig 7).
+const BIN_MS: f64 = 100.0;
+const LAST_MS: f64 = 5000.0;
+
+pub fn run(scale: Scale) -> Figure {
+    let mut figure = Figure::new(NAME);
+    let per_cluster = 40;
+    let seconds = scale.pick(60.0, 10.0);
+    let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), lan(0.5));
+    let hosts: Vec<usize> = (2..topology.nodes).collect();
+    let far: Vec<usize> = (per_cluster..2 * per_cluster).collect();
+    let mut jobs: Vec<Box<dyn FnOnce() -> _ + Send + '_>> = Vec::new();
+    for (protocol, delivery, _) in CONFIGS {
+        for seed in scale.seeds() {
+            let (topology, hosts) = (&topology, &hosts);
+            jobs.push(Box::new(move || {
+                Run {
+                    protocol,
+                    delivery,
+                    messages: (100.0 * seconds) as u64,
+                    head: head(NAME, protocol, 2 * per_cluster, seed, 0.5),
+                    ..Run::new(topology, hosts, seed)
+                }
+                .run()
+            }));
+        }
+    }
+    let runs = run_parallel(jobs);
+    let mut series = Vec::new();
+    for (i, (_, delivery, label)) in CONFIGS.iter().enumerate() {
+        let seeds = scale.seeds as usize;
+        let mine = &runs[i * seeds..(i + 1) * seeds];
+        let mut far_latency = Vec::new();
+        for r in mine {
+            let mut row = r.report.summary.clone();
+            row.push(("delivery".into(), format!("{delivery:?}").to_lowercase()));
+            let h = merged(far.iter().map(|&m| &r.latency_us[m]));
+            row.push(("far_max_ms".into(), format!("{:.1}", h.max() as f64 / 1e3)));
+            let over = |ms| format!("{:.5}", fraction_at_least(&h, ms));
+            row.push(("far_over_1s".into(), over(1000.0)));
+            row.push(("far_over_5s".into(), over(5000.0)));
+            figure.rows.push(row);
+            figure.wall.seconds += r.report.wall.seconds;
+            figure.wall.events += r.report.wall.events;
+            if !r.report.complete {
+                figure
+                    .incomplete
+                    .push(format!("{label} {:?}", r.report.violations.first()));
+            }
+            far_latency.push(h);
+        }
+        let all = merged(far_latency.iter());
+        figure.notes.push(format!(
+            "{label:<18} far cluster: max {:>7.0} ms, {:.2}% over 1 s, {:.2}% at 5 s or more",
+            all.max() as f64 / 1e3,
+            100.0 * fraction_at_least(&all, 1000.0),
+            100.0 * fraction_at_least(&all, 5000.0),
+        ));
+        series.push(shoal_plot::Series::new(
+            *label,
+            latency_fractions(&all, BIN_MS, LAST_MS),
+        ));
+    }
+    figure
+        .files
+        .push(("latency.csv".into(), histograms_csv(&series)));
+    figure.plots.push(Plot {
+        file: format!("{NAME}.svg"),
+        title: "two clusters, 50% loss between them: latency in the far cluster".into(),
+        x_label: "latency (ms; last bin: 5 s or more)".into(),
+        y_label: "fraction of messages".into(),
+        log_y: true,
+        kind: PlotKind::Histogram,
+        series,
+    });
+    figure
+}
+
+/// Fraction of recorded values at or above `ms`.
+pub(crate) fn fraction_at_least(h: &hdrhistogram::Histogram<u64>, ms: f64) -> f64 {
+    let at = (ms * 1000.0) as u64;
+    let count: u64 = h
+        .iter_recorded()
+        .filter(|v| v.value_iterated_to() >= at)
+        .map(|v| v.count_at_value())
+        .sum();
+    count as f64 / h.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// pbcast delivers everything in the far cluster within 1 s; SRM has a
+    /// tail beyond 1 s (P001 §E).
+    #[test]
+    fn pbcast_stays_under_a_second_and_srm_has_a_tail() {
+        let f = run(Scale::quick(1));
+        assert!(f.complete(), "{:?}", f.incomplete);
+        let worst = |column: &str, p: &str| {
+            let v = f.values(column, &[("protocol", p)]);
+            v.into_iter().fold(0.0, f64::max)
+        };
+        // The paper: pbcast all within 1 s. Ours has a rare tail just past
+        // it (see docs/reproduction.md), so the test asserts "almost all".
+        let pbcast_over = worst("far_over_1s", "pbcast");
+        assert!(pbcast_over < 0.001, "pbcast over 1 s: {pbcast_over}");
+        assert!(worst("far_max_ms", "pbcast-grb") < 1000.0);
+        for srm in ["srm", "srm-adaptive"] {
+            assert!(worst("far_over_1s", srm) > 10.0 * pbcast_over.max(1e-4));
+            assert!(worst("far_max_ms", srm) > 2000.0, "{srm} has a long tail");
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The protocols P001 compares, by the names the scenarios' CSV files use,
+//! and one engine type that can be any of them so a single simulator type
+//! runs every comparison.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_core::engine::SendError;
+use shoal_core::pbcast::{self, hierarchical_weights, Delivery, MulticastRepair, Pbcast};
+use shoal_core::srm::{self, Srm};
+use shoal_core::{Engine, Instant, NodeId, Transmit};
+
+/// A protocol of P001's comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// SRM with fixed timers (C1 = C2 = 2, D1 = D2 = 1).
+    Srm,
+    /// SRM with adaptive timers (notes, Appendix A).
+    SrmAdaptive,
+    /// Bimodal Multicast: IP multicast first phase, unicast repairs.
+    Pbcast,
+    /// pbcast, repairs by multicast when several members ask (P001 §B).
+    PbcastIpmc,
+    /// pbcast-IPMC plus gossip about recent repairs (P001 §B, "grb").
+    PbcastGrb,
+    /// pbcast with gossip targets weighted 1/k^d (P001 §B, hierarchical).
+    PbcastHier,
+    /// Hierarchical weights with a shorter round (P001 Fig 9).
+    PbcastHierFast,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 7] = [
+        Protocol::Srm,
+        Protocol::SrmAdaptive,
+        Protocol::Pbcast,
+        Protocol::PbcastIpmc,
+        Protocol::PbcastGrb,
+        Protocol::PbcastHier,
+        Protocol::PbcastHierFast,
+    ];
+
+    /// The name in CSV files and on plots.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Srm => "srm",
+            Protocol::SrmAdaptive => "srm-adaptive",
+            Protocol::Pbcast => "pbcast",
+            Protocol::PbcastIpmc => "pbcast-ipmc",
+            Protocol::PbcastGrb => "pbcast-grb",
+            Protocol::PbcastHier => "pbcast-hier",
+            Protocol::PbcastHierFast => "pbcast-hier-fast",
+        }
+    }
+
+    pub fn is_srm(self) -> bool {
+        matches!(self, Protocol::Srm | Protocol::SrmAdaptive)
+    }
+
+    /// The fast variant's round; the paper gives no value ("a shorter
+    /// round"), we halve the 100 ms default and keep GC at about 1 s.
+    pub const FAST_ROUND: Duration = Duration::from_millis(50);
+
+    /// pbcast settings for this protocol (None for SRM).
+    pub fn pbcast_config(self, delivery: Delivery) -> Option<pbcast::Config> {
+        let base = pbcast::Config {
+            delivery,
+            ..super::paper_pbcast()
+        };
+        let config = match self {
+            Protocol::Srm | Protocol::SrmAdaptive => return None,
+            Protocol::Pbcast | Protocol::PbcastHier => base,
+            Protocol::PbcastIpmc => pbcast::Config {
+                multicast_repair: MulticastRepair::Ipmc,
+                ..base
+            },
+            Protocol::PbcastGrb => pbcast::Config {
+                multicast_repair: MulticastRepair::Grb,
+                ..base
+            },
+            Protocol::PbcastHierFast => {
+                let scale = (base.gossip_interval.as_nanos() / Self::FAST_ROUND.as_nanos()) as u32;
+                let times = |n: NonZeroU32| n.saturating_mul(NonZeroU32::new(scale).expect("≥ 1"));
+                pbcast::Config {
+                    gossip_interval: Self::FAST_ROUND,
+                    gc_rounds: times(base.gc_rounds),
+                    lost_after_rounds: times(base.lost_after_rounds),
+                    ..base
+                }
+            }
+        };
+        Some(config)
+    }
+
+    /// SRM settings for this protocol in a group of `group_size` (None for
+    /// the pbcast family).
+    pub fn srm_config(self, group_size: usize) -> Option<srm::Config> {
+        match self {
+            Protocol::Srm => Some(srm::Config::default()),
+            Protocol::SrmAdaptive => Some(srm::Config::adaptive(group_size)),
+            _ => None,
+        }
+    }
+
+    pub fn is_hierarchical(self) -> bool {
+        matches!(self, Protocol::PbcastHier | Protocol::PbcastHierFast)
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown protocol {s:?}; protocols: {}", names.join(", "))
+            })
+    }
+}
+
+/// Hierarchy for weighted gossip: `levels[i][j]` is member j's distance
+/// from member i in the hierarchy, weights are `base`^-level.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    pub levels: Vec<Vec<u32>>,
+    pub base: f64,
+}
+
+/// Any engine of P001's comparisons.
+pub enum AnyEngine {
+    Pbcast(Box<Pbcast>),
+    Srm(Box<Srm>),
+}
+
+impl AnyEngine {
+    /// Member `me` of `members` running `protocol`.
+    pub fn build(
+        protocol: Protocol,
+        delivery: Delivery,
+        me: NodeId,
+        members: &[NodeId],
+        seed: u64,
+        hierarchy: Option<&Hierarchy>,
+    ) -> AnyEngine {
+        if let Some(config) = protocol.srm_config(members.len()) {
+            let srm = Srm::new(me, members, config, seed, Instant::ZERO).expect("valid SRM config");
+            return AnyEngine::Srm(Box::new(srm));
+        }
+        let config = protocol.pbcast_config(delivery).expect("a pbcast protocol");
+        let mut engine =
+            Pbcast::new(me, members, config, seed, Instant::ZERO).expect("valid pbcast config");
+        if protocol.is_hierarchical() {
+            let h = hierarchy.expect("hierarchical gossip needs a hierarchy");
+            let distances: Vec<(NodeId, u32)> = members
+                .iter()
+                .map(|&m| (m, h.levels[me.0 as usize][m.0 as usize]))
+                .collect();
+            engine
+                .set_gossip_weights(&hierarchical_weights(&distances, h.base))
+                .expect("finite weights");
+        }
+        AnyEngine::Pbcast(Box::new(engine))
+    }
+}
+
+macro_rules! each {
+    ($self:expr, $e:ident => $body:expr) => {
+        match $self {
+            AnyEngine::Pbcast($e) => $body,
+            AnyEngine::Srm($e) => $body,
+        }
+    };
+}
+
+impl Engine for AnyEngine {
+    type Event = pbcast::Event;
+
+    fn node_id(&self) -> NodeId {
+        each!(self, e => e.node_id())
+    }
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        each!(self, e => e.handle_datagram(now, from, datagram))
+    }
+    fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        each!(self, e => e.handle_datagram_bytes(now, from, datagram))
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        each!(self, e => e.handle_timeout(now))
+    }
+    fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        each!(self, e => e.multicast(now, payload))
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        each!(self, e => e.poll_transmit(now))
+    }
+    fn poll_event(&mut self) -> Option<pbcast::Event> {
+        each!(self, e => e.poll_event())
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        each!(self, e => e.poll_timeout())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for p in Protocol::ALL {
+            assert_eq!(p.name().parse::<Protocol>(), Ok(p));
+        }
+        assert!("tcp".parse::<Protocol>().is_err());
+    }
+
+    #[test]
+    fn the_fast_variant_keeps_gc_time() {
+        let slow = Protocol::PbcastHier.pbcast_config(Delivery::Fifo).unwrap();
+        let fast = Protocol::PbcastHierFast
+            .pbcast_config(Delivery::Fifo)
+            .unwrap();
+        assert!(fast.gossip_interval < slow.gossip_interval);
+        let gc = |c: &pbcast::Config| c.gossip_interval * c.gc_rounds.get();
+        assert_eq!(gc(&fast), gc(&slow));
+    }
+}
