@@ -31,6 +31,10 @@ pub struct HostMetrics {
     pub lost_ranges: Vec<(u32, u64, u64, u64)>,
     /// Delivery latency of others' messages, in microseconds.
     pub latency_us: Histogram<u64>,
+    /// When set, deliveries are also counted per bin of this many ns.
+    pub throughput_bin_ns: Option<u64>,
+    /// Deliveries per bin (see `throughput_bin_ns`).
+    pub deliveries_per_bin: Vec<u32>,
     /// Per source: the next sequence number FIFO order expects.
     expected: Vec<u64>,
     /// `None`: FIFO order is checked. `Some`: unordered delivery, checked
@@ -52,6 +56,8 @@ impl HostMetrics {
             dropped_asleep: 0,
             lost_ranges: Vec::new(),
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds"),
+            throughput_bin_ns: None,
+            deliveries_per_bin: Vec::new(),
             expected: vec![0; sources],
             seen: None,
         }
@@ -84,6 +90,13 @@ impl HostMetrics {
             } => {
                 self.delivered += 1;
                 self.recovered += u64::from(*recovered);
+                if let Some(bin_ns) = self.throughput_bin_ns {
+                    let bin = (now_ns / bin_ns) as usize;
+                    if self.deliveries_per_bin.len() <= bin {
+                        self.deliveries_per_bin.resize(bin + 1, 0);
+                    }
+                    self.deliveries_per_bin[bin] += 1;
+                }
                 if source.0 as usize != host {
                     self.record_latency(now_ns, payload);
                 }

@@ -24,6 +24,9 @@ enum Ev {
     Wake { host: u32, generation: u64 },
     /// The application on `host` multicasts a message of `size` bytes.
     Send { host: u32, size: u32 },
+    /// `host`'s next `count` first-phase data multicasts go by unicast to
+    /// one member instead (P001 Fig 5's noise).
+    Divert { host: u32, count: u32 },
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +106,8 @@ struct Host<E> {
     generation: u64,
     armed: Option<u64>,
     asleep: Option<(u64, u64)>,
+    /// (data datagrams still to divert, the member they go to).
+    divert: Option<(u32, u32)>,
     metrics: HostMetrics,
 }
 
@@ -141,6 +146,7 @@ impl<E: Engine<Event = Event>> Sim<E> {
                     generation: 0,
                     armed: None,
                     asleep: None,
+                    divert: None,
                     metrics: HostMetrics::new(nodes.len()),
                 }
             })
@@ -245,9 +251,49 @@ impl<E: Engine<Event = Event>> Sim<E> {
                 Ev::Arrive { node, packet } => self.on_arrive(node as usize, packet),
                 Ev::Wake { host, generation } => self.on_wake(host as usize, generation),
                 Ev::Send { host, size } => self.on_send(host as usize, size),
+                Ev::Divert { host, count } => self.on_divert(host as usize, count),
             }
         }
         self.now = self.now.max(until_ns);
+    }
+
+    /// From `at_ns`, `host`'s next `count` data multicasts reach only one
+    /// member, chosen at random then, by unicast (P001 Fig 5: "10
+    /// consecutive multicasts converted to unicasts to one random member").
+    pub fn divert_multicasts(&mut self, host: usize, at_ns: u64, count: u32) {
+        let host = host as u32;
+        self.push(at_ns, Ev::Divert { host, count });
+    }
+
+    /// Records each host's deliveries per `bin_ns` of simulated time.
+    pub fn record_throughput(&mut self, bin_ns: u64) {
+        for h in &mut self.hosts {
+            h.metrics.throughput_bin_ns = Some(bin_ns);
+        }
+    }
+
+    fn on_divert(&mut self, host: usize, count: u32) {
+        let others = self.hosts.len() as u32 - 1;
+        if others == 0 {
+            return;
+        }
+        let pick = self.rng.random_range(0..others);
+        let to = if pick >= host as u32 { pick + 1 } else { pick };
+        self.hosts[host].divert = Some((count, to));
+    }
+
+    /// The destination of a datagram `host` sends, after any diversion.
+    fn divert(&mut self, host: usize, destination: Destination, payload: &[u8]) -> Destination {
+        let Some((left, to)) = self.hosts[host].divert else {
+            return destination;
+        };
+        let is_data =
+            shoal_wire::decode_header(payload).is_ok_and(|h| h.kind == shoal_wire::Kind::Data);
+        if destination != Destination::Multicast || !is_data {
+            return destination;
+        }
+        self.hosts[host].divert = (left > 1).then_some((left - 1, to));
+        Destination::Node(NodeId(to))
     }
 
     fn on_send(&mut self, host: usize, size: u32) {
@@ -317,7 +363,8 @@ impl<E: Engine<Event = Event>> Sim<E> {
         while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
             self.hosts[host].metrics.count_sent(&t.payload);
             let from_node = self.hosts[host].node as u32;
-            let to_node = match t.destination {
+            let destination = self.divert(host, t.destination, &t.payload);
+            let to_node = match destination {
                 Destination::Node(member) => match self.hosts.get(member.0 as usize) {
                     Some(dst) => Some(dst.node as u32),
                     None => continue,

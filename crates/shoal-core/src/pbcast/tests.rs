@@ -545,7 +545,9 @@ fn a_shared_datagram_is_delivered_as_a_slice_not_a_copy() {
     let members = [NodeId(0), NodeId(1)];
     let engine = |me| Pbcast::new(me, &members, paper_config(), 7, Instant::ZERO).unwrap();
     let mut sender = engine(NodeId(0));
-    sender.multicast(Instant::ZERO, Bytes::from_static(b"hello")).unwrap();
+    sender
+        .multicast(Instant::ZERO, Bytes::from_static(b"hello"))
+        .unwrap();
     let datagram = sender.poll_transmit(Instant::ZERO).unwrap().payload;
 
     let mut copied = engine(NodeId(1));

@@ -7,6 +7,7 @@ pub mod p001_fig1_tree;
 pub mod p001_fig2_sparse;
 pub mod p001_fig3_histograms;
 pub mod p001_fig4_chain;
+pub mod p001_fig5_lan;
 pub mod p001_fig7_two_cluster;
 pub mod p001_fig8_bottleneck;
 pub mod p001_fig9_hierarchical;
@@ -39,6 +40,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p001_fig2_sparse::NAME, p001_fig2_sparse::run),
     (p001_fig3_histograms::NAME, p001_fig3_histograms::run),
     (p001_fig4_chain::NAME, p001_fig4_chain::run),
+    (p001_fig5_lan::NAME, p001_fig5_lan::run),
     (p001_fig7_two_cluster::NAME, p001_fig7_two_cluster::run),
     (p001_fig8_bottleneck::NAME, p001_fig8_bottleneck::run),
     (p001_fig9_hierarchical::NAME, p001_fig9_hierarchical::run),
@@ -91,6 +93,11 @@ pub(crate) struct Run<'a> {
     pub hierarchy: Option<Hierarchy>,
     /// Directed links (from node, to node) whose packets are counted by kind.
     pub watch: Vec<(usize, usize)>,
+    /// Every `.0` seconds of sending, the sender's next `.1` data multicasts
+    /// reach one random member by unicast (P001 Fig 5's noise).
+    pub noise: Option<(f64, u32)>,
+    /// Count deliveries per bin of this many seconds (`Finished::bins`).
+    pub throughput_bin: Option<f64>,
     /// Leading summary columns (scenario, protocol, group size, ...).
     pub head: Vec<(String, String)>,
 }
@@ -104,6 +111,8 @@ pub(crate) struct Finished {
     pub link_kinds: Vec<[u64; KIND_COUNT]>,
     /// Simulated seconds of sending.
     pub send_seconds: f64,
+    /// Per member: deliveries per `Run::throughput_bin` (empty if unset).
+    pub bins: Vec<Vec<u32>>,
 }
 
 impl<'a> Run<'a> {
@@ -123,6 +132,8 @@ impl<'a> Run<'a> {
             seed,
             hierarchy: None,
             watch: Vec::new(),
+            noise: None,
+            throughput_bin: None,
             head: Vec::new(),
         }
     }
@@ -147,8 +158,18 @@ impl<'a> Run<'a> {
         for &(from, to) in &self.watch {
             sim.watch_link(from, to);
         }
+        if let Some(bin) = self.throughput_bin {
+            sim.record_throughput(ns(bin));
+        }
         let gap = ns(1.0 / self.rate);
         sim.schedule_stream(self.sender, ns(0.5), gap, self.messages, self.size);
+        if let Some((period, count)) = self.noise {
+            let mut at = ns(0.5) + ns(period);
+            while at < ns(0.5) + gap * self.messages {
+                sim.divert_multicasts(self.sender, at, count);
+                at += ns(period);
+            }
+        }
         if let Some((member, start, length)) = self.sleep {
             sim.sleep(member, ns(start), ns(start + length));
         }
@@ -197,11 +218,16 @@ impl<'a> Run<'a> {
                     .unwrap_or([0; KIND_COUNT])
             })
             .collect();
+        let bins = sim
+            .hosts()
+            .map(|(_, m)| m.deliveries_per_bin.clone())
+            .collect();
         Finished {
             report,
             latency_us,
             link_kinds,
             send_seconds,
+            bins,
         }
     }
 }
