@@ -302,17 +302,25 @@ impl SourceLog {
         }
     }
 
-    /// Counts one digest as evidence against every missing message it does
-    /// not advertise (`advertised` ascending and disjoint).
+    /// Counts one digest as evidence against every missing message that
+    /// lies below everything it advertises (`advertised` ascending and
+    /// disjoint): the gossiper has moved its window past the message, so it
+    /// held it and collected it, or gave up on it. A message merely absent
+    /// from a digest is no evidence: the gossiper may lack it too and be
+    /// about to receive it (measured: counting those declared a message lost
+    /// at 1 in 10^6 deliveries while members still held it, P001 Fig 7's
+    /// two-cluster run).
     pub fn note_digest(&mut self, advertised: &[SeqRange]) {
         if self.missing == 0 {
             return;
         }
+        let window_start = advertised.first().map_or(u64::MAX, |r| r.first);
         for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
+            if seq >= window_start {
+                break;
+            }
             if let Slot::Missing(missing) = slot {
-                if !crate::ranges::contains(advertised, seq) {
-                    missing.evidence = missing.evidence.saturating_add(1);
-                }
+                missing.evidence = missing.evidence.saturating_add(1);
             }
         }
     }
@@ -432,5 +440,60 @@ impl SourceLog {
         assert_eq!(missing, self.missing, "missing count");
         assert!(self.cursor >= self.base, "cursor below base");
         assert!(self.cursor <= self.end(), "cursor beyond end");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ms(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    /// Messages 0 and 2 held, 1 missing since t = 0.
+    fn log_with_gap_at_one() -> SourceLog {
+        let mut log = SourceLog::default();
+        for seq in [0, 2] {
+            log.insert(seq, Bytes::from_static(b"x"), ms(0), false, 64);
+        }
+        assert!(log.has_missing());
+        log
+    }
+
+    #[test]
+    fn a_digest_that_also_lacks_a_message_is_no_evidence_it_was_collected() {
+        let mut log = log_with_gap_at_one();
+        let also_missing = [SeqRange::single(0), SeqRange::single(2)];
+        for _ in 0..10 {
+            log.note_digest(&also_missing);
+        }
+        let lost = log.declare_lost(ms(10_000), Duration::from_secs(2), 3);
+        assert!(lost.is_empty(), "declared {lost:?} lost");
+    }
+
+    #[test]
+    fn digests_whose_window_moved_past_a_message_are_evidence() {
+        let mut log = log_with_gap_at_one();
+        let moved_on = [SeqRange::new(2, 9).unwrap()];
+        for _ in 0..3 {
+            log.note_digest(&moved_on);
+        }
+        let lost = log.declare_lost(ms(10_000), Duration::from_secs(2), 3);
+        assert_eq!(lost, vec![SeqRange::single(1)]);
+    }
+
+    #[test]
+    fn pushes_stop_below_the_gossipers_window() {
+        let mut log = SourceLog::default();
+        for seq in 0..10 {
+            log.insert(seq, Bytes::from_static(b"x"), ms(0), false, 64);
+        }
+        // The gossiper holds 5..=9 except 7: it collected 0..=4.
+        let advertised = [SeqRange::new(5, 6).unwrap(), SeqRange::new(8, 9).unwrap()];
+        let push = log.young_missing_at_peer(&advertised, 9, ms(10), Duration::from_secs(1), 100);
+        assert_eq!(push, vec![7]);
     }
 }

@@ -184,7 +184,10 @@ impl<'a> Run<'a> {
         if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
             for (i, (_, m)) in sim.hosts().enumerate() {
                 if !m.lost_ranges.is_empty() {
-                    eprintln!("member {i} lost {} ranges", m.lost_ranges.len());
+                    eprintln!(
+                        "member {i} lost {:?}",
+                        &m.lost_ranges[..m.lost_ranges.len().min(5)]
+                    );
                 }
                 eprintln!(
                     "member {i} sent {:?} received {:?}",
