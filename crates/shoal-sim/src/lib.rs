@@ -11,4 +11,4 @@ pub mod sim;
 
 pub use network::{LinkSpec, Topology};
 pub use report::Report;
-pub use sim::Sim;
+pub use sim::{ProcessingCost, Sim};

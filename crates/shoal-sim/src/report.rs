@@ -54,7 +54,7 @@ impl Report {
     ) -> Report {
         let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
         let mut nodes = String::from(
-            "member,delivered,recovered,lost,dropped_asleep,datagrams_sent,bytes_sent",
+            "member,delivered,recovered,lost,dropped_asleep,dropped_backlog,datagrams_sent,bytes_sent",
         );
         for kind in Kind::ALL {
             let _ = write!(nodes, ",{0}_sent,{0}_received", kind.name());
@@ -68,8 +68,14 @@ impl Report {
             let _ = all.add(&m.latency_us);
             let _ = write!(
                 nodes,
-                "{i},{},{},{},{},{},{}",
-                m.delivered, m.recovered, m.lost, m.dropped_asleep, m.datagrams_sent, m.bytes_sent
+                "{i},{},{},{},{},{},{},{}",
+                m.delivered,
+                m.recovered,
+                m.lost,
+                m.dropped_asleep,
+                m.dropped_backlog,
+                m.datagrams_sent,
+                m.bytes_sent
             );
             for kind in Kind::ALL {
                 let k = kind.index();

@@ -5,7 +5,7 @@
 //! and seed give the same run, event for event.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -27,6 +27,26 @@ enum Ev {
     /// `host`'s next `count` first-phase data multicasts go by unicast to
     /// one member instead (P001 Fig 5's noise).
     Divert { host: u32, count: u32 },
+    /// `host`'s CPU is free: it takes the next datagram from its backlog.
+    Process { host: u32 },
+}
+
+/// What a host's CPU spends per datagram it receives or sends, and how many
+/// received datagrams may wait for it (the socket buffer). The default costs
+/// nothing: hosts are infinitely fast, as in P001's ns-2 runs. P000's
+/// experiments are CPU-bound, which this models (DESIGN.md, the simulator).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProcessingCost {
+    pub per_datagram_ns: u64,
+    pub per_byte_ns: f64,
+    /// Received datagrams waiting for the CPU, at most; more are dropped.
+    pub backlog_max: usize,
+}
+
+impl ProcessingCost {
+    fn of(&self, len: usize) -> u64 {
+        self.per_datagram_ns + (self.per_byte_ns * len as f64) as u64
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +128,10 @@ struct Host<E> {
     asleep: Option<(u64, u64)>,
     /// (data datagrams still to divert, the member they go to).
     divert: Option<(u32, u32)>,
+    /// The CPU is busy until then (with a processing cost).
+    busy_until: u64,
+    /// Received datagrams waiting for the CPU, oldest first.
+    backlog: VecDeque<Packet>,
     metrics: HostMetrics,
 }
 
@@ -120,6 +144,7 @@ pub struct Sim<E> {
     queue: Queue,
     now: u64,
     rng: Xoshiro256PlusPlus,
+    cost: Option<ProcessingCost>,
     pub events: u64,
     pub violations: Vec<Violation>,
 }
@@ -147,6 +172,8 @@ impl<E: Engine<Event = Event>> Sim<E> {
                     armed: None,
                     asleep: None,
                     divert: None,
+                    busy_until: 0,
+                    backlog: VecDeque::new(),
                     metrics: HostMetrics::new(nodes.len()),
                 }
             })
@@ -158,6 +185,7 @@ impl<E: Engine<Event = Event>> Sim<E> {
             queue: Queue::default(),
             now: 0,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
+            cost: None,
             events: 0,
             violations: Vec::new(),
         };
@@ -252,6 +280,7 @@ impl<E: Engine<Event = Event>> Sim<E> {
                 Ev::Wake { host, generation } => self.on_wake(host as usize, generation),
                 Ev::Send { host, size } => self.on_send(host as usize, size),
                 Ev::Divert { host, count } => self.on_divert(host as usize, count),
+                Ev::Process { host } => self.on_cpu_free(host as usize),
             }
         }
         self.now = self.now.max(until_ns);
@@ -263,6 +292,11 @@ impl<E: Engine<Event = Event>> Sim<E> {
     pub fn divert_multicasts(&mut self, host: usize, at_ns: u64, count: u32) {
         let host = host as u32;
         self.push(at_ns, Ev::Divert { host, count });
+    }
+
+    /// Charges every host `cost` of CPU per datagram received and sent.
+    pub fn set_processing_cost(&mut self, cost: ProcessingCost) {
+        self.cost = Some(cost);
     }
 
     /// Records each host's deliveries per `bin_ns` of simulated time.
@@ -347,6 +381,45 @@ impl<E: Engine<Event = Event>> Sim<E> {
             self.hosts[host].metrics.dropped_asleep += 1;
             return;
         }
+        let Some(cost) = self.cost else {
+            self.process(host, packet);
+            return;
+        };
+        // The CPU takes datagrams in arrival order; the engine sees each one
+        // once the CPU has spent its cost on it.
+        let h = &mut self.hosts[host];
+        if h.backlog.len() >= cost.backlog_max {
+            h.metrics.dropped_backlog += 1;
+            return;
+        }
+        h.backlog.push_back(packet.clone());
+        if h.backlog.len() == 1 {
+            let at = h.busy_until.max(self.now) + cost.of(packet.bytes.len());
+            self.push(at, Ev::Process { host: host as u32 });
+        }
+    }
+
+    /// The CPU finished the oldest waiting datagram: the engine handles it.
+    fn on_cpu_free(&mut self, host: usize) {
+        let Some(packet) = self.hosts[host].backlog.pop_front() else {
+            return;
+        };
+        let h = &mut self.hosts[host];
+        h.busy_until = h.busy_until.max(self.now);
+        if self.is_asleep(host) {
+            self.hosts[host].metrics.dropped_asleep += 1;
+        } else {
+            self.process(host, &packet);
+        }
+        let cost = self.cost.expect("only scheduled with a cost");
+        let h = &self.hosts[host];
+        if let Some(next) = h.backlog.front() {
+            let at = h.busy_until.max(self.now) + cost.of(next.bytes.len());
+            self.push(at, Ev::Process { host: host as u32 });
+        }
+    }
+
+    fn process(&mut self, host: usize, packet: &Packet) {
         self.hosts[host].metrics.count_received(&packet.bytes);
         let now = Instant::from_nanos(self.now);
         let from = NodeId(packet.from_host);
@@ -362,6 +435,10 @@ impl<E: Engine<Event = Event>> Sim<E> {
         let now = Instant::from_nanos(self.now);
         while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
             self.hosts[host].metrics.count_sent(&t.payload);
+            if let Some(cost) = self.cost {
+                let h = &mut self.hosts[host];
+                h.busy_until = h.busy_until.max(self.now) + cost.of(t.payload.len());
+            }
             let from_node = self.hosts[host].node as u32;
             let destination = self.divert(host, t.destination, &t.payload);
             let to_node = match destination {
@@ -447,5 +524,65 @@ impl<E: Engine<Event = Event>> Sim<E> {
         if let Offer::Arrives(at) = l.offer(self.now, packet.bytes.len(), roll) {
             self.push(at, Ev::Arrive { node: to, packet });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shoal_core::pbcast::{Config, Pbcast};
+
+    use super::*;
+    use crate::LinkSpec;
+
+    /// Two members on a lossless chain; member 0 sends `count` messages at
+    /// `rate` per second. Returns member 1's metrics.
+    fn run(cost: Option<ProcessingCost>, count: u64, rate: u64) -> HostMetrics {
+        let spec = LinkSpec {
+            bandwidth_bps: 1e9,
+            ..LinkSpec::paper(0.0)
+        };
+        let topology = Topology::chain(2, spec);
+        let config = Config {
+            ip_multicast: true,
+            send_window: None,
+            ..Config::default()
+        };
+        let mut sim = Sim::new(&topology, &[0, 1], 1, |me, members| {
+            Pbcast::new(me, members, config.clone(), 1, Instant::ZERO).unwrap()
+        });
+        if let Some(cost) = cost {
+            sim.set_processing_cost(cost);
+        }
+        sim.schedule_stream(0, 0, 1_000_000_000 / rate, count, 100);
+        sim.run_until(5_000_000_000);
+        sim.hosts[1].metrics.clone()
+    }
+
+    #[test]
+    fn a_processing_cost_delays_and_a_full_backlog_drops() {
+        let free = run(None, 200, 1000);
+        assert_eq!((free.delivered, free.dropped_backlog), (200, 0));
+        let p50_free = free.latency_us.value_at_quantile(0.5);
+
+        // 300 µs per datagram keeps up with 1000/s: slower, nothing dropped.
+        let busy = ProcessingCost {
+            per_datagram_ns: 300_000,
+            per_byte_ns: 0.0,
+            backlog_max: 64,
+        };
+        let slow = run(Some(busy), 200, 1000);
+        assert_eq!((slow.delivered, slow.dropped_backlog), (200, 0));
+        let p50_slow = slow.latency_us.value_at_quantile(0.5);
+        // The histogram keeps two significant digits (±50 µs here).
+        assert!(p50_slow >= p50_free + 250, "{p50_free} µs -> {p50_slow} µs");
+
+        // 5 ms per datagram cannot keep up with 1000/s: the backlog fills.
+        let overloaded = ProcessingCost {
+            per_datagram_ns: 5_000_000,
+            per_byte_ns: 0.0,
+            backlog_max: 8,
+        };
+        let dropped = run(Some(overloaded), 200, 1000).dropped_backlog;
+        assert!(dropped > 100, "dropped {dropped}");
     }
 }
