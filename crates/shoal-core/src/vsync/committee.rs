@@ -581,11 +581,24 @@ impl Vsync {
         };
         b.heard = now;
         b.ack_due = true;
-        let confirmed = b.confirmed;
-        c.committed = c.committed.max(hb.committed.min(confirmed));
-        c.collect(hb.base.min(c.committed));
+        // Below the primary's base every record is committed and delivered
+        // by every member of the view, so a backup needs none of it, even
+        // records it never received. Waiting for those instead (the primary
+        // collected them and will not resend them) stalled commits forever
+        // after a backup missed replicas around a view change (chaos seed
+        // 262).
+        c.collect(hb.base);
+        c.committed = c.committed.max(c.base);
         if let Role::Backup(b) = &mut c.role {
             b.confirmed = b.confirmed.max(c.base);
+            while c
+                .store
+                .get(&b.confirmed)
+                .is_some_and(|s| s.epoch == hb.epoch)
+            {
+                b.confirmed += 1;
+            }
+            c.committed = c.committed.max(hb.committed.min(b.confirmed));
         }
         self.feed_member(now);
     }
@@ -639,7 +652,16 @@ impl Vsync {
         };
         r.heard = now;
         if epoch == c.epoch {
-            r.acked = r.acked.max(next.min(p.next_gseq));
+            let next = next.min(p.next_gseq);
+            if next < r.acked {
+                // The backup holds less than it once acknowledged: it was
+                // dropped and re-admitted with an empty store (chaos seed
+                // 262). Replicate to it again from what it holds; an ack
+                // merely reordered behind a later one costs a resend.
+                r.acked = next;
+                r.sent = next;
+            }
+            r.acked = r.acked.max(next);
             r.sent = r.sent.max(r.acked);
             self.try_commit(now);
             self.pump_replication();
@@ -705,6 +727,13 @@ impl Vsync {
             self.request_view_change(now, wire::REASON_COMMITTEE);
         }
         self.send_heartbeats_to(&dropped);
+        // With the silent backups gone, what the rest hold may already be
+        // stable; with none left, nothing else would ever commit a pending
+        // record (a decided Newview stalled every later view: chaos seeds
+        // 232 and 262).
+        if !dropped.is_empty() {
+            self.try_commit(now);
+        }
     }
 
     pub(super) fn send_heartbeats(&mut self) {

@@ -124,6 +124,8 @@ pub struct Stats {
     pub acks_prefreshview_sent: u64,
     pub views_installed: u64,
     pub takeovers: u64,
+    /// Times this member gave up the primary role for want of a majority.
+    pub stepped_down: u64,
     pub vsync_datagrams_sent: u64,
 }
 

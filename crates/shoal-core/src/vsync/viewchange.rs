@@ -23,7 +23,12 @@ pub(super) struct ViewChange {
     pub acks: BTreeMap<NodeId, u64>,
     pub reasons: u8,
     pub decided: bool,
+    /// Ack waits that ended without a majority of the old view.
+    pub attempts: u32,
 }
+
+/// Ack waits without a majority after which a primary steps down.
+const QUORUM_ATTEMPTS_MAX: u32 = 3;
 
 impl Vsync {
     /// Asks for a view change soon (at once for committee changes).
@@ -50,7 +55,13 @@ impl Vsync {
             return;
         };
         match &p.vc {
-            Some(vc) if !vc.decided && vc.deadline <= now => self.decide_view(now),
+            Some(vc) if !vc.decided && vc.deadline <= now => {
+                if self.has_quorum() {
+                    self.decide_view(now);
+                } else {
+                    self.retry_without_quorum(now);
+                }
+            }
             None if p.next_view_at <= now || p.change_at.is_some_and(|t| t <= now) => {
                 let periodic = if p.next_view_at <= now {
                     wire::REASON_PERIODIC
@@ -81,11 +92,66 @@ impl Vsync {
             acks: BTreeMap::from([(me, next)]),
             reasons,
             decided: false,
+            attempts: 0,
         });
         let prefresh = Carried::Prefreshview {
             view,
             epoch,
             primary: me.0,
+        };
+        self.pbcast_carried(now, &prefresh);
+    }
+
+    /// A view change may only proceed with acknowledgements from a strict
+    /// majority of the current view (the primary's own included): the
+    /// group has one primary component. Without it, a backup that falsely
+    /// suspected a live primary (it slept, or lost its heartbeats) could
+    /// take over and form a view of its own beside the real one, and the
+    /// two would assign the same gseqs to different messages (chaos seed
+    /// 1498). P000 does not discuss partitions; this is Isis's primary
+    /// partition rule.
+    fn has_quorum(&mut self) -> bool {
+        let Some(p) = self.primary_mut() else {
+            return false;
+        };
+        let Some(vc) = p.vc.as_ref() else {
+            return false;
+        };
+        let old = &p.cview.members;
+        let acked = old
+            .iter()
+            .filter(|m| vc.acks.contains_key(&NodeId(**m)))
+            .count();
+        2 * acked > old.len()
+    }
+
+    /// No majority acknowledged: ask again, and after a few tries give up
+    /// the primary role. This member then acts as a plain member of the view
+    /// it knows; if that view moved on without it, the committee there tells
+    /// it so (`Removed`) when it next asks for repairs.
+    fn retry_without_quorum(&mut self, now: Instant) {
+        let wait = self.config.ack_wait;
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let epoch = c.epoch;
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let Some(vc) = p.vc.as_mut() else {
+            return;
+        };
+        vc.attempts += 1;
+        if vc.attempts >= QUORUM_ATTEMPTS_MAX {
+            self.committee = None;
+            self.stats.stepped_down += 1;
+            return;
+        }
+        vc.deadline = now + wait;
+        let prefresh = Carried::Prefreshview {
+            view: vc.view,
+            epoch,
+            primary: self.me.0,
         };
         self.pbcast_carried(now, &prefresh);
     }
