@@ -25,6 +25,7 @@ pub mod pbcast;
 pub mod ranges;
 pub mod srm;
 pub mod time;
+pub mod traditional;
 pub mod vsync;
 
 #[cfg(test)]

@@ -120,6 +120,15 @@ impl<E: Node> Net<E> {
         }
     }
 
+    /// Calls `f` on engine `i` (for inputs other than datagrams and timers),
+    /// then sends what it produced.
+    pub fn with<R>(&mut self, i: usize, f: impl FnOnce(&mut E, Instant) -> R) -> R {
+        let now = self.now();
+        let r = f(&mut self.engines[i], now);
+        self.drain(i);
+        r
+    }
+
     /// Runs datagrams and timers up to and including `until_ms`.
     pub fn run_until(&mut self, until_ms: u64) {
         let until = until_ms * MS;
