@@ -5,7 +5,71 @@
 
 use hdrhistogram::Histogram;
 use shoal_core::pbcast::Event;
+use shoal_core::traditional;
 use shoal_wire::{decode_header, HEADER_LEN, KIND_COUNT};
+
+/// What the metrics need from an engine's event: a delivery or a loss.
+pub enum Observed<'a> {
+    Deliver {
+        source: u32,
+        seq: u64,
+        payload: &'a [u8],
+        recovered: bool,
+    },
+    Lost {
+        source: u32,
+        first: u64,
+        last: u64,
+    },
+    /// Anything else (views): not recorded.
+    Other,
+}
+
+/// Events the simulator can record.
+pub trait SimEvent: std::fmt::Debug {
+    fn observed(&self) -> Observed<'_>;
+}
+
+impl SimEvent for Event {
+    fn observed(&self) -> Observed<'_> {
+        match self {
+            Event::Deliver {
+                source,
+                seq,
+                payload,
+                recovered,
+            } => Observed::Deliver {
+                source: source.0,
+                seq: *seq,
+                payload,
+                recovered: *recovered,
+            },
+            Event::Lost { source, range } => Observed::Lost {
+                source: source.0,
+                first: range.first,
+                last: range.last,
+            },
+        }
+    }
+}
+
+impl SimEvent for traditional::Event {
+    fn observed(&self) -> Observed<'_> {
+        match self {
+            traditional::Event::Deliver {
+                source,
+                seq,
+                payload,
+            } => Observed::Deliver {
+                source: source.0,
+                seq: *seq,
+                payload,
+                recovered: false,
+            },
+            traditional::Event::View { .. } => Observed::Other,
+        }
+    }
+}
 
 /// A broken delivery guarantee, with where it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,16 +147,22 @@ impl HostMetrics {
     }
 
     /// Records an event and checks it; returns the violation it shows, if any.
-    pub fn on_event(&mut self, host: usize, now_ns: u64, event: &Event) -> Option<Violation> {
-        let (source, first, last) = match event {
-            Event::Deliver {
+    pub fn on_event(
+        &mut self,
+        host: usize,
+        now_ns: u64,
+        event: &impl SimEvent,
+    ) -> Option<Violation> {
+        let (source, first, last) = match event.observed() {
+            Observed::Other => return None,
+            Observed::Deliver {
                 source,
                 seq,
                 payload,
                 recovered,
             } => {
                 self.delivered += 1;
-                self.recovered += u64::from(*recovered);
+                self.recovered += u64::from(recovered);
                 if let Some(bin_ns) = self.throughput_bin_ns {
                     let bin = (now_ns / bin_ns) as usize;
                     if self.deliveries_per_bin.len() <= bin {
@@ -100,16 +170,19 @@ impl HostMetrics {
                     }
                     self.deliveries_per_bin[bin] += 1;
                 }
-                if source.0 as usize != host {
+                if source as usize != host {
                     self.record_latency(now_ns, payload);
                 }
-                (source.0, *seq, *seq)
+                (source, seq, seq)
             }
-            Event::Lost { source, range } => {
-                self.lost += range.len();
-                self.lost_ranges
-                    .push((source.0, range.first, range.last, now_ns));
-                (source.0, range.first, range.last)
+            Observed::Lost {
+                source,
+                first,
+                last,
+            } => {
+                self.lost += last - first + 1;
+                self.lost_ranges.push((source, first, last, now_ns));
+                (source, first, last)
             }
         };
         if let Some(seen) = &mut self.seen {

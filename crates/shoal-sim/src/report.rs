@@ -9,7 +9,6 @@ use std::io;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use shoal_core::pbcast::Event;
 use shoal_core::Engine;
 use shoal_wire::Kind;
 
@@ -44,7 +43,7 @@ pub struct Report {
 impl Report {
     /// Collects a finished simulation; `messages` is how many were sent and
     /// `duration_ns` the simulated time (for link utilisation).
-    pub fn collect<E: Engine<Event = Event>>(
+    pub fn collect<E: Engine<Event: crate::metrics::SimEvent>>(
         sim: &Sim<E>,
         head: Vec<(String, String)>,
         messages: u64,
@@ -173,7 +172,7 @@ fn ms(us: u64) -> String {
 /// directed link's bytes when the sending ended) (P001 Fig 1 middle: data
 /// alone is "about 10%"). A sender with several links (the root of a tree)
 /// reports its busiest.
-fn sender_link_util<E: Engine<Event = Event>>(
+fn sender_link_util<E: Engine<Event: crate::metrics::SimEvent>>(
     sim: &Sim<E>,
     sender: usize,
     send_seconds: f64,
@@ -190,7 +189,7 @@ fn sender_link_util<E: Engine<Event = Event>>(
     busiest
 }
 
-fn links_csv<E: Engine<Event = Event>>(sim: &Sim<E>, duration_ns: u64) -> String {
+fn links_csv<E: Engine<Event: crate::metrics::SimEvent>>(sim: &Sim<E>, duration_ns: u64) -> String {
     let mut out = String::from("from,to,packets,bytes,utilisation,dropped_loss,dropped_queue\n");
     let seconds = duration_ns as f64 / 1e9;
     for l in &sim.network().links {

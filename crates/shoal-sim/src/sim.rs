@@ -10,7 +10,6 @@ use std::collections::{BinaryHeap, VecDeque};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use shoal_core::pbcast::Event;
 use shoal_core::{Destination, Engine, Instant, NodeId};
 
 use crate::metrics::{HostMetrics, Violation};
@@ -125,7 +124,8 @@ struct Host<E> {
     engine: E,
     generation: u64,
     armed: Option<u64>,
-    asleep: Option<(u64, u64)>,
+    /// Sleep intervals [from, until), sorted and disjoint.
+    asleep: Vec<(u64, u64)>,
     /// (data datagrams still to divert, the member they go to).
     divert: Option<(u32, u32)>,
     /// The CPU is busy until then (with a processing cost).
@@ -149,7 +149,7 @@ pub struct Sim<E> {
     pub violations: Vec<Violation>,
 }
 
-impl<E: Engine<Event = Event>> Sim<E> {
+impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     /// Hosts `0..nodes.len()` sit on `nodes[i]`; `build(i, members)` makes
     /// host i's engine, member ids being host indices.
     pub fn new(
@@ -170,7 +170,7 @@ impl<E: Engine<Event = Event>> Sim<E> {
                     engine: build(members[i], &members),
                     generation: 0,
                     armed: None,
-                    asleep: None,
+                    asleep: Vec::new(),
                     divert: None,
                     busy_until: 0,
                     backlog: VecDeque::new(),
@@ -250,9 +250,20 @@ impl<E: Engine<Event = Event>> Sim<E> {
         }
     }
 
-    /// `host` drops everything and runs no timers in [from, until).
+    /// `host` drops everything and runs no timers in [from, until). Several
+    /// sleeps may be given; overlapping or adjacent ones merge.
     pub fn sleep(&mut self, host: usize, from_ns: u64, until_ns: u64) {
-        self.hosts[host].asleep = Some((from_ns, until_ns));
+        let intervals = &mut self.hosts[host].asleep;
+        intervals.push((from_ns, until_ns));
+        intervals.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(intervals.len());
+        for &(from, until) in intervals.iter() {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(until),
+                _ => merged.push((from, until)),
+            }
+        }
+        *intervals = merged;
         let generation = self.hosts[host].generation;
         self.push(
             until_ns,
@@ -264,9 +275,9 @@ impl<E: Engine<Event = Event>> Sim<E> {
     }
 
     fn is_asleep(&self, host: usize) -> bool {
-        self.hosts[host]
-            .asleep
-            .is_some_and(|(from, until)| from <= self.now && self.now < until)
+        let intervals = &self.hosts[host].asleep;
+        let i = intervals.partition_point(|&(from, _)| from <= self.now);
+        i > 0 && self.now < intervals[i - 1].1
     }
 
     /// Runs every event up to and including `until_ns`.
@@ -352,7 +363,7 @@ impl<E: Engine<Event = Event>> Sim<E> {
             return;
         }
         let h = &mut self.hosts[host];
-        let woke_from_sleep = h.asleep.is_some_and(|(_, until)| until == self.now);
+        let woke_from_sleep = h.asleep.iter().any(|&(_, until)| until == self.now);
         if generation != h.generation && !woke_from_sleep {
             return;
         }

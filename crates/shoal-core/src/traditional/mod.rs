@@ -247,12 +247,17 @@ impl Traditional {
         self.send_packet(Destination::Node(self.all[to]), &packet);
     }
 
-    /// One STATUS per source with something to report (or all, as a
-    /// heartbeat when `all` is set).
-    fn send_status(&mut self, now: Instant, all: bool) {
+    /// STATUS packets for every stream with something to report (or, as
+    /// the heartbeat, every stream that has started), packed into as few
+    /// datagrams as fit. At least one goes out as a heartbeat.
+    fn send_status(&mut self, now: Instant, heartbeat: bool) {
+        let max = self.config.max_datagram_size;
+        let mut datagram: Vec<u8> = Vec::new();
+        let mut datagrams = Vec::new();
         for source in 0..self.streams.len() {
             let s = &mut self.streams[source];
-            if !all && s.unreported == 0 {
+            let report = s.unreported > 0 || (heartbeat && s.next > 0);
+            if !report {
                 continue;
             }
             s.unreported = 0;
@@ -260,10 +265,51 @@ impl Traditional {
                 source: self.all[source].0,
                 next: s.next,
             };
-            self.send_to_view(&packet);
+            if datagram.len() + packet.encoded_len() > max && !datagram.is_empty() {
+                datagrams.push(std::mem::take(&mut datagram));
+            }
+            if packet.encode(self.me.0, &mut datagram).is_err() {
+                self.stats.malformed += 1;
+            }
+        }
+        if datagram.is_empty() && heartbeat {
+            // Nothing sent yet by anyone: a heartbeat about our own stream.
+            let packet = Packet::Status {
+                source: self.me.0,
+                next: 0,
+            };
+            let _ = packet.encode(self.me.0, &mut datagram);
+        }
+        if !datagram.is_empty() {
+            datagrams.push(datagram);
+        }
+        for d in datagrams {
+            self.send_datagram_to_view(Bytes::from(d));
         }
         self.next_status = now + self.config.heartbeat_interval;
         self.next_status_due = None;
+    }
+
+    fn send_datagram_to_view(&mut self, payload: Bytes) {
+        if self.config.ip_multicast {
+            self.out.push_back(Transmit {
+                destination: Destination::Multicast,
+                payload,
+            });
+            return;
+        }
+        let peers: Vec<NodeId> = self
+            .view
+            .iter()
+            .filter(|&&p| p != self.my_index)
+            .map(|&p| self.all[p])
+            .collect();
+        for p in peers {
+            self.out.push_back(Transmit {
+                destination: Destination::Node(p),
+                payload: payload.clone(),
+            });
+        }
     }
 
     // ---- receiving ---------------------------------------------------------

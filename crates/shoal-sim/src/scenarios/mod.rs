@@ -1,6 +1,7 @@
 //! Named experiments, one per file (`shoal sim <name>`).
 
 pub mod figure;
+pub mod p000_fig1_traditional;
 pub mod p000_fig6_analysis;
 pub mod p001_fig1_star;
 pub mod p001_fig1_tree;
@@ -45,6 +46,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p001_fig8_bottleneck::NAME, p001_fig8_bottleneck::run),
     (p001_fig9_hierarchical::NAME, p001_fig9_hierarchical::run),
     (p000_fig6_analysis::NAME, p000_fig6_analysis::run),
+    (p000_fig1_traditional::NAME, p000_fig1_traditional::run),
 ];
 
 /// The figure called `name`.
