@@ -5,7 +5,7 @@
 
 use hdrhistogram::Histogram;
 use shoal_core::pbcast::Event;
-use shoal_core::traditional;
+use shoal_core::{traditional, vsync};
 use shoal_wire::{decode_header, HEADER_LEN, KIND_COUNT};
 
 /// What the metrics need from an engine's event: a delivery or a loss.
@@ -67,6 +67,27 @@ impl SimEvent for traditional::Event {
                 recovered: false,
             },
             traditional::Event::View { .. } => Observed::Other,
+        }
+    }
+}
+
+impl SimEvent for vsync::Event {
+    /// Vsync delivers in gseq order, which keeps each sender's local ids in
+    /// order: the FIFO checker applies per sender.
+    fn observed(&self) -> Observed<'_> {
+        match self {
+            vsync::Event::Deliver {
+                sender,
+                local_id,
+                payload,
+                ..
+            } => Observed::Deliver {
+                source: sender.0,
+                seq: *local_id,
+                payload,
+                recovered: false,
+            },
+            vsync::Event::View(_) | vsync::Event::Removed { .. } => Observed::Other,
         }
     }
 }

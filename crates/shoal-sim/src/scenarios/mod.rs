@@ -1,6 +1,7 @@
 //! Named experiments, one per file (`shoal sim <name>`).
 
 pub mod figure;
+pub mod p000_fig12_perturbed;
 pub mod p000_fig1_traditional;
 pub mod p000_fig6_analysis;
 pub mod p001_fig1_star;
@@ -47,6 +48,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p001_fig9_hierarchical::NAME, p001_fig9_hierarchical::run),
     (p000_fig6_analysis::NAME, p000_fig6_analysis::run),
     (p000_fig1_traditional::NAME, p000_fig1_traditional::run),
+    (p000_fig12_perturbed::NAME, p000_fig12_perturbed::run),
 ];
 
 /// The figure called `name`.

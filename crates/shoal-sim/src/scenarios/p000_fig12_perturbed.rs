@@ -1,0 +1,172 @@
+//! `p000-fig12-perturbed` (P000 §6.2, Fig 12; notes E0-6): virtual synchrony
+//! over pbcast with one perturbed member. n = 66; one member sleeps through
+//! each 100 ms interval with probability p; throughput at the perturbed
+//! member and at an unperturbed one. P000: the unperturbed members keep
+//! their throughput (within a few percent) for every p, and the perturbed
+//! member is dropped at the next view change. Compare `p000-fig1-traditional`
+//! (same host model, same sleep process), where one sleeper drags everyone.
+//!
+//! The sender offers 100 messages/s of 1 KB (P000 §6's stack sustains
+//! about 100/s, Table 2); the view period is the paper's 20 s; hosts are
+//! the "fast" model of `p000-fig1-traditional` (50 µs per datagram).
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_core::vsync::{self, Vsync};
+use shoal_core::Instant;
+use shoal_plot::Series;
+
+use super::figure::{Plot, PlotKind};
+use super::p000_fig1_traditional::{cost, HOSTS};
+use super::{ns, run_parallel, Figure, Scale};
+use crate::report::{Report, Wall};
+use crate::{LinkSpec, Sim, Topology};
+
+pub const NAME: &str = "p000-fig12-perturbed";
+
+const OFFERED: f64 = 100.0;
+const SIZE: u32 = 1_000;
+const BIN_S: f64 = 0.1;
+
+/// (report, throughput at an unperturbed member, at the perturbed one).
+fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
+    let started = std::time::Instant::now();
+    let switch = LinkSpec {
+        bandwidth_bps: 100e6,
+        delay_ns: 50_000,
+        loss: 0.0,
+        queue_packets: 256,
+    };
+    let topology = Topology::star(n, switch);
+    let hosts: Vec<usize> = (1..=n).collect();
+    let config = vsync::Config::default();
+    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
+        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
+        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+    });
+    sim.set_processing_cost(cost(HOSTS[0].1));
+    sim.record_throughput(ns(BIN_S));
+    // The sender is member 1: member 0 leads the committee (P000 §6 runs
+    // the leader on its own node, unperturbed).
+    let sender = 1;
+    let start = 0.5;
+    let messages = (OFFERED * seconds) as u64;
+    sim.schedule_stream(sender, ns(start), ns(1.0 / OFFERED), messages, SIZE);
+    let perturbed = n - 1;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xF12_u64);
+    for slot in 0..(seconds / 0.1) as u64 {
+        if rng.random::<f64>() < p {
+            let from = ns(start) + slot * ns(0.1);
+            sim.sleep(perturbed, from, from + ns(0.1));
+        }
+    }
+    let end = ns(start + seconds);
+    sim.run_until(end);
+    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    sim.run_until(end + ns(3.0));
+    let rate = |host: usize| {
+        let (_, m) = sim.hosts().nth(host).expect("host");
+        let first = ((start + 1.0) / BIN_S) as usize;
+        let last = ((start + seconds) / BIN_S) as usize;
+        let delivered: u32 = (first..last)
+            .map(|b| m.deliveries_per_bin.get(b).copied().unwrap_or(0))
+            .sum();
+        f64::from(delivered) / ((last - first) as f64 * BIN_S)
+    };
+    let (calm, sleeper) = (rate(2), rate(perturbed));
+    let head = vec![
+        ("scenario".into(), NAME.into()),
+        ("protocol".into(), "vsync-pbcast".into()),
+        ("group_size".into(), n.to_string()),
+        ("seed".into(), seed.to_string()),
+        ("perturb_p".into(), p.to_string()),
+    ];
+    let mut report = Report::collect(&sim, head, messages, end, (seconds, &link_bytes), sender);
+    report
+        .summary
+        .retain(|(k, _)| !matches!(k.as_str(), "messages" | "delivered_min" | "complete"));
+    report
+        .summary
+        .push(("throughput_unperturbed".into(), format!("{calm:.2}")));
+    report
+        .summary
+        .push(("throughput_perturbed".into(), format!("{sleeper:.2}")));
+    report.wall = Wall {
+        seconds: started.elapsed().as_secs_f64(),
+        events: sim.events,
+    };
+    (report, calm, sleeper)
+}
+
+pub fn run(scale: Scale) -> Figure {
+    let mut figure = Figure::new(NAME);
+    let n = 66;
+    let ps: &[f64] = scale.pick(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8], &[0.0, 0.3, 0.6]);
+    let seconds = scale.pick(60.0, 10.0);
+    let mut configs = Vec::new();
+    for &p in ps {
+        for seed in scale.seeds() {
+            configs.push((p, seed));
+        }
+    }
+    type Job = Box<dyn FnOnce() -> (Report, f64, f64) + Send>;
+    let jobs: Vec<Job> = configs
+        .iter()
+        .map(|&(p, seed)| Box::new(move || one(n, p, seconds, seed)) as Job)
+        .collect();
+    let results = run_parallel(jobs);
+    let mut calm_points = Vec::new();
+    let mut sleeper_points = Vec::new();
+    for &p in ps {
+        let mine: Vec<&(Report, f64, f64)> = configs
+            .iter()
+            .zip(&results)
+            .filter(|((cp, _), _)| *cp == p)
+            .map(|(_, r)| r)
+            .collect();
+        let mean = |f: &dyn Fn(&(Report, f64, f64)) -> f64| {
+            mine.iter().map(|r| f(r)).sum::<f64>() / mine.len() as f64
+        };
+        let (calm, sleeper) = (mean(&|r| r.1), mean(&|r| r.2));
+        figure.notes.push(format!(
+            "p={p:<4} unperturbed {calm:>6.1} msgs/s   perturbed {sleeper:>6.1} msgs/s"
+        ));
+        calm_points.push((p, calm));
+        sleeper_points.push((p, sleeper));
+    }
+    for (report, _, _) in &results {
+        figure.add_run(report);
+    }
+    figure.incomplete.clear();
+    figure.plots.push(Plot {
+        file: format!("{NAME}.svg"),
+        title: format!("vsync over pbcast, n = {n}: throughput with one perturbed member"),
+        x_label: "probability the member sleeps in each 100 ms".into(),
+        y_label: "messages/s".into(),
+        log_y: false,
+        kind: PlotKind::Lines,
+        series: vec![
+            Series::new("unperturbed member", calm_points),
+            Series::new("perturbed member", sleeper_points),
+        ],
+    });
+    figure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// P000's claim for the non-traditional stack: a perturbed member does
+    /// not slow the others down.
+    #[test]
+    fn unperturbed_members_keep_their_throughput() {
+        let (_, calm, _) = one(24, 0.0, 6.0, 1);
+        let (_, perturbed_calm, _) = one(24, 0.6, 6.0, 1);
+        assert!(calm > 0.95 * OFFERED, "unperturbed group: {calm}");
+        assert!(
+            perturbed_calm > 0.95 * calm,
+            "with a sleeper: {perturbed_calm} vs {calm}"
+        );
+    }
+}
