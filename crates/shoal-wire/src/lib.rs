@@ -22,6 +22,7 @@
 
 use thiserror::Error;
 
+pub mod client;
 pub mod vsync;
 
 /// First two bytes of every packet: ASCII "SH".

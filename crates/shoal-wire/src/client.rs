@@ -1,0 +1,702 @@
+//! The client protocol: frames between an application (the client library)
+//! and its local daemon, over a Unix socket or TCP (`docs/client-protocol.md`).
+//!
+//! A frame is `length u32` (big-endian; the bytes after this field), then
+//! `version u8`, `type u8` and the body. Strings are `u16` length + UTF-8;
+//! lists are `u16` count + items; payloads are `u32` length + bytes.
+//! Decoding is strict: every length is checked against what remains and
+//! against [`Limits`] before anything is allocated, and every byte of a frame
+//! must be used. A stream decoder ([`decode`]) reports an incomplete frame as
+//! `Ok(None)` so the caller reads more.
+
+use thiserror::Error;
+
+/// The client-protocol version this crate speaks.
+pub const CLIENT_VERSION: u8 = 1;
+
+/// Bytes of the length prefix.
+pub const LENGTH_LEN: usize = 4;
+
+/// Delivery guarantee of a multicast (DESIGN.md, "What a user sees").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Service {
+    Unreliable = 0,
+    /// pbcast's bimodal guarantee, no membership agreement.
+    Probabilistic = 1,
+    Reliable = 2,
+    Fifo = 3,
+    Causal = 4,
+    Agreed = 5,
+    Safe = 6,
+}
+
+impl Service {
+    pub const ALL: [Service; 7] = [
+        Service::Unreliable,
+        Service::Probabilistic,
+        Service::Reliable,
+        Service::Fifo,
+        Service::Causal,
+        Service::Agreed,
+        Service::Safe,
+    ];
+
+    pub fn from_u8(v: u8) -> Option<Service> {
+        Service::ALL.get(usize::from(v)).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Unreliable => "unreliable",
+            Service::Probabilistic => "probabilistic",
+            Service::Reliable => "reliable",
+            Service::Fifo => "fifo",
+            Service::Causal => "causal",
+            Service::Agreed => "agreed",
+            Service::Safe => "safe",
+        }
+    }
+}
+
+impl std::str::FromStr for Service {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Service, String> {
+        Service::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Service::ALL.iter().map(|v| v.name()).collect();
+                format!("unknown service {s:?}; services: {}", names.join(", "))
+            })
+    }
+}
+
+/// Why a group's membership changed (as Spread reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Reason {
+    Join = 0,
+    Leave = 1,
+    Disconnect = 2,
+    Network = 3,
+}
+
+impl Reason {
+    fn from_u8(v: u8) -> Option<Reason> {
+        [
+            Reason::Join,
+            Reason::Leave,
+            Reason::Disconnect,
+            Reason::Network,
+        ]
+        .get(usize::from(v))
+        .copied()
+    }
+}
+
+/// One frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// Client → daemon, first frame: a private name unique on this daemon.
+    Connect {
+        name: String,
+    },
+    /// Daemon → client: accepted; `private_group` is the client's address.
+    ConnectOk {
+        private_group: String,
+    },
+    Join {
+        group: String,
+    },
+    Leave {
+        group: String,
+    },
+    /// Client → daemon: send `payload` to every member of `groups`.
+    Multicast {
+        service: Service,
+        groups: Vec<String>,
+        payload: Vec<u8>,
+    },
+    /// Daemon → client: a message for a group this client joined.
+    Message {
+        sender: String,
+        service: Service,
+        groups: Vec<String>,
+        payload: Vec<u8>,
+    },
+    /// Daemon → client: the new membership of `group`.
+    Membership {
+        group: String,
+        view_id: u64,
+        reason: Reason,
+        members: Vec<String>,
+    },
+    /// Either side: the connection ends cleanly.
+    Disconnect,
+    /// Either side: what went wrong; the daemon closes after sending one
+    /// for a malformed frame.
+    Error {
+        code: u16,
+        text: String,
+    },
+}
+
+const CONNECT: u8 = 1;
+const CONNECT_OK: u8 = 2;
+const JOIN: u8 = 3;
+const LEAVE: u8 = 4;
+const MULTICAST: u8 = 5;
+const MESSAGE: u8 = 6;
+const MEMBERSHIP: u8 = 7;
+const DISCONNECT: u8 = 8;
+const ERROR: u8 = 9;
+
+/// Bounds the decoder enforces (each a daemon setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of a private name or group name.
+    pub name_max: usize,
+    /// Groups named in one multicast or message.
+    pub groups_max: usize,
+    /// Members listed in one membership frame.
+    pub members_max: usize,
+    /// Payload bytes of one message (DESIGN: default 1 MiB).
+    pub payload_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            name_max: 128,
+            groups_max: 64,
+            members_max: 65_535,
+            payload_max: 1 << 20,
+        }
+    }
+}
+
+impl Limits {
+    /// The largest frame these limits allow (after the length prefix).
+    pub fn frame_max(&self) -> usize {
+        // version, type, service, sender, groups, payload, with slack for
+        // a membership list.
+        let names = (2 + self.name_max) * (1 + self.groups_max.max(self.members_max));
+        2 + 1 + 8 + 1 + 2 + 4 + names + self.payload_max
+    }
+}
+
+/// A frame that cannot be decoded, or encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the maximum {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("frame too short: {0} bytes")]
+    TooShort(usize),
+    #[error("unsupported client-protocol version {0}")]
+    BadVersion(u8),
+    #[error("unknown frame type {0}")]
+    UnknownType(u8),
+    #[error("truncated {what}")]
+    Truncated { what: &'static str },
+    #[error("{what} of {len} exceeds the limit {max}")]
+    OverLimit {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{0} is not valid UTF-8")]
+    BadUtf8(&'static str),
+    #[error("an empty {0}")]
+    Empty(&'static str),
+    #[error("unknown service {0}")]
+    BadService(u8),
+    #[error("unknown membership reason {0}")]
+    BadReason(u8),
+    #[error("{0} bytes left over after the frame's body")]
+    TrailingBytes(usize),
+}
+
+/// Decodes one frame from the front of `buf`: `Ok(None)` if `buf` does not
+/// yet hold a whole frame, otherwise the frame and the bytes it used.
+pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Frame, usize)>, FrameError> {
+    let Some(prefix) = buf.first_chunk::<LENGTH_LEN>() else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(*prefix) as usize;
+    let max = limits.frame_max();
+    if len > max {
+        return Err(FrameError::TooLong { len, max });
+    }
+    if len < 2 {
+        return Err(FrameError::TooShort(len));
+    }
+    let Some(body) = buf.get(LENGTH_LEN..LENGTH_LEN + len) else {
+        return Ok(None);
+    };
+    let frame = decode_body(body, limits)?;
+    Ok(Some((frame, LENGTH_LEN + len)))
+}
+
+fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
+    let mut r = Reader { rest: body, limits };
+    let version = r.u8("version")?;
+    if version != CLIENT_VERSION {
+        return Err(FrameError::BadVersion(version));
+    }
+    let frame = match r.u8("type")? {
+        CONNECT => Frame::Connect {
+            name: r.name("private name")?,
+        },
+        CONNECT_OK => Frame::ConnectOk {
+            private_group: r.name("private group")?,
+        },
+        JOIN => Frame::Join {
+            group: r.name("group name")?,
+        },
+        LEAVE => Frame::Leave {
+            group: r.name("group name")?,
+        },
+        MULTICAST => {
+            let service = r.service()?;
+            let groups = r.names("groups", limits.groups_max)?;
+            if groups.is_empty() {
+                return Err(FrameError::Empty("group list"));
+            }
+            Frame::Multicast {
+                service,
+                groups,
+                payload: r.payload()?,
+            }
+        }
+        MESSAGE => Frame::Message {
+            sender: r.name("sender")?,
+            service: r.service()?,
+            groups: r.names("groups", limits.groups_max)?,
+            payload: r.payload()?,
+        },
+        MEMBERSHIP => {
+            let group = r.name("group name")?;
+            let view_id = r.u64("view id")?;
+            let reason = r.u8("reason")?;
+            let reason = Reason::from_u8(reason).ok_or(FrameError::BadReason(reason))?;
+            Frame::Membership {
+                group,
+                view_id,
+                reason,
+                members: r.names("members", limits.members_max)?,
+            }
+        }
+        DISCONNECT => Frame::Disconnect,
+        ERROR => Frame::Error {
+            code: r.u16("error code")?,
+            text: r.string("error text", usize::from(u16::MAX))?,
+        },
+        other => return Err(FrameError::UnknownType(other)),
+    };
+    if !r.rest.is_empty() {
+        return Err(FrameError::TrailingBytes(r.rest.len()));
+    }
+    Ok(frame)
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+    limits: &'a Limits,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], FrameError> {
+        if self.rest.len() < n {
+            return Err(FrameError::Truncated { what });
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, FrameError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, FrameError> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, FrameError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, FrameError> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    fn string(&mut self, what: &'static str, max: usize) -> Result<String, FrameError> {
+        let len = usize::from(self.u16(what)?);
+        if len > max {
+            return Err(FrameError::OverLimit { what, len, max });
+        }
+        let bytes = self.take(len, what)?;
+        let s = std::str::from_utf8(bytes).map_err(|_| FrameError::BadUtf8(what))?;
+        Ok(s.to_owned())
+    }
+
+    fn name(&mut self, what: &'static str) -> Result<String, FrameError> {
+        let name = self.string(what, self.limits.name_max)?;
+        if name.is_empty() {
+            return Err(FrameError::Empty(what));
+        }
+        Ok(name)
+    }
+
+    fn names(&mut self, what: &'static str, max: usize) -> Result<Vec<String>, FrameError> {
+        let count = usize::from(self.u16(what)?);
+        // Each name takes at least 3 bytes: never trust a count beyond that.
+        if count > max || count > self.rest.len() / 3 {
+            return Err(FrameError::OverLimit {
+                what,
+                len: count,
+                max: max.min(self.rest.len() / 3),
+            });
+        }
+        (0..count).map(|_| self.name(what)).collect()
+    }
+
+    fn service(&mut self) -> Result<Service, FrameError> {
+        let v = self.u8("service")?;
+        Service::from_u8(v).ok_or(FrameError::BadService(v))
+    }
+
+    fn payload(&mut self) -> Result<Vec<u8>, FrameError> {
+        let len = self.u32("payload length")? as usize;
+        let max = self.limits.payload_max;
+        if len > max {
+            return Err(FrameError::OverLimit {
+                what: "payload",
+                len,
+                max,
+            });
+        }
+        Ok(self.take(len, "payload")?.to_vec())
+    }
+}
+
+impl Frame {
+    /// Appends the frame, length prefix included. Fails if a field does not
+    /// fit its length field (names over 65,535 bytes, and so on); `limits`
+    /// are the receiver's business.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), FrameError> {
+        let start = out.len();
+        out.extend_from_slice(&[0; LENGTH_LEN]);
+        out.push(CLIENT_VERSION);
+        let mut w = Writer { out };
+        match self {
+            Frame::Connect { name } => {
+                w.u8(CONNECT);
+                w.string(name)?;
+            }
+            Frame::ConnectOk { private_group } => {
+                w.u8(CONNECT_OK);
+                w.string(private_group)?;
+            }
+            Frame::Join { group } => {
+                w.u8(JOIN);
+                w.string(group)?;
+            }
+            Frame::Leave { group } => {
+                w.u8(LEAVE);
+                w.string(group)?;
+            }
+            Frame::Multicast {
+                service,
+                groups,
+                payload,
+            } => {
+                w.u8(MULTICAST);
+                w.u8(*service as u8);
+                w.strings(groups)?;
+                w.payload(payload)?;
+            }
+            Frame::Message {
+                sender,
+                service,
+                groups,
+                payload,
+            } => {
+                w.u8(MESSAGE);
+                w.string(sender)?;
+                w.u8(*service as u8);
+                w.strings(groups)?;
+                w.payload(payload)?;
+            }
+            Frame::Membership {
+                group,
+                view_id,
+                reason,
+                members,
+            } => {
+                w.u8(MEMBERSHIP);
+                w.string(group)?;
+                w.out.extend_from_slice(&view_id.to_be_bytes());
+                w.u8(*reason as u8);
+                w.strings(members)?;
+            }
+            Frame::Disconnect => w.u8(DISCONNECT),
+            Frame::Error { code, text } => {
+                w.u8(ERROR);
+                w.out.extend_from_slice(&code.to_be_bytes());
+                w.string(text)?;
+            }
+        }
+        let len = out.len() - start - LENGTH_LEN;
+        let len = u32::try_from(len).map_err(|_| FrameError::TooLong {
+            len,
+            max: u32::MAX as usize,
+        })?;
+        out[start..start + LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    }
+
+    pub fn to_vec(&self) -> Result<Vec<u8>, FrameError> {
+        let mut out = Vec::new();
+        self.encode(&mut out)?;
+        Ok(out)
+    }
+}
+
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.out.push(v);
+    }
+
+    fn string(&mut self, s: &str) -> Result<(), FrameError> {
+        let len = u16::try_from(s.len()).map_err(|_| FrameError::OverLimit {
+            what: "string",
+            len: s.len(),
+            max: usize::from(u16::MAX),
+        })?;
+        self.out.extend_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+
+    fn strings(&mut self, list: &[String]) -> Result<(), FrameError> {
+        let count = u16::try_from(list.len()).map_err(|_| FrameError::OverLimit {
+            what: "list",
+            len: list.len(),
+            max: usize::from(u16::MAX),
+        })?;
+        self.out.extend_from_slice(&count.to_be_bytes());
+        list.iter().try_for_each(|s| self.string(s))
+    }
+
+    fn payload(&mut self, p: &[u8]) -> Result<(), FrameError> {
+        let len = u32::try_from(p.len()).map_err(|_| FrameError::OverLimit {
+            what: "payload",
+            len: p.len(),
+            max: u32::MAX as usize,
+        })?;
+        self.out.extend_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(p);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn name() -> impl Strategy<Value = String> + Clone {
+        "[a-zA-Z0-9_#.-]{1,24}"
+    }
+
+    fn service() -> impl Strategy<Value = Service> {
+        (0u8..7).prop_map(|v| Service::from_u8(v).unwrap())
+    }
+
+    fn frame() -> impl Strategy<Value = Frame> {
+        let payload = proptest::collection::vec(any::<u8>(), 0..300);
+        let groups = proptest::collection::vec(name(), 1..5);
+        prop_oneof![
+            name().prop_map(|name| Frame::Connect { name }),
+            name().prop_map(|private_group| Frame::ConnectOk { private_group }),
+            name().prop_map(|group| Frame::Join { group }),
+            name().prop_map(|group| Frame::Leave { group }),
+            (service(), groups.clone(), payload.clone()).prop_map(|(service, groups, payload)| {
+                Frame::Multicast {
+                    service,
+                    groups,
+                    payload,
+                }
+            }),
+            (name(), service(), groups.clone(), payload).prop_map(
+                |(sender, service, groups, payload)| Frame::Message {
+                    sender,
+                    service,
+                    groups,
+                    payload,
+                }
+            ),
+            (name(), any::<u64>(), 0u8..4, groups).prop_map(|(group, view_id, r, members)| {
+                Frame::Membership {
+                    group,
+                    view_id,
+                    reason: Reason::from_u8(r).unwrap(),
+                    members,
+                }
+            }),
+            Just(Frame::Disconnect),
+            (any::<u16>(), ".{0,40}").prop_map(|(code, text)| Frame::Error { code, text }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn decode_of_encode_is_identity(f in frame()) {
+            let bytes = f.to_vec().unwrap();
+            let (back, used) = decode(&bytes, &Limits::default()).unwrap().unwrap();
+            prop_assert_eq!(back, f);
+            prop_assert_eq!(used, bytes.len());
+        }
+
+        #[test]
+        fn every_prefix_is_incomplete_not_an_error(f in frame()) {
+            let bytes = f.to_vec().unwrap();
+            for cut in 0..bytes.len() {
+                prop_assert_eq!(decode(&bytes[..cut], &Limits::default()), Ok(None));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes, &Limits::default());
+        }
+    }
+
+    /// A frame: length prefix, version, then `rest`.
+    fn raw(rest: &[u8]) -> Vec<u8> {
+        let mut out = ((rest.len() + 1) as u32).to_be_bytes().to_vec();
+        out.push(CLIENT_VERSION);
+        out.extend_from_slice(rest);
+        out
+    }
+
+    #[test]
+    fn malformed_frames_are_refused_with_their_error() {
+        let limits = Limits::default();
+        let join = |name: &[u8]| {
+            let mut b = vec![JOIN];
+            b.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            b.extend_from_slice(name);
+            raw(&b)
+        };
+        let mut long = u32::MAX.to_be_bytes().to_vec();
+        long.extend_from_slice(&[1, 1]);
+        let mut bad_version = raw(&[DISCONNECT]);
+        bad_version[4] = 9;
+        let cases: Vec<(&str, Vec<u8>, FrameError)> = vec![
+            (
+                "length beyond the maximum",
+                long,
+                FrameError::TooLong {
+                    len: u32::MAX as usize,
+                    max: limits.frame_max(),
+                },
+            ),
+            ("zero length", vec![0, 0, 0, 0], FrameError::TooShort(0)),
+            ("other version", bad_version, FrameError::BadVersion(9)),
+            ("unknown type", raw(&[77]), FrameError::UnknownType(77)),
+            (
+                "truncated name",
+                raw(&[JOIN, 0, 5, b'a']),
+                FrameError::Truncated { what: "group name" },
+            ),
+            ("empty name", join(b""), FrameError::Empty("group name")),
+            (
+                "name over the limit",
+                join(&[b'a'; 129]),
+                FrameError::OverLimit {
+                    what: "group name",
+                    len: 129,
+                    max: 128,
+                },
+            ),
+            (
+                "bad UTF-8",
+                join(&[0xFF, 0xFE]),
+                FrameError::BadUtf8("group name"),
+            ),
+            (
+                "trailing bytes",
+                raw(&[DISCONNECT, 0]),
+                FrameError::TrailingBytes(1),
+            ),
+            (
+                "unknown service",
+                raw(&[MULTICAST, 9, 0, 1, 0, 1, b'g', 0, 0, 0, 0]),
+                FrameError::BadService(9),
+            ),
+            (
+                "no groups",
+                raw(&[MULTICAST, 3, 0, 0, 0, 0, 0, 0]),
+                FrameError::Empty("group list"),
+            ),
+            (
+                "group count beyond the bytes",
+                raw(&[MULTICAST, 3, 0xFF, 0xFF]),
+                FrameError::OverLimit {
+                    what: "groups",
+                    len: 65_535,
+                    max: 0,
+                },
+            ),
+            (
+                "payload over the limit",
+                raw(&[MULTICAST, 3, 0, 1, 0, 1, b'g', 0x00, 0x20, 0x00, 0x01]),
+                FrameError::OverLimit {
+                    what: "payload",
+                    len: (1 << 21) + 1,
+                    max: 1 << 20,
+                },
+            ),
+            (
+                "unknown reason",
+                raw(&[MEMBERSHIP, 0, 1, b'g', 0, 0, 0, 0, 0, 0, 0, 1, 7, 0, 0]),
+                FrameError::BadReason(7),
+            ),
+        ];
+        for (what, bytes, error) in cases {
+            assert_eq!(decode(&bytes, &limits), Err(error), "{what}");
+        }
+    }
+
+    #[test]
+    fn two_frames_back_to_back_decode_one_at_a_time() {
+        let mut bytes = Frame::Join { group: "g".into() }.to_vec().unwrap();
+        Frame::Disconnect.encode(&mut bytes).unwrap();
+        let limits = Limits::default();
+        let (first, used) = decode(&bytes, &limits).unwrap().unwrap();
+        assert_eq!(first, Frame::Join { group: "g".into() });
+        let (second, _) = decode(&bytes[used..], &limits).unwrap().unwrap();
+        assert_eq!(second, Frame::Disconnect);
+    }
+
+    #[test]
+    fn services_parse_by_name() {
+        for s in Service::ALL {
+            assert_eq!(s.name().parse::<Service>(), Ok(s));
+        }
+        assert!("totally-ordered".parse::<Service>().is_err());
+    }
+}
