@@ -223,18 +223,9 @@ impl Traditional {
 
     /// To every other member of the view, by multicast or fan-out.
     fn send_to_view(&mut self, packet: &Packet<'_>) {
-        if self.config.ip_multicast {
-            self.send_packet(Destination::Multicast, packet);
-            return;
-        }
-        let peers: Vec<NodeId> = self
-            .view
-            .iter()
-            .filter(|&&p| p != self.my_index)
-            .map(|&p| self.all[p])
-            .collect();
-        for p in peers {
-            self.send_packet(Destination::Node(p), packet);
+        match packet.to_vec(self.me.0) {
+            Ok(bytes) => self.send_datagram_to_view(Bytes::from(bytes)),
+            Err(_) => self.stats.malformed += 1,
         }
     }
 

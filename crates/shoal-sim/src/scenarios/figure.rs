@@ -71,6 +71,27 @@ pub struct Plot {
     pub series: Vec<Series>,
 }
 
+impl Plot {
+    /// A line chart with a linear y axis.
+    pub fn lines(
+        file: String,
+        title: impl Into<String>,
+        x_label: &str,
+        y_label: &str,
+        series: Vec<Series>,
+    ) -> Plot {
+        Plot {
+            file,
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            log_y: false,
+            kind: PlotKind::Lines,
+            series,
+        }
+    }
+}
+
 /// Everything a figure scenario produced.
 #[derive(Debug, Clone, Default)]
 pub struct Figure {

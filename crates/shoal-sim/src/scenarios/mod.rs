@@ -333,7 +333,29 @@ pub(crate) struct SweepRun {
     pub finished: Finished,
 }
 
-impl Sweep<'_> {
+impl<'a> Sweep<'a> {
+    /// P001's traffic: 100 messages/s of 210 B for `seconds`, FIFO delivery.
+    pub fn p001(
+        scenario: &'a str,
+        protocols: &'a [Protocol],
+        sizes: &'a [usize],
+        scale: Scale,
+        loss: f64,
+        seconds: f64,
+    ) -> Sweep<'a> {
+        Sweep {
+            scenario,
+            protocols,
+            sizes,
+            scale,
+            loss,
+            messages: (100.0 * seconds) as u64,
+            rate: 100.0,
+            size: 210,
+            delivery: Delivery::Fifo,
+        }
+    }
+
     /// Runs every configuration (in parallel), adding rows to `figure`.
     pub fn run(
         &self,

@@ -16,7 +16,7 @@ use shoal_core::vsync::{self, Vsync};
 use shoal_core::Instant;
 use shoal_plot::Series;
 
-use super::figure::{Plot, PlotKind};
+use super::figure::Plot;
 use super::p000_fig1_traditional::{cost, HOSTS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
@@ -138,18 +138,16 @@ pub fn run(scale: Scale) -> Figure {
         figure.add_run(report);
     }
     figure.incomplete.clear();
-    figure.plots.push(Plot {
-        file: format!("{NAME}.svg"),
-        title: format!("vsync over pbcast, n = {n}: throughput with one perturbed member"),
-        x_label: "probability the member sleeps in each 100 ms".into(),
-        y_label: "messages/s".into(),
-        log_y: false,
-        kind: PlotKind::Lines,
-        series: vec![
+    figure.plots.push(Plot::lines(
+        format!("{NAME}.svg"),
+        format!("vsync over pbcast, n = {n}: throughput with one perturbed member"),
+        "probability the member sleeps in each 100 ms",
+        "messages/s",
+        vec![
             Series::new("unperturbed member", calm_points),
             Series::new("perturbed member", sleeper_points),
         ],
-    });
+    ));
     figure
 }
 

@@ -20,7 +20,7 @@ use shoal_core::traditional::{self, Traditional};
 use shoal_core::Instant;
 use shoal_plot::Series;
 
-use super::figure::{Plot, PlotKind};
+use super::figure::Plot;
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, ProcessingCost, Sim, Topology};
@@ -173,15 +173,13 @@ pub fn run(scale: Scale) -> Figure {
         figure.wall.seconds += report.wall.seconds;
         figure.wall.events += report.wall.events;
     }
-    figure.plots.push(Plot {
-        file: format!("{NAME}.svg"),
-        title: "traditional stack: throughput at an unperturbed member".into(),
-        x_label: "probability a member sleeps in each 100 ms".into(),
-        y_label: "messages/s".into(),
-        log_y: false,
-        kind: PlotKind::Lines,
+    figure.plots.push(Plot::lines(
+        format!("{NAME}.svg"),
+        "traditional stack: throughput at an unperturbed member",
+        "probability a member sleeps in each 100 ms",
+        "messages/s",
         series,
-    });
+    ));
     figure
 }
 

@@ -2,8 +2,6 @@
 //! sender and the receivers on the rim, every receiver equidistant, which
 //! defeats SRM's distance-based suppression. Same traffic as the tree.
 
-use shoal_core::pbcast::Delivery;
-
 use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
 use crate::{LinkSpec, Topology};
 
@@ -16,18 +14,7 @@ pub fn run(scale: Scale) -> Figure {
     let sizes: &[usize] = scale.pick(&[20, 30, 40, 50, 60, 70, 80], &[20, 50, 80]);
     let loss = 0.001;
     let seconds = scale.pick(100.0, 20.0);
-    Sweep {
-        scenario: NAME,
-        protocols: &PROTOCOLS,
-        sizes,
-        scale,
-        loss,
-        messages: (100.0 * seconds) as u64,
-        rate: 100.0,
-        size: 210,
-        delivery: Delivery::Fifo,
-    }
-    .run(&mut figure, &|n, _seed| {
+    Sweep::p001(NAME, &PROTOCOLS, sizes, scale, loss, seconds).run(&mut figure, &|n, _seed| {
         let topology = Topology::star(n, LinkSpec::paper(loss));
         let hosts = (1..=n).collect();
         Setup {

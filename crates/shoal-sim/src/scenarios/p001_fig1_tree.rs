@@ -4,8 +4,6 @@
 //! Requests and repairs received per member per second, and the sender's
 //! link utilisation, for SRM, adaptive SRM, pbcast and pbcast-IPMC.
 
-use shoal_core::pbcast::Delivery;
-
 use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
 use crate::{LinkSpec, Topology};
 
@@ -23,18 +21,7 @@ pub fn run(scale: Scale) -> Figure {
     let sizes: &[usize] = scale.pick(&[20, 30, 40, 50, 60, 70, 80], &[20, 50, 80]);
     let loss = 0.001;
     let seconds = scale.pick(100.0, 20.0);
-    Sweep {
-        scenario: NAME,
-        protocols: &PROTOCOLS,
-        sizes,
-        scale,
-        loss,
-        messages: (100.0 * seconds) as u64,
-        rate: 100.0,
-        size: 210,
-        delivery: Delivery::Fifo,
-    }
-    .run(&mut figure, &|n, _seed| {
+    Sweep::p001(NAME, &PROTOCOLS, sizes, scale, loss, seconds).run(&mut figure, &|n, _seed| {
         Setup::everyone(Topology::tree_of(n, 4, LinkSpec::paper(loss)))
     });
     overhead_plots(&mut figure, "dense tree, depth 4, 0.1% loss");

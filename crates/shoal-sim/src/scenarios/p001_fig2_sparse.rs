@@ -2,12 +2,10 @@
 //! 6, branching 3; the paper says "about 1000 nodes"), 20-100 members placed
 //! at random, 0.1% loss per link, 100 messages/s of 210 B from one member.
 
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
-use shoal_core::pbcast::Delivery;
-
 use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
 use crate::{LinkSpec, Topology};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub const NAME: &str = "p001-fig2-sparse";
 
@@ -18,18 +16,7 @@ pub fn run(scale: Scale) -> Figure {
     let sizes: &[usize] = scale.pick(&[20, 40, 60, 80, 100], &[20, 60, 100]);
     let loss = 0.001;
     let seconds = scale.pick(100.0, 10.0);
-    Sweep {
-        scenario: NAME,
-        protocols: &PROTOCOLS,
-        sizes,
-        scale,
-        loss,
-        messages: (100.0 * seconds) as u64,
-        rate: 100.0,
-        size: 210,
-        delivery: Delivery::Fifo,
-    }
-    .run(&mut figure, &|n, seed| {
+    Sweep::p001(NAME, &PROTOCOLS, sizes, scale, loss, seconds).run(&mut figure, &|n, seed| {
         let topology = Topology::tree(6, 3, LinkSpec::paper(loss));
         // The same placement for every protocol of one (size, seed).
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ (n as u64) << 32);

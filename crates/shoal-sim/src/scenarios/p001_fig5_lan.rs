@@ -11,7 +11,7 @@
 use shoal_core::pbcast::Delivery;
 use shoal_plot::Series;
 
-use super::figure::{Plot, PlotKind};
+use super::figure::Plot;
 use super::p001_fig7_two_cluster::lan;
 use super::{head, run_parallel, Figure, Finished, Protocol, Run, Scale};
 use crate::Topology;
@@ -95,15 +95,13 @@ pub fn run(scale: Scale) -> Figure {
             min.iter().copied().fold(f64::INFINITY, f64::min),
         ));
     }
-    figure.plots.push(Plot {
-        file: format!("{NAME}.svg"),
-        title: "35 members, 10 multicasts turned to unicasts every 2 s: one receiver".into(),
-        x_label: "time (s)".into(),
-        y_label: "messages/s delivered (100 ms samples)".into(),
-        log_y: false,
-        kind: PlotKind::Lines,
+    figure.plots.push(Plot::lines(
+        format!("{NAME}.svg"),
+        "35 members, 10 multicasts turned to unicasts every 2 s: one receiver",
+        "time (s)",
+        "messages/s delivered (100 ms samples)",
         series,
-    });
+    ));
     figure
 }
 

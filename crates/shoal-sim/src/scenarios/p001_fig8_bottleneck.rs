@@ -6,8 +6,6 @@
 //! member, and at the largest size the latency at the receiver farthest
 //! from the sender.
 
-use shoal_core::pbcast::Delivery;
-
 use super::figure::{histograms_csv, latency_fractions, Plot, PlotKind};
 use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
 use crate::network::Network;
@@ -38,15 +36,8 @@ pub fn run(scale: Scale) -> Figure {
         t
     };
     let runs = Sweep {
-        scenario: NAME,
-        protocols: &PROTOCOLS,
-        sizes,
-        scale,
-        loss,
-        messages: (100.0 * seconds) as u64,
-        rate: 100.0,
         size: 1000,
-        delivery: Delivery::Fifo,
+        ..Sweep::p001(NAME, &PROTOCOLS, sizes, scale, loss, seconds)
     }
     .run(&mut figure, &|n, _seed| {
         let t = tree(n);
