@@ -648,6 +648,22 @@ impl Vsync {
             return;
         };
         let Some(r) = p.backups.get_mut(&from) else {
+            if epoch < c.epoch {
+                // A backup this primary dropped still acknowledges an old
+                // epoch: it never got the drop notice. Send it again (a
+                // heartbeat without it ends its committee role). With the
+                // notice sent only once, one lost datagram left a backup that
+                // had slept through its drop believing it was still one; it
+                // took over a timeout later and formed a second primary
+                // component (chaos seed 152).
+                let notice = Message::Heartbeat(Heartbeat {
+                    epoch: c.epoch,
+                    committee: c.list.iter().map(|n| n.0).collect(),
+                    base: c.base,
+                    committed: c.committed,
+                });
+                self.send(from, &notice);
+            }
             return;
         };
         r.heard = now;

@@ -33,7 +33,12 @@ pub struct Sim<E: Engine> {
     /// Events with the time (ns) they were polled.
     pub events: Vec<Vec<(u64, E::Event)>>,
     pub check: Option<fn(&E)>,
+    /// Drops a datagram when it returns true: `(now ns, from, to, bytes)`.
+    /// For tests that lose one chosen message (a replayed failure).
+    pub drop_if: Option<DropFilter>,
 }
+
+pub type DropFilter = Box<dyn FnMut(u64, usize, usize, &[u8]) -> bool>;
 
 impl<E: Engine> Sim<E> {
     /// Room for `n` members; none started.
@@ -51,6 +56,7 @@ impl<E: Engine> Sim<E> {
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             events: (0..n).map(|_| Vec::new()).collect(),
             check: None,
+            drop_if: None,
         }
     }
 
@@ -109,6 +115,11 @@ impl<E: Engine> Sim<E> {
     fn send(&mut self, from: usize, to: usize, bytes: Bytes) {
         if to >= self.nodes.len() || self.rng.random::<f64>() < self.loss {
             return;
+        }
+        if let Some(drop_if) = self.drop_if.as_mut() {
+            if drop_if(self.now, from, to, &bytes) {
+                return;
+            }
         }
         let jitter = if self.jitter > 0 {
             self.rng.random_range(0..self.jitter)
