@@ -4,6 +4,7 @@ pub mod figure;
 pub mod p000_fig12_perturbed;
 pub mod p000_fig1_traditional;
 pub mod p000_fig6_analysis;
+pub mod p000_table2_committee;
 pub mod p001_fig1_star;
 pub mod p001_fig1_tree;
 pub mod p001_fig2_sparse;
@@ -49,6 +50,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig6_analysis::NAME, p000_fig6_analysis::run),
     (p000_fig1_traditional::NAME, p000_fig1_traditional::run),
     (p000_fig12_perturbed::NAME, p000_fig12_perturbed::run),
+    (p000_table2_committee::NAME, p000_table2_committee::run),
 ];
 
 /// The figure called `name`.

@@ -28,18 +28,22 @@ const OFFERED: f64 = 100.0;
 const SIZE: u32 = 1_000;
 const BIN_S: f64 = 0.1;
 
-/// (report, throughput at an unperturbed member, at the perturbed one).
-fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
-    let started = std::time::Instant::now();
+/// The P000 experiments' network: `n` hosts (nodes 1..=n) on one switch.
+pub(crate) fn p000_switch(n: usize) -> (Topology, Vec<usize>) {
     let switch = LinkSpec {
         bandwidth_bps: 100e6,
         delay_ns: 50_000,
         loss: 0.0,
         queue_packets: 256,
     };
-    let topology = Topology::star(n, switch);
-    let hosts: Vec<usize> = (1..=n).collect();
+    (Topology::star(n, switch), (1..=n).collect())
+}
+
+/// (report, throughput at an unperturbed member, at the perturbed one).
+fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
+    let started = std::time::Instant::now();
     let config = vsync::Config::default();
+    let (topology, hosts) = p000_switch(n);
     let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
         let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
         Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
