@@ -40,6 +40,10 @@ pub(super) struct Committee {
     pub base: u64,
     /// Records below `committed` are final.
     pub committed: u64,
+    /// The highest committed frontier a primary announced to this member
+    /// (heartbeats). A backup whose store ends below it lacks committed
+    /// records and must not take over (see `on_committee_timers`).
+    pub announced: u64,
     /// Per sender, one past the highest local id among collected records.
     pub floor: BTreeMap<NodeId, u64>,
     pub role: Role,
@@ -106,6 +110,7 @@ impl Committee {
             store: Store::new(),
             base: 0,
             committed: 0,
+            announced: 0,
             floor: BTreeMap::new(),
             role,
         }
@@ -154,6 +159,16 @@ impl Committee {
                 assert!(r.acked <= p.next_gseq, "ack beyond assigned");
             }
         }
+    }
+
+    /// One past the contiguous prefix of the store from the collection base:
+    /// a takeover keeps the store up to here.
+    pub(super) fn store_end(&self) -> u64 {
+        let mut end = self.base;
+        while self.store.contains_key(&end) {
+            end += 1;
+        }
+        end
     }
 
     /// Collects records below `base`, remembering each sender's floor.
@@ -581,6 +596,7 @@ impl Vsync {
         };
         b.heard = now;
         b.ack_due = true;
+        c.announced = c.announced.max(hb.committed);
         // Below the primary's base every record is committed and delivered
         // by every member of the view, so a backup needs none of it, even
         // records it never received. Waiting for those instead (the primary
@@ -611,6 +627,7 @@ impl Vsync {
             store: Store::new(),
             base: hb.base,
             committed: hb.base,
+            announced: hb.committed,
             floor: BTreeMap::new(),
             role: Role::Backup(Backup {
                 confirmed: hb.base,
@@ -695,6 +712,21 @@ impl Vsync {
             if now > at + timeout / 2 {
                 // The timer fired late: this member itself was asleep and
                 // cannot blame the primary for the silence. Listen again.
+                if let Some(Committee {
+                    role: Role::Backup(b),
+                    ..
+                }) = self.committee.as_mut()
+                {
+                    b.heard = now;
+                }
+            } else if c.store_end() < c.announced {
+                // This backup lacks records the primary already committed
+                // (it was re-admitted with an empty store and the resend is
+                // not done). Its takeover would cut its store below them and
+                // give their gseqs to other messages. It waits instead,
+                // blocking rather than splitting; a later backup, which holds
+                // every committed record, takes over after its own timeout.
+                self.stats.takeovers_refused += 1;
                 if let Some(Committee {
                     role: Role::Backup(b),
                     ..
@@ -795,10 +827,7 @@ impl Vsync {
         if c.list.first() != Some(&me) {
             c.list.insert(0, me);
         }
-        let mut end = c.base;
-        while c.store.contains_key(&end) {
-            end += 1;
-        }
+        let end = c.store_end();
         c.store.split_off(&end);
         c.committed = c.committed.min(end);
         let (cview, cview_gseq) = latest_view(&c.store).unwrap_or_else(|| {

@@ -126,6 +126,9 @@ pub struct Stats {
     pub takeovers: u64,
     /// Times this member gave up the primary role for want of a majority.
     pub stepped_down: u64,
+    /// Takeovers this backup declined because its store lacked records the
+    /// primary had announced committed.
+    pub takeovers_refused: u64,
     pub vsync_datagrams_sent: u64,
 }
 

@@ -326,6 +326,46 @@ fn seed_152_dropped_backup_never_told_cannot_form_a_second_primary() {
     assert!(removed(&sim, 2), "the dropped backup was never removed");
 }
 
+/// A backup told by the primary's heartbeat that records up to `committed`
+/// are committed, holding none of them (a backup re-admitted with an empty
+/// store before the primary resent them), hears nothing more. Returns its
+/// stats one takeover timeout later.
+fn silent_primary_after_heartbeat(committed: u64) -> Stats {
+    let config = fast_config(2);
+    let timeout = config.committee_timeout;
+    let members = [NodeId(0), NodeId(1), NodeId(2)];
+    let mut backup = Vsync::new(NodeId(1), &members, config, 7, Instant::ZERO).unwrap();
+    let epoch = backup.committee.as_ref().unwrap().epoch;
+    let heartbeat = Message::Heartbeat(shoal_wire::vsync::Heartbeat {
+        epoch,
+        committee: vec![0, 1],
+        base: 0,
+        committed,
+    });
+    let body = heartbeat.to_vec().unwrap();
+    let datagram = shoal_wire::Packet::Vsync { body: &body }.to_vec(0).unwrap();
+    let t0 = Instant::ZERO + Duration::from_millis(10);
+    backup.handle_datagram(t0, NodeId(0), &datagram);
+    assert_eq!(backup.stats().malformed, 0);
+    // On time (not late, so not mistaken for this backup's own sleep).
+    backup.handle_timeout(t0 + timeout + Duration::from_millis(1));
+    backup.stats().clone()
+}
+
+/// The hazard docs/vsync.md named after the seed-262 fix: a backup lacking
+/// committed records would take over, cut its store below them and give
+/// their gseqs to other messages. It declines; with nothing committed it
+/// takes over as before (the control).
+#[test]
+fn a_backup_lacking_committed_records_does_not_take_over() {
+    let lacking = silent_primary_after_heartbeat(50);
+    assert_eq!(lacking.takeovers, 0);
+    assert_eq!(lacking.takeovers_refused, 1);
+    let holding = silent_primary_after_heartbeat(0);
+    assert_eq!(holding.takeovers, 1);
+    assert_eq!(holding.takeovers_refused, 0);
+}
+
 #[test]
 fn guarantees_hold_across_seeds() {
     // 300 seeds: 100 for each committee size k = 1, 2, 3 (about 10 s in a
