@@ -2,6 +2,7 @@
 
 pub mod figure;
 pub mod p000_fig12_perturbed;
+pub mod p000_fig14_load;
 pub mod p000_fig1_traditional;
 pub mod p000_fig6_analysis;
 pub mod p000_table2_committee;
@@ -51,6 +52,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig1_traditional::NAME, p000_fig1_traditional::run),
     (p000_fig12_perturbed::NAME, p000_fig12_perturbed::run),
     (p000_table2_committee::NAME, p000_table2_committee::run),
+    (p000_fig14_load::NAME, p000_fig14_load::run),
 ];
 
 /// The figure called `name`.

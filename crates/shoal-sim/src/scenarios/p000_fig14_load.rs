@@ -1,0 +1,136 @@
+//! `p000-fig14-load` (P000 §6.4, Figs 14-15; notes E0-8): the committee
+//! leader's vsync load. With an active sender at 100 multicasts/s the leader
+//! handles about 199.4 vsync messages/s (a Gseq Req and its own delivery
+//! work per message, each about 100/s); idle, each member sends one repair
+//! solicitation per second, so the leader receives about n per second.
+//!
+//! We count the vsync packets the leader (member 0, k = 1) receives per
+//! second while a sender sends 100 messages/s and then while nobody sends,
+//! for n = 32 and 64, on the P000 switch with "fast" hosts.
+
+use shoal_core::vsync::{self, Vsync};
+use shoal_core::Instant;
+use shoal_wire::Kind;
+
+use super::p000_fig12_perturbed::p000_switch;
+use super::p000_fig1_traditional::{cost, HOSTS};
+use super::{ns, run_parallel, Figure, Scale};
+use crate::report::{Report, Wall};
+use crate::Sim;
+
+pub const NAME: &str = "p000-fig14-load";
+
+const RATE: f64 = 100.0;
+
+/// (report, leader vsync packets/s active, idle).
+fn one(n: usize, active_s: f64, idle_s: f64, seed: u64) -> (Report, f64, f64) {
+    let started = std::time::Instant::now();
+    let config = vsync::Config::default();
+    let (topology, hosts) = p000_switch(n);
+    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
+        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
+        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+    });
+    sim.set_processing_cost(cost(HOSTS[0].1));
+    let (start, sender) = (0.5, 1);
+    let messages = (RATE * active_s) as u64;
+    sim.schedule_stream(sender, ns(start), ns(1.0 / RATE), messages, 1_000);
+    let leader = |sim: &Sim<Vsync>| {
+        let (_, m) = sim.hosts().next().expect("n >= 1");
+        (m.packets_received[Kind::Vsync.index()], m.delivered)
+    };
+    // Measure inside each phase, a second in from its start.
+    let active = (start + 1.0, start + active_s);
+    let idle = (start + active_s + 2.0, start + active_s + idle_s);
+    let mut count = [(0u64, 0u64); 4];
+    for (i, t) in [active.0, active.1, idle.0, idle.1].into_iter().enumerate() {
+        sim.run_until(ns(t));
+        count[i] = leader(&sim);
+    }
+    let active_rate = (count[1].0 - count[0].0) as f64 / (active.1 - active.0);
+    let deliveries_rate = (count[1].1 - count[0].1) as f64 / (active.1 - active.0);
+    let idle_rate = (count[3].0 - count[2].0) as f64 / (idle.1 - idle.0);
+    let head = vec![
+        ("scenario".into(), NAME.into()),
+        ("protocol".into(), "vsync-pbcast".into()),
+        ("group_size".into(), n.to_string()),
+        ("seed".into(), seed.to_string()),
+    ];
+    let end = ns(idle.1);
+    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    let mut report = Report::collect(&sim, head, messages, end, (active_s, &link_bytes), sender);
+    report.summary.push((
+        "leader_vsync_per_s_active".into(),
+        format!("{active_rate:.1}"),
+    ));
+    report
+        .summary
+        .push(("leader_vsync_per_s_idle".into(), format!("{idle_rate:.1}")));
+    report.summary.push((
+        "leader_deliveries_per_s_active".into(),
+        format!("{deliveries_rate:.1}"),
+    ));
+    report.wall = Wall {
+        seconds: started.elapsed().as_secs_f64(),
+        events: sim.events,
+    };
+    (report, active_rate, idle_rate)
+}
+
+pub fn run(scale: Scale) -> Figure {
+    let mut figure = Figure::new(NAME);
+    let (active_s, idle_s) = scale.pick((20.0, 15.0), (6.0, 6.0));
+    let mut configs = Vec::new();
+    for n in [32usize, 64] {
+        for seed in scale.seeds() {
+            configs.push((n, seed));
+        }
+    }
+    type Job = Box<dyn FnOnce() -> (Report, f64, f64) + Send>;
+    let jobs: Vec<Job> = configs
+        .iter()
+        .map(|&(n, seed)| Box::new(move || one(n, active_s, idle_s, seed)) as Job)
+        .collect();
+    let results = run_parallel(jobs);
+    for (r, _, _) in &results {
+        figure.add_run(r);
+    }
+    for n in [32usize, 64] {
+        let mine: Vec<&(Report, f64, f64)> = configs
+            .iter()
+            .zip(&results)
+            .filter(|((cn, _), _)| *cn == n)
+            .map(|(_, r)| r)
+            .collect();
+        let mean = |f: fn(&(Report, f64, f64)) -> f64| {
+            mine.iter().map(|r| f(r)).sum::<f64>() / mine.len() as f64
+        };
+        let deliveries = figure.values(
+            "leader_deliveries_per_s_active",
+            &[("group_size", &n.to_string())],
+        );
+        let deliveries = deliveries.iter().sum::<f64>() / deliveries.len().max(1) as f64;
+        figure.notes.push(format!(
+            "n={n}: active ({RATE} multicasts/s): leader receives {:.1} vsync msgs/s and delivers {deliveries:.1}/s; idle: {:.1} vsync msgs/s",
+            mean(|r| r.1),
+            mean(|r| r.2)
+        ));
+    }
+    figure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// P000 §6.4's shape: an active sender's load on the leader is of the
+    /// order of the send rate; idle, it is of the order of n.
+    #[test]
+    fn leader_load_follows_the_send_rate_then_the_group_size() {
+        let (_, active, idle) = one(32, 4.0, 6.0, 1);
+        assert!(active > RATE, "active: {active}/s");
+        assert!(idle < active, "idle {idle}/s below active {active}/s");
+        let (_, _, idle64) = one(64, 2.0, 6.0, 1);
+        assert!(idle64 > idle, "idle load grows with n: {idle} -> {idle64}");
+    }
+}
