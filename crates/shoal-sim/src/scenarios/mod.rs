@@ -1,6 +1,7 @@
 //! Named experiments, one per file (`shoal sim <name>`).
 
 pub mod figure;
+pub mod p000_fig10_scale;
 pub mod p000_fig12_perturbed;
 pub mod p000_fig14_load;
 pub mod p000_fig1_traditional;
@@ -53,6 +54,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig12_perturbed::NAME, p000_fig12_perturbed::run),
     (p000_table2_committee::NAME, p000_table2_committee::run),
     (p000_fig14_load::NAME, p000_fig14_load::run),
+    (p000_fig10_scale::NAME, p000_fig10_scale::run),
 ];
 
 /// The figure called `name`.

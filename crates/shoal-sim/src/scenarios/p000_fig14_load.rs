@@ -130,8 +130,14 @@ mod tests {
         let (_, active, idle) = one(32, 4.0, 6.0, 1);
         assert!(active >= 0.9 * RATE, "active: {active}/s");
         let per_member = idle / 31.0;
-        assert!((0.5..2.0).contains(&per_member), "idle: {idle}/s for 31 others");
+        assert!(
+            (0.5..2.0).contains(&per_member),
+            "idle: {idle}/s for 31 others"
+        );
         let (_, _, idle64) = one(64, 2.0, 6.0, 1);
-        assert!(idle64 > 1.5 * idle, "idle load grows with n: {idle} -> {idle64}");
+        assert!(
+            idle64 > 1.5 * idle,
+            "idle load grows with n: {idle} -> {idle64}"
+        );
     }
 }

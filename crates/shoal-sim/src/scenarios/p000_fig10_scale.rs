@@ -1,0 +1,168 @@
+//! `p000-fig10-scale` (P000 §6.1, Fig 10; notes E0-4): virtual synchrony
+//! over pbcast as the group grows. For each size, the highest of a ladder of
+//! offered rates that the group carries stably (every member stays in the
+//! view, and a member that is neither sender nor leader delivers at least 95%
+//! of the offered rate), and how long a view change pauses delivery. P000:
+//! stable to about 70 members, a slow decline to 105, view-change time
+//! rising about linearly with n. The issue asks to go on to 1000.
+//!
+//! Setup: one sender, 1 KB messages, the paper's 20 s view period and 1 s
+//! ack wait, on the P000 switch with "fast" hosts (50 µs per datagram).
+//! The pause is the longest run of empty 10 ms delivery bins at that member.
+
+use shoal_core::vsync::{self, Vsync};
+use shoal_core::Instant;
+use shoal_plot::Series;
+
+use super::figure::Plot;
+use super::p000_fig12_perturbed::p000_switch;
+use super::p000_fig1_traditional::{cost, HOSTS};
+use super::{ns, run_parallel, Figure, Scale};
+use crate::report::{Report, Wall};
+use crate::Sim;
+
+pub const NAME: &str = "p000-fig10-scale";
+
+const BIN_S: f64 = 0.01;
+
+/// (report, delivered rate at the observer, longest pause in ms, removed).
+type Outcome = (Report, f64, f64, u64);
+
+fn one(n: usize, rate: f64, seconds: f64, seed: u64) -> Outcome {
+    let started = std::time::Instant::now();
+    let config = vsync::Config::default();
+    let (topology, hosts) = p000_switch(n);
+    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
+        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
+        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+    });
+    sim.set_processing_cost(cost(HOSTS[0].1));
+    sim.record_throughput(ns(BIN_S));
+    let (start, sender, observer) = (0.5, 1, 2);
+    let messages = (rate * seconds) as u64;
+    sim.schedule_stream(sender, ns(start), ns(1.0 / rate), messages, 1_000);
+    let end = ns(start + seconds);
+    sim.run_until(end);
+    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    sim.run_until(end + ns(3.0));
+    let (_, m) = sim.hosts().nth(observer).expect("n >= 3");
+    let first = ((start + 1.0) / BIN_S) as usize;
+    let last = ((start + seconds) / BIN_S) as usize;
+    let bins: Vec<u32> = (first..last)
+        .map(|b| m.deliveries_per_bin.get(b).copied().unwrap_or(0))
+        .collect();
+    let delivered: u32 = bins.iter().sum();
+    let delivered_rate = f64::from(delivered) / ((last - first) as f64 * BIN_S);
+    let longest_pause = bins
+        .split(|c| *c > 0)
+        .map(|run| run.len())
+        .max()
+        .unwrap_or(0) as f64
+        * BIN_S
+        * 1000.0;
+    // Members the leader's final view no longer has.
+    let (leader, _) = sim.hosts().next().expect("n >= 1");
+    let removed = n.saturating_sub(leader.members().len()) as u64;
+    let head = vec![
+        ("scenario".into(), NAME.into()),
+        ("protocol".into(), "vsync-pbcast".into()),
+        ("group_size".into(), n.to_string()),
+        ("seed".into(), seed.to_string()),
+        ("offered".into(), rate.to_string()),
+    ];
+    let mut report = Report::collect(&sim, head, messages, end, (seconds, &link_bytes), sender);
+    report
+        .summary
+        .push(("delivered_rate".into(), format!("{delivered_rate:.2}")));
+    report
+        .summary
+        .push(("longest_pause_ms".into(), format!("{longest_pause:.0}")));
+    report
+        .summary
+        .push(("members_out".into(), removed.to_string()));
+    report.wall = Wall {
+        seconds: started.elapsed().as_secs_f64(),
+        events: sim.events,
+    };
+    (report, delivered_rate, longest_pause, removed)
+}
+
+pub fn run(scale: Scale) -> Figure {
+    let mut figure = Figure::new(NAME);
+    let sizes: &[usize] = scale.pick(&[8, 16, 32, 64, 105, 250, 500, 1000], &[8, 32, 105]);
+    let rates: &[f64] = scale.pick(&[50.0, 100.0, 200.0, 400.0], &[100.0, 400.0]);
+    let seconds = scale.pick(45.0, 25.0);
+    let mut configs = Vec::new();
+    for &n in sizes.iter().rev() {
+        for &rate in rates {
+            configs.push((n, rate, scale.seed));
+        }
+    }
+    type Job = Box<dyn FnOnce() -> Outcome + Send>;
+    let jobs: Vec<Job> = configs
+        .iter()
+        .map(|&(n, rate, seed)| Box::new(move || one(n, rate, seconds, seed)) as Job)
+        .collect();
+    let results = run_parallel(jobs);
+    let mut stable_points = Vec::new();
+    let mut pause_points = Vec::new();
+    for &n in sizes {
+        let mine: Vec<(f64, &Outcome)> = configs
+            .iter()
+            .zip(&results)
+            .filter(|((cn, _, _), _)| *cn == n)
+            .map(|((_, rate, _), r)| (*rate, r))
+            .collect();
+        let stable = mine
+            .iter()
+            .filter(|(rate, r)| r.3 == 0 && r.1 >= 0.95 * rate)
+            .map(|(rate, _)| *rate)
+            .fold(0.0, f64::max);
+        let pause = mine.iter().map(|(_, r)| r.2).fold(0.0, f64::max);
+        let line: Vec<String> = mine
+            .iter()
+            .map(|(rate, r)| format!("{rate:.0}/s→{:.0}", r.1))
+            .collect();
+        figure.notes.push(format!(
+            "n={n:<5} highest stable {stable:>4.0}/s; longest pause {pause:>5.0} ms; offered→delivered {}",
+            line.join(" ")
+        ));
+        stable_points.push((n as f64, stable));
+        pause_points.push((n as f64, pause));
+    }
+    for (r, ..) in &results {
+        figure.add_run(r);
+    }
+    figure.incomplete.clear();
+    figure.plots.push(Plot::lines(
+        format!("{NAME}-throughput.svg"),
+        "vsync over pbcast: highest stable rate of the ladder",
+        "group size",
+        "messages/s",
+        vec![Series::new("highest stable offered rate", stable_points)],
+    ));
+    figure.plots.push(Plot::lines(
+        format!("{NAME}-pause.svg"),
+        "longest delivery pause (view changes)",
+        "group size",
+        "ms",
+        vec![Series::new("longest pause", pause_points)],
+    ));
+    figure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small group carries a modest rate stably; at a high rate a larger
+    /// group delivers less than a small one (the decline of Fig 10).
+    #[test]
+    fn small_groups_are_stable_and_throughput_declines_with_n() {
+        let (_, small_modest, _, out) = one(8, 100.0, 6.0, 1);
+        assert!(small_modest >= 95.0 && out == 0, "{small_modest} {out}");
+        let (_, small_fast, _, _) = one(8, 400.0, 4.0, 1);
+        let (_, large_fast, _, _) = one(64, 400.0, 4.0, 1);
+        assert!(large_fast < small_fast, "{small_fast} vs {large_fast}");
+    }
+}
