@@ -13,7 +13,9 @@
 //!   at its first hole, and a view change at once. Every committed record is
 //!   on every backup, so it is in the new primary's store, unchanged.
 //! - A backup silent for `committee_timeout` is dropped from the committee
-//!   (epoch + 1) and replaced at the next view (which starts at once).
+//!   (epoch + the committee's length, so that a dropped backup that was never
+//!   told cannot outrank it) and replaced at the next view (which starts at
+//!   once).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -749,6 +751,7 @@ impl Vsync {
 
     fn on_heartbeat_timer(&mut self, now: Instant) {
         let (timeout, me) = (self.config.committee_timeout, self.me);
+        let k = self.config.committee_size.get() as usize;
         let mut dropped = Vec::new();
         let Some(c) = self.committee.as_mut() else {
             return;
@@ -764,11 +767,19 @@ impl Vsync {
             .map(|(n, _)| *n)
             .collect();
         if !silent.is_empty() {
+            // The epoch jumps by the committee's length, not by one: a
+            // dropped backup that was never told takes over at its stale
+            // epoch plus its position (less than the length), so every
+            // Prefreshview this primary sends from now on outranks that
+            // backup's. A member that acknowledged ours refuses its (view,
+            // epoch), and the two cannot both gather a majority of the old
+            // view for the same next view.
+            let bump = c.list.len().max(k) as u64;
             c.list.retain(|m| !silent.contains(m));
             // Tell the dropped ones too (they may only be asleep): a
             // heartbeat without them ends their committee role.
             dropped.extend(silent.iter().copied());
-            c.epoch = next_epoch(c.epoch, 1, me);
+            c.epoch = next_epoch(c.epoch, bump, me);
             let (list, base) = (c.list.clone(), c.base);
             p.reset_backups(&list, base, now);
             p.next_heartbeat = now + p.heartbeat_every;

@@ -38,6 +38,10 @@ pub(super) struct MemberState {
     /// A request is outstanding and its answer said more is committed.
     behind: bool,
     ack: Option<AckPlan>,
+    /// The highest (view, epoch) this member acknowledged a Prefreshview for.
+    /// It never acknowledges a lower one again, even once that ack's plan is
+    /// spent (see `on_prefreshview`).
+    promised: (u64, u64),
 }
 
 /// An AckPrefreshview to send.
@@ -58,6 +62,7 @@ impl MemberState {
             last_arrival: now,
             repair_last: now,
             repair_attempt: 0,
+            promised: (0, 0),
             repair_target: 0,
             repair_paused_until: now,
             behind: false,
@@ -224,6 +229,20 @@ impl Vsync {
         {
             return;
         }
+        // An acknowledgement is a promise, as a Paxos promise: a member that
+        // acknowledged (view, epoch) never acknowledges a lower pair, even
+        // after the plan of that ack is spent (its retries sent). Before, it
+        // forgot: a member that had acknowledged the primary's Prefreshview
+        // for V+1 (the epoch the primary took when it dropped a silent
+        // backup) but had not yet delivered its Newview also acknowledged the
+        // dropped backup's own takeover Prefreshview for V+1 at a lower
+        // epoch, and both gathered a majority of V
+        // (`a_dropped_backup_cannot_win_acks_for_a_view_the_primary_proposed`).
+        // The same pair again (a primary asking once more) is answered.
+        if (view, epoch) < self.member.promised {
+            return;
+        }
+        self.member.promised = (view, epoch);
         let max = self.config.ack_defer_max.as_nanos() as u64;
         let defer = Duration::from_nanos(self.rng.random_range(0..=max));
         self.member.ack = Some(AckPlan {

@@ -326,6 +326,48 @@ fn seed_152_dropped_backup_never_told_cannot_form_a_second_primary() {
     assert!(removed(&sim, 2), "the dropped backup was never removed");
 }
 
+/// Two majorities overlapping in members that acknowledged two primaries'
+/// Prefreshviews for the same view (the hazard docs/vsync.md names after
+/// seed 152). n2, a backup, sleeps and is dropped; it hears nothing from the
+/// primary's side again. The primary's Prefreshview for V+1 is acknowledged
+/// by everyone awake; then {0, 1} and {2, 3, 4, 5} are cut apart before the
+/// Newview reaches {3, 4, 5}. n2 wakes, takes over and proposes V+1 too:
+/// {3, 4, 5} must not acknowledge it, or n2 holds a majority of V's six
+/// members and both sides decide V+1. The cut heals at 4 s.
+#[test]
+fn a_dropped_backup_cannot_win_acks_for_a_view_the_primary_proposed() {
+    let config = fast_config(3);
+    let n = 6usize;
+    let mut sim = group(n, n, 7, &config);
+    let side = |i: usize| i < 2;
+    sim.drop_if = Some(Box::new(move |now, from, to, _| {
+        let cut = (1_450 * MS..4_000 * MS).contains(&now) && side(from) != side(to);
+        let to_sleeper = (1_000 * MS..4_000 * MS).contains(&now) && side(from) && to == 2;
+        cut || to_sleeper
+    }));
+    let mut sent = vec![Vec::new(); n];
+    let mut counter = 0u32;
+    for t in (0..6_000u64).step_by(10) {
+        sim.run_until(t);
+        if t == 1_000 {
+            sim.sleep(2, 1_900);
+        }
+        for (i, sent_i) in sent.iter_mut().enumerate() {
+            if sim.alive(i) && !sim.asleep(i) {
+                counter += 1;
+                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
+                    sent_i.push(id);
+                }
+            }
+        }
+    }
+    sim.run_until(15_000);
+    let sleeper = sim.nodes[2].as_ref().unwrap().stats().clone();
+    // The scenario happened: the dropped backup took over during the cut.
+    assert_eq!(sleeper.takeovers, 1, "{sleeper:?}");
+    checker::check(&sim, &sent).unwrap();
+}
+
 /// A backup told by the primary's heartbeat that records up to `committed`
 /// are committed, holding none of them (a backup re-admitted with an empty
 /// store before the primary resent them), hears nothing more. Returns its
