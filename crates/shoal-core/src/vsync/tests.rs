@@ -210,6 +210,101 @@ fn chaos(seed: u64) -> Result<(), String> {
     checker::check(&sim, &sent).map_err(|e| format!("seed {seed} (k={k}): {e}"))
 }
 
+/// A chaotic run with a network cut: loss, jitter, one backup asleep on
+/// some seeds, and for 0.2–1.5 s one to three members (committee members
+/// included) cut off from the rest, so that live members are falsely
+/// suspected (docs/vsync.md, failure assumptions). The minority side must
+/// not decide views or deliver messages the majority side does not, and
+/// once the cut heals every member ends in the majority's view or is told
+/// it was removed.
+fn partition_chaos(seed: u64, k: u32) -> Result<(), String> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x05EE_DCA7);
+    let n = 7usize;
+    let config = fast_config(k);
+    let mut sim = group(n, n, seed, &config);
+    sim.loss = rng.random_range(0.0..0.03);
+    sim.jitter = MS / 2;
+    let cut_at = rng.random_range(100..600u64) * 10;
+    let cut_len = rng.random_range(20..150u64) * 10;
+    let mut minority = [false; 7];
+    for _ in 0..rng.random_range(1..=3) {
+        minority[rng.random_range(0..n)] = true;
+    }
+    let sleep = (k > 1 && rng.random_bool(0.5)).then(|| {
+        (
+            rng.random_range(100..600u64) * 10,
+            rng.random_range(1..k as usize),
+            rng.random_range(50..1_000u64),
+        )
+    });
+    sim.drop_if = Some(Box::new(move |now, from, to, _| {
+        (cut_at * MS..(cut_at + cut_len) * MS).contains(&now) && minority[from] != minority[to]
+    }));
+    let mut sent = vec![Vec::new(); n];
+    let mut counter = 0u32;
+    for t in (0..8_000u64).step_by(10) {
+        sim.run_until(t);
+        if let Some((at, who, len)) = sleep {
+            if t == at {
+                sim.sleep(who, t + len);
+            }
+        }
+        for _ in 0..2 {
+            let i = rng.random_range(0..n);
+            if sim.alive(i) && !sim.asleep(i) {
+                counter += 1;
+                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
+                    sent[i].push(id);
+                }
+            }
+        }
+    }
+    sim.loss = 0.0;
+    sim.run_until(25_000);
+    checker::check(&sim, &sent).map_err(|e| {
+        format!("partition seed {seed} (k={k}, cut {cut_at}+{cut_len} ms {minority:?}, sleep {sleep:?}): {e}")
+    })
+}
+
+/// k = 1: one sequencer, no takeover, so a cut cannot make two.
+#[test]
+fn guarantees_hold_across_network_cuts() {
+    let seeds = std::env::var("VSYNC_CUT_SEEDS").map_or(100, |s| s.parse().unwrap());
+    let failures: Vec<String> = (0..seeds)
+        .filter_map(|seed| partition_chaos(seed, 1).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// k = 2, 3 under cuts: KNOWN TO FAIL (about 40 of 200 seeds, every one a
+/// cut that isolates the primary). Primary-backup is outside its failure
+/// assumptions here (docs/vsync.md): a live primary cut off from its
+/// backups drops them and commits what it had pending, while the backup on
+/// the majority side takes over and gives the same gseqs to other messages.
+/// Kept, ignored, as the test for the majority protocol that would fix it:
+/// `cargo test -p shoal-core guarantees_hold_across_network_cuts_k2_k3 -- --ignored`.
+#[test]
+#[ignore = "known unsafety of primary-backup when a live primary is cut off (docs/vsync.md)"]
+fn guarantees_hold_across_network_cuts_k2_k3() {
+    let seeds = std::env::var("VSYNC_CUT_SEEDS").map_or(100, |s| s.parse().unwrap());
+    let failures: Vec<String> = (0..seeds)
+        .flat_map(|seed| [2, 3].map(|k| partition_chaos(seed, k).err()))
+        .flatten()
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn chaos_single_seed() {
     if let Ok(seed) = std::env::var("VSYNC_SEED") {

@@ -131,6 +131,13 @@ impl Vsync {
     /// it so (`Removed`) when it next asks for repairs.
     fn retry_without_quorum(&mut self, now: Instant) {
         let wait = self.config.ack_wait;
+        // With a committee of one nobody else can be primary, and nobody
+        // could take over from a primary that gave up: the group would have
+        // no sequencer for good once its primary was cut off from a majority
+        // for three ack waits (found by `guarantees_hold_across_network_cuts`,
+        // k = 1). It keeps asking instead, and the view changes once the cut
+        // heals.
+        let may_step_down = self.config.committee_size.get() > 1;
         let Some(c) = self.committee.as_mut() else {
             return;
         };
@@ -142,7 +149,7 @@ impl Vsync {
             return;
         };
         vc.attempts += 1;
-        if vc.attempts >= QUORUM_ATTEMPTS_MAX {
+        if may_step_down && vc.attempts >= QUORUM_ATTEMPTS_MAX {
             self.committee = None;
             self.stats.stepped_down += 1;
             return;
