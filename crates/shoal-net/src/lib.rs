@@ -25,6 +25,7 @@
 
 mod addr;
 mod clock;
+pub mod daemon;
 mod error;
 mod faults;
 mod node;

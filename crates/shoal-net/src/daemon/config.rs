@@ -1,0 +1,279 @@
+//! The daemon's TOML configuration (`shoal daemon --config shoal.toml`).
+//!
+//! Unknown keys are refused (`deny_unknown_fields`), and a parse error names
+//! the offending key. Every setting has a default; an empty file is valid.
+//!
+//! ```toml
+//! node = "a"
+//! socket = "/tmp/shoal-a.sock"      # default: $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-$UID.sock
+//! listen = "127.0.0.1:9000"         # daemon's UDP address for peer daemons
+//! peers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+//!
+//! [tcp]                             # optional
+//! address = "127.0.0.1:4803"
+//! token = "secret"
+//!
+//! [limits]
+//! clients = 1024
+//! groups_per_client = 256
+//! group_name_len = 128
+//! message_size = 1048576
+//! client_queue = 1024
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Why a configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("invalid configuration: `{key}` {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// This daemon's name (shown to clients and in `shoal status`).
+    #[serde(default = "default_node")]
+    pub node: String,
+    /// Path of the client Unix socket (created with mode 0600).
+    #[serde(default = "default_socket")]
+    pub socket: PathBuf,
+    /// UDP address this daemon uses to talk to its peer daemons (loopback).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The static set of peer daemons' UDP addresses (loopback).
+    #[serde(default)]
+    pub peers: Vec<SocketAddr>,
+    /// Optional TCP listener for clients, guarded by a token.
+    #[serde(default)]
+    pub tcp: Option<TcpConfig>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// A TCP client listener.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpConfig {
+    pub address: SocketAddr,
+    pub token: String,
+}
+
+/// Resource limits of one daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Connected clients at most.
+    pub clients: usize,
+    /// Groups one client may have joined at once.
+    pub groups_per_client: usize,
+    /// Longest group name, in bytes.
+    pub group_name_len: usize,
+    /// Largest multicast payload, in bytes (default 1 MiB).
+    pub message_size: usize,
+    /// Frames queued to one client before it is disconnected as slow.
+    pub client_queue: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            clients: 1024,
+            groups_per_client: 256,
+            group_name_len: 128,
+            message_size: 1 << 20,
+            client_queue: 1024,
+        }
+    }
+}
+
+fn default_node() -> String {
+    "shoal".to_string()
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 4804))
+}
+
+/// `$XDG_RUNTIME_DIR/shoal.sock` when that is set, else `/tmp/shoal-$UID.sock`
+/// (`$UID` read from the environment, `user` when unset).
+pub fn default_socket() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("shoal.sock"),
+        _ => {
+            let uid = std::env::var("UID").unwrap_or_else(|_| "user".to_string());
+            PathBuf::from(format!("/tmp/shoal-{uid}.sock"))
+        }
+    }
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            node: default_node(),
+            socket: default_socket(),
+            listen: default_listen(),
+            peers: Vec::new(),
+            tcp: None,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// Parses and validates a configuration text.
+    pub fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+        let config: DaemonConfig = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &std::path::Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        DaemonConfig::parse(&text)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, why: &str| ConfigError::Invalid {
+            key,
+            why: why.to_string(),
+        };
+        if self.node.is_empty() {
+            return Err(invalid("node", "must not be empty"));
+        }
+        // Only loopback traffic (the issue's scope for now).
+        if !self.listen.ip().is_loopback() {
+            return Err(invalid("listen", "must be a loopback address"));
+        }
+        if let Some(p) = self.peers.iter().find(|p| !p.ip().is_loopback()) {
+            return Err(invalid("peers", &format!("{p} is not a loopback address")));
+        }
+        if self.peers.contains(&self.listen) {
+            return Err(invalid("peers", "must not contain this daemon's `listen`"));
+        }
+        if let Some(tcp) = &self.tcp {
+            if tcp.token.is_empty() {
+                return Err(invalid("tcp.token", "must not be empty"));
+            }
+        }
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.clients", l.clients),
+            ("limits.groups_per_client", l.groups_per_client),
+            ("limits.group_name_len", l.group_name_len),
+            ("limits.message_size", l.message_size),
+            ("limits.client_queue", l.client_queue),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if l.group_name_len > usize::from(u16::MAX) {
+            return Err(invalid("limits.group_name_len", "must be at most 65535"));
+        }
+        if l.message_size > u32::MAX as usize {
+            return Err(invalid("limits.message_size", "must fit in 32 bits"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let c = DaemonConfig::parse("").unwrap();
+        assert_eq!(c.limits, Limits::default());
+        assert_eq!(c.limits.message_size, 1 << 20);
+        assert!(c.peers.is_empty());
+        assert!(c.tcp.is_none());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = DaemonConfig::parse(
+            r#"
+            node = "a"
+            socket = "/tmp/a.sock"
+            listen = "127.0.0.1:9000"
+            peers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+            [tcp]
+            address = "127.0.0.1:4803"
+            token = "t"
+            [limits]
+            client_queue = 8
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.node, "a");
+        assert_eq!(c.socket, PathBuf::from("/tmp/a.sock"));
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.tcp.unwrap().token, "t");
+        assert_eq!(c.limits.client_queue, 8);
+        assert_eq!(c.limits.clients, Limits::default().clients);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = DaemonConfig::parse("nodes = \"a\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodes"), "{e}");
+        let e = DaemonConfig::parse("[limits]\nclient_queues = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("client_queues"), "{e}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        for (text, key) in [
+            ("node = \"\"", "`node`"),
+            ("listen = \"10.0.0.1:1\"", "`listen`"),
+            ("peers = [\"10.0.0.1:1\"]", "`peers`"),
+            (
+                "listen = \"127.0.0.1:5\"\npeers = [\"127.0.0.1:5\"]",
+                "`peers`",
+            ),
+            (
+                "[tcp]\naddress = \"127.0.0.1:1\"\ntoken = \"\"",
+                "`tcp.token`",
+            ),
+            ("[limits]\nclient_queue = 0", "`limits.client_queue`"),
+            (
+                "[limits]\ngroup_name_len = 70000",
+                "`limits.group_name_len`",
+            ),
+        ] {
+            let e = DaemonConfig::parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_wrongly_typed_value_is_refused_naming_the_key() {
+        let e = DaemonConfig::parse("[limits]\nclients = \"many\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("clients"), "{e}");
+    }
+}
