@@ -80,6 +80,13 @@ pub(super) struct Primary {
     pub cview: NewView,
     pub cview_gseq: u64,
     pub vc: Option<super::viewchange::ViewChange>,
+    /// Set when this primary dropped silent backups: nothing at or above it
+    /// commits until a view change is acknowledged by a majority of the view
+    /// at the epoch taken after the drop. The dropped backups may be alive
+    /// across a network cut and take over; records they do not hold must
+    /// not be exposed until a majority has promised this primary's epoch,
+    /// which outranks theirs (docs/vsync.md, "Network cuts").
+    pub fence: Option<u64>,
     pub joins: BTreeSet<NodeId>,
     pub leaves: BTreeSet<NodeId>,
     pub next_view_at: Instant,
@@ -129,7 +136,10 @@ impl Committee {
     pub fn deadline(&self) -> Option<Instant> {
         match &self.role {
             Role::Primary(p) => {
-                let vc = p.vc.as_ref().filter(|v| !v.decided).map(|v| v.deadline);
+                let vc =
+                    p.vc.as_ref()
+                        .filter(|v| !v.decided || p.fence.is_some())
+                        .map(|v| v.deadline);
                 let periodic = p.vc.is_none().then_some(p.next_view_at);
                 let change = p.change_at.filter(|_| p.vc.is_none());
                 [Some(p.next_heartbeat), vc, periodic, change]
@@ -206,6 +216,7 @@ impl Primary {
             cview,
             cview_gseq,
             vc: None,
+            fence: None,
             joins: BTreeSet::new(),
             leaves: BTreeSet::new(),
             next_view_at: now + config.view_period,
@@ -313,7 +324,8 @@ impl Vsync {
             .backups
             .values()
             .map(|r| r.acked)
-            .fold(p.next_gseq, u64::min);
+            .fold(p.next_gseq, u64::min)
+            .min(p.fence.unwrap_or(u64::MAX));
         let from = c.committed.max(c.base);
         if stable <= c.committed {
             return;
@@ -767,6 +779,16 @@ impl Vsync {
             .map(|(n, _)| *n)
             .collect();
         if !silent.is_empty() {
+            // What every dropped backup holds may still commit; nothing
+            // beyond it until a majority promised the new epoch.
+            let held = p
+                .backups
+                .iter()
+                .filter(|(n, _)| silent.contains(n))
+                .map(|(_, r)| r.acked)
+                .fold(p.next_gseq, u64::min)
+                .max(c.committed);
+            p.fence = Some(p.fence.map_or(held, |f| f.min(held)));
             // The epoch jumps by the committee's length, not by one: a
             // dropped backup that was never told takes over at its stale
             // epoch plus its position (less than the length), so every
@@ -784,6 +806,7 @@ impl Vsync {
             p.reset_backups(&list, base, now);
             p.next_heartbeat = now + p.heartbeat_every;
             self.request_view_change(now, wire::REASON_COMMITTEE);
+            self.restart_view_change(now);
         }
         self.send_heartbeats_to(&dropped);
         // With the silent backups gone, what the rest hold may already be

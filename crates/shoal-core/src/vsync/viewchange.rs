@@ -25,6 +25,8 @@ pub(super) struct ViewChange {
     pub decided: bool,
     /// Ack waits that ended without a majority of the old view.
     pub attempts: u32,
+    /// The members of the view this change starts from (the quorum's base).
+    pub old: Vec<u32>,
 }
 
 /// Ack waits without a majority after which a primary steps down.
@@ -54,10 +56,19 @@ impl Vsync {
         let Some(p) = self.primary_mut() else {
             return;
         };
+        let fenced = p.fence.is_some();
         match &p.vc {
-            Some(vc) if !vc.decided && vc.deadline <= now => {
+            Some(vc) if (!vc.decided || fenced) && vc.deadline <= now => {
+                let decided = vc.decided;
                 if self.has_quorum() {
-                    self.decide_view(now);
+                    if let Some(p) = self.primary_mut() {
+                        p.fence = None;
+                    }
+                    if decided {
+                        self.try_commit(now);
+                    } else {
+                        self.decide_view(now);
+                    }
                 } else {
                     self.retry_without_quorum(now);
                 }
@@ -93,6 +104,7 @@ impl Vsync {
             reasons,
             decided: false,
             attempts: 0,
+            old: p.cview.members.clone(),
         });
         let prefresh = Carried::Prefreshview {
             view,
@@ -117,7 +129,7 @@ impl Vsync {
         let Some(vc) = p.vc.as_ref() else {
             return false;
         };
-        let old = &p.cview.members;
+        let old = &vc.old;
         let acked = old
             .iter()
             .filter(|m| vc.acks.contains_key(&NodeId(**m)))
@@ -168,15 +180,50 @@ impl Vsync {
         _now: Instant,
         from: NodeId,
         view: u64,
-        _epoch: u64,
+        epoch: u64,
         next: u64,
     ) {
-        let Some(p) = self.primary_mut() else {
+        let Some(c) = self.committee.as_mut() else {
             return;
         };
-        if let Some(vc) = p.vc.as_mut().filter(|vc| vc.view == view && !vc.decided) {
+        // Only acknowledgements of this primary's current epoch count: an
+        // older one is a promise that a dropped backup's takeover outranks.
+        if epoch != c.epoch {
+            return;
+        }
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let open = |vc: &ViewChange| vc.view == view && (!vc.decided || p.fence.is_some());
+        if let Some(vc) = p.vc.as_mut().filter(|vc| open(vc)) {
             vc.acks.insert(from, next);
         }
+    }
+
+    /// After dropping backups (a new epoch), a view change under way asks
+    /// again at the new epoch: acknowledgements of the old one do not count
+    /// towards lifting the fence (`Primary::fence`).
+    pub(super) fn restart_view_change(&mut self, now: Instant) {
+        let (me, next, wait) = (self.me, self.member.next, self.config.ack_wait);
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let epoch = c.epoch;
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let Some(vc) = p.vc.as_mut() else {
+            return;
+        };
+        vc.acks = BTreeMap::from([(me, next)]);
+        vc.deadline = now + wait;
+        vc.attempts = 0;
+        let prefresh = Carried::Prefreshview {
+            view: vc.view,
+            epoch,
+            primary: me.0,
+        };
+        self.pbcast_carried(now, &prefresh);
     }
 
     /// The ack wait is over: decide the next view and sequence its Newview.
