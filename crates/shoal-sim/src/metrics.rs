@@ -151,6 +151,26 @@ impl HostMetrics {
         }
     }
 
+    /// Deliveries in each throughput bin from `from_ns` up to `to_ns`
+    /// (needs `throughput_bin_ns`).
+    pub fn bins_between(&self, from_ns: u64, to_ns: u64) -> Vec<u32> {
+        let Some(bin) = self.throughput_bin_ns.filter(|b| *b > 0) else {
+            return Vec::new();
+        };
+        let (first, last) = ((from_ns / bin) as usize, (to_ns / bin) as usize);
+        (first..last)
+            .map(|b| self.deliveries_per_bin.get(b).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// Deliveries per second from `from_ns` up to `to_ns`, from the bins.
+    pub fn delivery_rate(&self, from_ns: u64, to_ns: u64) -> f64 {
+        let bins = self.bins_between(from_ns, to_ns);
+        let bin_s = self.throughput_bin_ns.unwrap_or(0) as f64 / 1e9;
+        let delivered: u32 = bins.iter().sum();
+        f64::from(delivered) / (bins.len() as f64 * bin_s).max(1e-9)
+    }
+
     /// Checks exactly-once delivery only, not order (SRM, unordered pbcast).
     pub fn unordered(mut self) -> HostMetrics {
         self.seen = Some(vec![Vec::new(); self.expected.len()]);

@@ -22,6 +22,14 @@ pub struct Wall {
 }
 
 impl Wall {
+    /// The wall time since `started`, for `events` simulated events.
+    pub fn since(started: std::time::Instant, events: u64) -> Wall {
+        Wall {
+            seconds: started.elapsed().as_secs_f64(),
+            events,
+        }
+    }
+
     pub fn events_per_second(&self) -> f64 {
         self.events as f64 / self.seconds.max(1e-9)
     }
@@ -150,6 +158,11 @@ impl Report {
             complete,
             wall: Wall::default(),
         }
+    }
+
+    /// Appends a summary column.
+    pub fn put(&mut self, column: &str, value: impl ToString) {
+        self.summary.push((column.to_string(), value.to_string()));
     }
 
     pub fn summary_header(&self) -> String {

@@ -217,6 +217,12 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         self.hosts[host].node
     }
 
+    /// Bytes each directed link has carried so far (a snapshot for
+    /// utilisation over the sending period, `Report::collect`).
+    pub fn link_bytes(&self) -> Vec<u64> {
+        self.network.links.iter().map(|l| l.bytes).collect()
+    }
+
     pub fn network(&self) -> &Network {
         &self.network
     }

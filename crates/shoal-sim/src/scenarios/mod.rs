@@ -1,6 +1,7 @@
 //! Named experiments, one per file (`shoal sim <name>`).
 
 pub mod figure;
+pub mod p000;
 pub mod p000_fig10_scale;
 pub mod p000_fig12_perturbed;
 pub mod p000_fig14_load;
@@ -189,7 +190,7 @@ impl<'a> Run<'a> {
         // Link load is measured over the sending period only: the drain
         // would otherwise dilute it, or (when repair backlogs outlast the
         // sending) inflate it past the link's capacity.
-        let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+        let link_bytes = sim.link_bytes();
         sim.run_until(end);
         if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
             for (i, (_, m)) in sim.hosts().enumerate() {
@@ -214,10 +215,7 @@ impl<'a> Run<'a> {
             (send_seconds, &link_bytes),
             self.sender,
         );
-        report.wall = Wall {
-            seconds: started.elapsed().as_secs_f64(),
-            events: sim.events,
-        };
+        report.wall = Wall::since(started, sim.events);
         let latency_us = sim.hosts().map(|(_, m)| m.latency_us.clone()).collect();
         let link_kinds = self
             .watch

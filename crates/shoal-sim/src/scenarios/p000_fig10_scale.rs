@@ -10,16 +10,13 @@
 //! ack wait, on the P000 switch with "fast" hosts (50 µs per datagram).
 //! The pause is the longest run of empty 10 ms delivery bins at that member.
 
-use shoal_core::vsync::{self, Vsync};
-use shoal_core::Instant;
+use shoal_core::vsync;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000_fig12_perturbed::p000_switch;
-use super::p000_fig1_traditional::{cost, HOSTS};
+use super::p000::{head, vsync_group};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
-use crate::Sim;
 
 pub const NAME: &str = "p000-fig10-scale";
 
@@ -30,30 +27,18 @@ type Outcome = (Report, f64, f64, u64);
 
 fn one(n: usize, rate: f64, seconds: f64, seed: u64) -> Outcome {
     let started = std::time::Instant::now();
-    let config = vsync::Config::default();
-    let (topology, hosts) = p000_switch(n);
-    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    sim.set_processing_cost(cost(HOSTS[0].1));
-    sim.record_throughput(ns(BIN_S));
+    let mut sim = vsync_group(n, &vsync::Config::default(), seed, BIN_S);
     let (start, sender, observer) = (0.5, 1, 2);
     let messages = (rate * seconds) as u64;
     sim.schedule_stream(sender, ns(start), ns(1.0 / rate), messages, 1_000);
     let end = ns(start + seconds);
     sim.run_until(end);
-    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    let link_bytes = sim.link_bytes();
     sim.run_until(end + ns(3.0));
     let (_, m) = sim.hosts().nth(observer).expect("n >= 3");
-    let first = ((start + 1.0) / BIN_S) as usize;
-    let last = ((start + seconds) / BIN_S) as usize;
-    let bins: Vec<u32> = (first..last)
-        .map(|b| m.deliveries_per_bin.get(b).copied().unwrap_or(0))
-        .collect();
-    let delivered: u32 = bins.iter().sum();
-    let delivered_rate = f64::from(delivered) / ((last - first) as f64 * BIN_S);
-    let longest_pause = bins
+    let delivered_rate = m.delivery_rate(ns(start + 1.0), end);
+    let longest_pause = m
+        .bins_between(ns(start + 1.0), end)
         .split(|c| *c > 0)
         .map(|run| run.len())
         .max()
@@ -63,27 +48,13 @@ fn one(n: usize, rate: f64, seconds: f64, seed: u64) -> Outcome {
     // Members the leader's final view no longer has.
     let (leader, _) = sim.hosts().next().expect("n >= 1");
     let removed = n.saturating_sub(leader.members().len()) as u64;
-    let head = vec![
-        ("scenario".into(), NAME.into()),
-        ("protocol".into(), "vsync-pbcast".into()),
-        ("group_size".into(), n.to_string()),
-        ("seed".into(), seed.to_string()),
-        ("offered".into(), rate.to_string()),
-    ];
+    let mut head = head(NAME, "vsync-pbcast", n, seed);
+    head.push(("offered".into(), rate.to_string()));
     let mut report = Report::collect(&sim, head, messages, end, (seconds, &link_bytes), sender);
-    report
-        .summary
-        .push(("delivered_rate".into(), format!("{delivered_rate:.2}")));
-    report
-        .summary
-        .push(("longest_pause_ms".into(), format!("{longest_pause:.0}")));
-    report
-        .summary
-        .push(("members_out".into(), removed.to_string()));
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
+    report.put("delivered_rate", format!("{delivered_rate:.2}"));
+    report.put("longest_pause_ms", format!("{longest_pause:.0}"));
+    report.put("members_out", removed);
+    report.wall = Wall::since(started, sim.events);
     (report, delivered_rate, longest_pause, removed)
 }
 

@@ -10,17 +10,13 @@
 //! about 100/s, Table 2); the view period is the paper's 20 s; hosts are
 //! the "fast" model of `p000-fig1-traditional` (50 µs per datagram).
 
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
-use shoal_core::vsync::{self, Vsync};
-use shoal_core::Instant;
+use shoal_core::vsync;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000_fig1_traditional::{cost, HOSTS};
+use super::p000::{head, perturb, vsync_group};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
-use crate::{LinkSpec, Sim, Topology};
 
 pub const NAME: &str = "p000-fig12-perturbed";
 
@@ -28,28 +24,10 @@ const OFFERED: f64 = 100.0;
 const SIZE: u32 = 1_000;
 const BIN_S: f64 = 0.1;
 
-/// The P000 experiments' network: `n` hosts (nodes 1..=n) on one switch.
-pub(crate) fn p000_switch(n: usize) -> (Topology, Vec<usize>) {
-    let switch = LinkSpec {
-        bandwidth_bps: 100e6,
-        delay_ns: 50_000,
-        loss: 0.0,
-        queue_packets: 256,
-    };
-    (Topology::star(n, switch), (1..=n).collect())
-}
-
 /// (report, throughput at an unperturbed member, at the perturbed one).
 fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
     let started = std::time::Instant::now();
-    let config = vsync::Config::default();
-    let (topology, hosts) = p000_switch(n);
-    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    sim.set_processing_cost(cost(HOSTS[0].1));
-    sim.record_throughput(ns(BIN_S));
+    let mut sim = vsync_group(n, &vsync::Config::default(), seed, BIN_S);
     // The sender is member 1: member 0 leads the committee (P000 §6 runs
     // the leader on its own node, unperturbed).
     let sender = 1;
@@ -57,48 +35,25 @@ fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
     let messages = (OFFERED * seconds) as u64;
     sim.schedule_stream(sender, ns(start), ns(1.0 / OFFERED), messages, SIZE);
     let perturbed = n - 1;
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xF12_u64);
-    for slot in 0..(seconds / 0.1) as u64 {
-        if rng.random::<f64>() < p {
-            let from = ns(start) + slot * ns(0.1);
-            sim.sleep(perturbed, from, from + ns(0.1));
-        }
-    }
+    perturb(&mut sim, perturbed, p, (start, seconds), seed);
     let end = ns(start + seconds);
     sim.run_until(end);
-    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    let link_bytes = sim.link_bytes();
     sim.run_until(end + ns(3.0));
     let rate = |host: usize| {
         let (_, m) = sim.hosts().nth(host).expect("host");
-        let first = ((start + 1.0) / BIN_S) as usize;
-        let last = ((start + seconds) / BIN_S) as usize;
-        let delivered: u32 = (first..last)
-            .map(|b| m.deliveries_per_bin.get(b).copied().unwrap_or(0))
-            .sum();
-        f64::from(delivered) / ((last - first) as f64 * BIN_S)
+        m.delivery_rate(ns(start + 1.0), end)
     };
     let (calm, sleeper) = (rate(2), rate(perturbed));
-    let head = vec![
-        ("scenario".into(), NAME.into()),
-        ("protocol".into(), "vsync-pbcast".into()),
-        ("group_size".into(), n.to_string()),
-        ("seed".into(), seed.to_string()),
-        ("perturb_p".into(), p.to_string()),
-    ];
+    let mut head = head(NAME, "vsync-pbcast", n, seed);
+    head.push(("perturb_p".into(), p.to_string()));
     let mut report = Report::collect(&sim, head, messages, end, (seconds, &link_bytes), sender);
     report
         .summary
         .retain(|(k, _)| !matches!(k.as_str(), "messages" | "delivered_min" | "complete"));
-    report
-        .summary
-        .push(("throughput_unperturbed".into(), format!("{calm:.2}")));
-    report
-        .summary
-        .push(("throughput_perturbed".into(), format!("{sleeper:.2}")));
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
+    report.put("throughput_unperturbed", format!("{calm:.2}"));
+    report.put("throughput_perturbed", format!("{sleeper:.2}"));
+    report.wall = Wall::since(started, sim.events);
     (report, calm, sleeper)
 }
 

@@ -9,11 +9,9 @@
 //! for n = 32 and 64, on the P000 switch with "fast" hosts.
 
 use shoal_core::vsync::{self, Vsync};
-use shoal_core::Instant;
 use shoal_wire::Kind;
 
-use super::p000_fig12_perturbed::p000_switch;
-use super::p000_fig1_traditional::{cost, HOSTS};
+use super::p000::{head, vsync_group};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::Sim;
@@ -25,13 +23,7 @@ const RATE: f64 = 100.0;
 /// (report, leader vsync packets/s active, idle).
 fn one(n: usize, active_s: f64, idle_s: f64, seed: u64) -> (Report, f64, f64) {
     let started = std::time::Instant::now();
-    let config = vsync::Config::default();
-    let (topology, hosts) = p000_switch(n);
-    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    sim.set_processing_cost(cost(HOSTS[0].1));
+    let mut sim = vsync_group(n, &vsync::Config::default(), seed, 0.1);
     let (start, sender) = (0.5, 1);
     let messages = (RATE * active_s) as u64;
     sim.schedule_stream(sender, ns(start), ns(1.0 / RATE), messages, 1_000);
@@ -43,37 +35,28 @@ fn one(n: usize, active_s: f64, idle_s: f64, seed: u64) -> (Report, f64, f64) {
     let active = (start + 1.0, start + active_s);
     let idle = (start + active_s + 2.0, start + active_s + idle_s);
     let mut count = [(0u64, 0u64); 4];
+    let mut link_bytes = Vec::new();
     for (i, t) in [active.0, active.1, idle.0, idle.1].into_iter().enumerate() {
         sim.run_until(ns(t));
         count[i] = leader(&sim);
+        if i == 1 {
+            // The sending ends here: link load is over the active phase.
+            link_bytes = sim.link_bytes();
+        }
     }
     let active_rate = (count[1].0 - count[0].0) as f64 / (active.1 - active.0);
     let deliveries_rate = (count[1].1 - count[0].1) as f64 / (active.1 - active.0);
     let idle_rate = (count[3].0 - count[2].0) as f64 / (idle.1 - idle.0);
-    let head = vec![
-        ("scenario".into(), NAME.into()),
-        ("protocol".into(), "vsync-pbcast".into()),
-        ("group_size".into(), n.to_string()),
-        ("seed".into(), seed.to_string()),
-    ];
+    let head = head(NAME, "vsync-pbcast", n, seed);
     let end = ns(idle.1);
-    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
     let mut report = Report::collect(&sim, head, messages, end, (active_s, &link_bytes), sender);
-    report.summary.push((
-        "leader_vsync_per_s_active".into(),
-        format!("{active_rate:.1}"),
-    ));
-    report
-        .summary
-        .push(("leader_vsync_per_s_idle".into(), format!("{idle_rate:.1}")));
-    report.summary.push((
-        "leader_deliveries_per_s_active".into(),
+    report.put("leader_vsync_per_s_active", format!("{active_rate:.1}"));
+    report.put("leader_vsync_per_s_idle", format!("{idle_rate:.1}"));
+    report.put(
+        "leader_deliveries_per_s_active",
         format!("{deliveries_rate:.1}"),
-    ));
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
+    );
+    report.wall = Wall::since(started, sim.events);
     (report, active_rate, idle_rate)
 }
 

@@ -14,16 +14,15 @@
 //! under a fifth of a CPU) and 300 µs ("slow": CPU-bound at 96 members, as
 //! a late-1990s host running Horus-class code would be).
 
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_core::traditional::{self, Traditional};
 use shoal_core::Instant;
 use shoal_plot::Series;
 
 use super::figure::Plot;
+use super::p000::{cost, head, perturb, switch, HOSTS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
-use crate::{LinkSpec, ProcessingCost, Sim, Topology};
+use crate::Sim;
 
 pub const NAME: &str = "p000-fig1-traditional";
 
@@ -31,31 +30,10 @@ const OFFERED: f64 = 200.0;
 const SIZE: u32 = 7_000;
 const BIN_S: f64 = 0.1;
 
-/// Per-datagram CPU costs of the two host models, in ns.
-pub const HOSTS: [(&str, u64); 2] = [("fast", 50_000), ("slow", 300_000)];
-
-pub fn cost(per_datagram_ns: u64) -> ProcessingCost {
-    ProcessingCost {
-        per_datagram_ns,
-        per_byte_ns: 5.0,
-        backlog_max: 256,
-    }
-}
-
-fn switch() -> LinkSpec {
-    LinkSpec {
-        bandwidth_bps: 100e6,
-        delay_ns: 50_000,
-        loss: 0.0,
-        queue_packets: 256,
-    }
-}
-
 /// One run; returns (report, throughput at an unperturbed member).
 fn one(n: usize, p: f64, cpu_ns: u64, seconds: f64, seed: u64) -> (Report, f64) {
     let started = std::time::Instant::now();
-    let topology = Topology::star(n, switch());
-    let hosts: Vec<usize> = (1..=n).collect();
+    let (topology, hosts) = switch(n);
     let config = traditional::Config {
         max_datagram_size: 65_507,
         ..traditional::Config::default()
@@ -68,51 +46,26 @@ fn one(n: usize, p: f64, cpu_ns: u64, seconds: f64, seed: u64) -> (Report, f64) 
     let start = 0.5;
     let messages = (OFFERED * seconds) as u64;
     sim.schedule_stream(0, ns(start), ns(1.0 / OFFERED), messages, SIZE);
-    // Member n-1 sleeps through each 100 ms slot with probability p.
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xF1_u64);
-    let slots = (seconds / 0.1) as u64;
-    for slot in 0..slots {
-        if rng.random::<f64>() < p {
-            let from = ns(start) + slot * ns(0.1);
-            sim.sleep(n - 1, from, from + ns(0.1));
-        }
-    }
+    perturb(&mut sim, n - 1, p, (start, seconds), seed);
     let end = ns(start + seconds);
     sim.run_until(end);
-    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    let link_bytes = sim.link_bytes();
     sim.run_until(end + ns(2.0));
     // Throughput at member 1 over the sending period after a 1 s warm-up.
     let (_, m) = sim.hosts().nth(1).expect("n >= 2");
-    let first = ((start + 1.0) / BIN_S) as usize;
-    let last = ((start + seconds) / BIN_S) as usize;
-    let delivered: u32 = (first..last)
-        .map(|b| m.deliveries_per_bin.get(b).copied().unwrap_or(0))
-        .sum();
-    let throughput = f64::from(delivered) / ((last - first) as f64 * BIN_S);
-    let head = vec![
-        ("scenario".into(), NAME.into()),
-        ("protocol".into(), "traditional".into()),
-        ("group_size".into(), n.to_string()),
-        ("seed".into(), seed.to_string()),
-        ("perturb_p".into(), p.to_string()),
-        ("cpu_us_per_datagram".into(), (cpu_ns / 1000).to_string()),
-    ];
+    let throughput = m.delivery_rate(ns(start + 1.0), end);
+    let mut head = head(NAME, "traditional", n, seed);
+    head.push(("perturb_p".into(), p.to_string()));
+    head.push(("cpu_us_per_datagram".into(), (cpu_ns / 1000).to_string()));
     let mut report = Report::collect(&sim, head, 0, end, (seconds, &link_bytes), 0);
     // Completeness is not this figure's question: offered messages the
     // window refused were never sent.
     report
         .summary
         .retain(|(k, _)| !matches!(k.as_str(), "messages" | "delivered_min" | "complete"));
-    report
-        .summary
-        .push(("throughput".into(), format!("{throughput:.2}")));
-    report
-        .summary
-        .push(("offered".into(), format!("{OFFERED}")));
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
+    report.put("throughput", format!("{throughput:.2}"));
+    report.put("offered", OFFERED);
+    report.wall = Wall::since(started, sim.events);
     (report, throughput)
 }
 

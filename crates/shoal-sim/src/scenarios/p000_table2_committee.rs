@@ -9,15 +9,14 @@
 //! backups, plus pbcast's dissemination) and the throughput at a committee
 //! member, on the P000 switch with "fast" hosts.
 
-use shoal_core::vsync::{self, Vsync};
-use shoal_core::Instant;
 use std::num::NonZeroU32;
 
-use super::p000_fig12_perturbed::p000_switch;
-use super::p000_fig1_traditional::{cost, HOSTS};
+use shoal_core::vsync;
+
+use super::figure::merged;
+use super::p000::{head, vsync_group};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
-use crate::Sim;
 
 pub const NAME: &str = "p000-table2-committee";
 
@@ -31,13 +30,7 @@ fn one(k: u32, seconds: f64, seed: u64) -> Report {
         committee_size: NonZeroU32::new(k).expect("k >= 1"),
         ..vsync::Config::default()
     };
-    let (topology, hosts) = p000_switch(n);
-    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
-    });
-    sim.set_processing_cost(cost(HOSTS[0].1));
-    sim.record_throughput(ns(BIN_S));
+    let mut sim = vsync_group(n, &config, seed, BIN_S);
     // The sender is the member outside the committee (the highest id).
     let sender = n - 1;
     let start = 0.5;
@@ -45,47 +38,24 @@ fn one(k: u32, seconds: f64, seed: u64) -> Report {
     sim.schedule_stream(sender, ns(start), ns(1.0 / RATE), messages, 64);
     let end = ns(start + seconds);
     sim.run_until(end);
-    let link_bytes: Vec<u64> = sim.network().links.iter().map(|l| l.bytes).collect();
+    let link_bytes = sim.link_bytes();
     sim.run_until(end + ns(3.0));
     let (_, leader) = sim.hosts().next().expect("k >= 1");
-    let first = ((start + 1.0) / BIN_S) as usize;
-    let last = ((start + seconds) / BIN_S) as usize;
-    let delivered: u32 = (first..last)
-        .map(|b| leader.deliveries_per_bin.get(b).copied().unwrap_or(0))
-        .sum();
-    let throughput = f64::from(delivered) / ((last - first) as f64 * BIN_S);
-    let mut committee_latency = leader.latency_us.clone();
-    for (_, m) in sim.hosts().skip(1).take(k as usize - 1) {
-        let _ = committee_latency.add(&m.latency_us);
-    }
-    let head = vec![
-        ("scenario".into(), NAME.into()),
-        ("protocol".into(), "vsync-pbcast".into()),
-        ("group_size".into(), n.to_string()),
-        ("seed".into(), seed.to_string()),
-        ("committee_size".into(), k.to_string()),
-    ];
+    let throughput = leader.delivery_rate(ns(start + 1.0), end);
+    let committee_latency = merged(sim.hosts().take(k as usize).map(|(_, m)| &m.latency_us));
+    let mut head = head(NAME, "vsync-pbcast", n, seed);
+    head.push(("committee_size".into(), k.to_string()));
     let mut report = Report::collect(&sim, head, messages, end, (seconds, &link_bytes), sender);
     let ms = |us: f64| format!("{:.3}", us / 1000.0);
-    report.summary.push((
-        "committee_latency_p50_ms".into(),
-        ms(committee_latency.value_at_quantile(0.5) as f64),
-    ));
-    report.summary.push((
-        "committee_latency_mean_ms".into(),
-        ms(committee_latency.mean()),
-    ));
-    report.summary.push((
-        "committee_latency_max_ms".into(),
+    let p50 = committee_latency.value_at_quantile(0.5) as f64;
+    report.put("committee_latency_p50_ms", ms(p50));
+    report.put("committee_latency_mean_ms", ms(committee_latency.mean()));
+    report.put(
+        "committee_latency_max_ms",
         ms(committee_latency.max() as f64),
-    ));
-    report
-        .summary
-        .push(("throughput".into(), format!("{throughput:.2}")));
-    report.wall = Wall {
-        seconds: started.elapsed().as_secs_f64(),
-        events: sim.events,
-    };
+    );
+    report.put("throughput", format!("{throughput:.2}"));
+    report.wall = Wall::since(started, sim.events);
     report
 }
 

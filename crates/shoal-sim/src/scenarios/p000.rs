@@ -1,0 +1,78 @@
+//! What the P000 scenarios share: the testbed model (hosts on one switch,
+//! each with a CPU cost per datagram), the perturbation process, and a vsync
+//! group on that testbed. P000 ran on an SP-2 and gives none of these
+//! figures; `docs/reproduction.md` explains the choices.
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_core::vsync::{self, Vsync};
+use shoal_core::{Engine, Instant};
+
+use super::ns;
+use crate::metrics::SimEvent;
+use crate::{LinkSpec, ProcessingCost, Sim, Topology};
+
+/// Per-datagram CPU costs of the two host models, in ns.
+pub const HOSTS: [(&str, u64); 2] = [("fast", 50_000), ("slow", 300_000)];
+
+/// A host's CPU cost: `per_datagram_ns` plus 5 ns per byte handled or sent,
+/// with a 256-datagram socket buffer.
+pub fn cost(per_datagram_ns: u64) -> ProcessingCost {
+    ProcessingCost {
+        per_datagram_ns,
+        per_byte_ns: 5.0,
+        backlog_max: 256,
+    }
+}
+
+/// `n` hosts (nodes 1..=n) on one 100 Mbit/s switch with 50 µs links.
+pub fn switch(n: usize) -> (Topology, Vec<usize>) {
+    let spec = LinkSpec {
+        bandwidth_bps: 100e6,
+        delay_ns: 50_000,
+        loss: 0.0,
+        queue_packets: 256,
+    };
+    (Topology::star(n, spec), (1..=n).collect())
+}
+
+/// A vsync-over-pbcast group of `n` on the switch, with "fast" hosts and
+/// deliveries counted in bins of `bin_s` seconds.
+pub fn vsync_group(n: usize, config: &vsync::Config, seed: u64, bin_s: f64) -> Sim<Vsync> {
+    let (topology, hosts) = switch(n);
+    let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
+        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
+        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+    });
+    sim.set_processing_cost(cost(HOSTS[0].1));
+    sim.record_throughput(ns(bin_s));
+    sim
+}
+
+/// P000's perturbation: from `start_s` for `seconds`, `host` sleeps through
+/// each 100 ms slot with probability `p`.
+pub fn perturb<E: Engine<Event: SimEvent>>(
+    sim: &mut Sim<E>,
+    host: usize,
+    p: f64,
+    (start_s, seconds): (f64, f64),
+    seed: u64,
+) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xF1_u64);
+    for slot in 0..(seconds / 0.1) as u64 {
+        if rng.random::<f64>() < p {
+            let from = ns(start_s) + slot * ns(0.1);
+            sim.sleep(host, from, from + ns(0.1));
+        }
+    }
+}
+
+/// The first summary columns of a P000 run.
+pub fn head(scenario: &str, protocol: &str, n: usize, seed: u64) -> Vec<(String, String)> {
+    vec![
+        ("scenario".into(), scenario.into()),
+        ("protocol".into(), protocol.into()),
+        ("group_size".into(), n.to_string()),
+        ("seed".into(), seed.to_string()),
+    ]
+}
