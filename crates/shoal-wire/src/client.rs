@@ -98,9 +98,12 @@ impl Reason {
 /// One frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    /// Client → daemon, first frame: a private name unique on this daemon.
+    /// Client → daemon, first frame: a private name unique on this daemon,
+    /// and the token a TCP listener requires (empty over the Unix socket;
+    /// at most 255 bytes).
     Connect {
         name: String,
+        token: String,
     },
     /// Daemon → client: accepted; `private_group` is the client's address.
     ConnectOk {
@@ -140,6 +143,33 @@ pub enum Frame {
         code: u16,
         text: String,
     },
+}
+
+/// Longest token a `Connect` may carry, in bytes.
+pub const TOKEN_MAX: usize = 255;
+
+/// Codes of `Error` frames (the text says more).
+pub mod code {
+    /// The frame could not be decoded; the daemon closes the connection.
+    pub const MALFORMED: u16 = 1;
+    /// A frame other than `Connect` came first, or `Connect` came twice.
+    pub const PROTOCOL: u16 = 2;
+    /// The private name is already connected to this daemon.
+    pub const NAME_TAKEN: u16 = 3;
+    /// The token is missing or wrong (TCP).
+    pub const AUTH: u16 = 4;
+    /// The service type is not implemented; nothing was sent.
+    pub const UNSUPPORTED_SERVICE: u16 = 5;
+    /// A limit was reached (clients, groups per client, message size).
+    pub const LIMIT: u16 = 6;
+    /// Leave of a group this client had not joined, or a bad group name.
+    pub const BAD_GROUP: u16 = 7;
+    /// The client read too slowly; its queue filled and it is disconnected.
+    pub const SLOW_CLIENT: u16 = 8;
+    /// The daemon is shutting down.
+    pub const SHUTDOWN: u16 = 9;
+    /// The daemon lost its membership and is rejoining; retry later.
+    pub const UNAVAILABLE: u16 = 10;
 }
 
 const CONNECT: u8 = 1;
@@ -247,6 +277,7 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
     let frame = match r.u8("type")? {
         CONNECT => Frame::Connect {
             name: r.name("private name")?,
+            token: r.string("token", TOKEN_MAX)?,
         },
         CONNECT_OK => Frame::ConnectOk {
             private_group: r.name("private group")?,
@@ -396,9 +427,10 @@ impl Frame {
         out.push(CLIENT_VERSION);
         let mut w = Writer { out };
         match self {
-            Frame::Connect { name } => {
+            Frame::Connect { name, token } => {
                 w.u8(CONNECT);
                 w.string(name)?;
+                w.string(token)?;
             }
             Frame::ConnectOk { private_group } => {
                 w.u8(CONNECT_OK);
@@ -529,7 +561,7 @@ mod tests {
         let payload = proptest::collection::vec(any::<u8>(), 0..300);
         let groups = proptest::collection::vec(name(), 1..5);
         prop_oneof![
-            name().prop_map(|name| Frame::Connect { name }),
+            (name(), "[a-z0-9]{0,16}").prop_map(|(name, token)| Frame::Connect { name, token }),
             name().prop_map(|private_group| Frame::ConnectOk { private_group }),
             name().prop_map(|group| Frame::Join { group }),
             name().prop_map(|group| Frame::Leave { group }),
