@@ -145,6 +145,23 @@ pub enum Frame {
     },
 }
 
+/// Where a daemon serves clients when not configured otherwise, and where a
+/// client looks for it: `$XDG_RUNTIME_DIR/shoal.sock`, else
+/// `/tmp/shoal-<uid>.sock` (the uid read from `/proc/self`, so two users
+/// never share a socket).
+pub fn default_socket_path() -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir).join("shoal.sock"),
+        _ => {
+            let uid = std::fs::metadata("/proc/self")
+                .map(|m| m.uid().to_string())
+                .unwrap_or_else(|_| "user".to_string());
+            std::path::PathBuf::from(format!("/tmp/shoal-{uid}.sock"))
+        }
+    }
+}
+
 /// Longest token a `Connect` may carry, in bytes.
 pub const TOKEN_MAX: usize = 255;
 

@@ -5,7 +5,7 @@
 //!
 //! ```toml
 //! node = "a"
-//! socket = "/tmp/shoal-a.sock"      # default: $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-$UID.sock
+//! socket = "/tmp/shoal-a.sock"      # default: $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-<uid>.sock
 //! listen = "127.0.0.1:9000"         # daemon's UDP address for peer daemons
 //! peers = ["127.0.0.1:9001", "127.0.0.1:9002"]
 //!
@@ -108,16 +108,10 @@ fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4804))
 }
 
-/// `$XDG_RUNTIME_DIR/shoal.sock` when that is set, else `/tmp/shoal-$UID.sock`
-/// (`$UID` read from the environment, `user` when unset).
+/// `$XDG_RUNTIME_DIR/shoal.sock` when that is set, else `/tmp/shoal-<uid>.sock`
+/// (the uid of this process; see `shoal_wire::client::default_socket_path`).
 pub fn default_socket() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("shoal.sock"),
-        _ => {
-            let uid = std::env::var("UID").unwrap_or_else(|_| "user".to_string());
-            PathBuf::from(format!("/tmp/shoal-{uid}.sock"))
-        }
-    }
+    shoal_wire::client::default_socket_path()
 }
 
 impl Default for DaemonConfig {
