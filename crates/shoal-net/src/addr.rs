@@ -1,7 +1,11 @@
 //! The static member list: `NodeId` ↔ `SocketAddr`.
 //!
-//! Member `i` of the list is `NodeId(i)`. The membership issue replaces this
-//! with views; until then every node of a group is handed the same book.
+//! Member `i` of the list is `NodeId(i)`. A *slotted* book
+//! ([`AddressBook::slotted`]) is the daemons' variant: an id's low
+//! `slot_bits` bits name the address and the rest is an incarnation
+//! (`shoal_core::cluster`), so a restarted daemon keeps its address under a
+//! new id; the sender's full id is then read from each datagram's header
+//! and must match the address it came from.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,6 +20,8 @@ pub struct AddressBook {
     addrs: Vec<SocketAddr>,
     // Lookup only, never iterated: order cannot leak into behaviour.
     ids: HashMap<SocketAddr, NodeId>,
+    /// `Some(bits)` for a slotted book.
+    slot_bits: Option<u32>,
 }
 
 impl AddressBook {
@@ -28,12 +34,54 @@ impl AddressBook {
                 return Err(NetError::AddressBook(format!("{addr} listed twice")));
             }
         }
-        Ok(AddressBook { addrs, ids })
+        Ok(AddressBook {
+            addrs,
+            ids,
+            slot_bits: None,
+        })
+    }
+
+    /// A book whose ids carry the address index in their low `slot_bits`.
+    pub fn slotted(addrs: Vec<SocketAddr>, slot_bits: u32) -> Result<AddressBook, NetError> {
+        if addrs.len() > 1usize << slot_bits {
+            return Err(NetError::AddressBook(format!(
+                "{} addresses do not fit in {slot_bits} slot bits",
+                addrs.len()
+            )));
+        }
+        let mut book = AddressBook::new(addrs)?;
+        book.slot_bits = Some(slot_bits);
+        Ok(book)
+    }
+
+    /// The address index of `node`.
+    pub fn slot(&self, node: NodeId) -> usize {
+        match self.slot_bits {
+            Some(bits) => (node.0 & ((1u32 << bits) - 1)) as usize,
+            None => node.0 as usize,
+        }
+    }
+
+    /// Whether ids carry an incarnation above the slot.
+    pub fn is_slotted(&self) -> bool {
+        self.slot_bits.is_some()
     }
 
     /// Where `node` receives unicast datagrams.
     pub fn addr(&self, node: NodeId) -> Option<SocketAddr> {
-        self.addrs.get(node.0 as usize).copied()
+        self.addrs.get(self.slot(node)).copied()
+    }
+
+    /// The sender of a datagram from `addr` whose header names `sender`:
+    /// in a plain book the id listed at `addr` (the header is not
+    /// consulted); in a slotted book `sender` itself, if its slot is `addr`'s.
+    pub fn sender(&self, addr: SocketAddr, sender: Option<u32>) -> Option<NodeId> {
+        let listed = self.node(addr)?;
+        if !self.is_slotted() {
+            return Some(listed);
+        }
+        let claimed = NodeId(sender?);
+        (self.slot(claimed) == listed.0 as usize).then_some(claimed)
     }
 
     /// The member sending from `addr`, if it is one.
@@ -89,6 +137,19 @@ mod tests {
         assert_eq!(book.node(addr(7999)), None);
         assert_eq!(book.node(SocketAddr::from(([127, 0, 0, 2], 7000))), None);
         assert_eq!(book.addr(NodeId(1)), None);
+    }
+
+    #[test]
+    fn slotted_book_routes_by_slot_and_checks_the_claimed_sender() {
+        let book = AddressBook::slotted(vec![addr(7000), addr(7001)], 8).unwrap();
+        let id = NodeId((42 << 8) | 1);
+        assert_eq!(book.addr(id), Some(addr(7001)));
+        assert_eq!(book.sender(addr(7001), Some(id.0)), Some(id));
+        // Claims another slot's id, or names none: refused.
+        assert_eq!(book.sender(addr(7000), Some(id.0)), None);
+        assert_eq!(book.sender(addr(7001), None), None);
+        assert_eq!(book.sender(addr(7999), Some(id.0)), None);
+        assert!(AddressBook::slotted(vec![addr(1), addr(2), addr(3)], 1).is_err());
     }
 
     #[test]

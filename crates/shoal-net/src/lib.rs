@@ -35,5 +35,5 @@ pub use addr::AddressBook;
 pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
-pub use node::{Command, EventBatch, Node, NodeConfig, RuntimeStats};
+pub use node::{Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
 pub use socket::{Endpoint, MulticastGroup, SocketOptions};

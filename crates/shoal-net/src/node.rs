@@ -47,6 +47,11 @@ pub enum Command {
     Multicast(Bytes),
 }
 
+/// A closure the node runs on its own thread with its engine, the engine
+/// time and the runtime's counters: status queries, a graceful leave, any
+/// engine-specific command. Answers go back through a channel the closure owns.
+pub type Control<E> = Box<dyn FnOnce(&mut E, Instant, &RuntimeStats) + Send>;
+
 /// The events of one turn of the loop, with the time they were handed over.
 #[derive(Debug)]
 pub struct EventBatch<Ev> {
@@ -119,6 +124,7 @@ pub struct Node<E: Engine> {
     id: NodeId,
     local_addr: SocketAddr,
     commands: mpsc::Sender<Command>,
+    controls: mpsc::UnboundedSender<Control<E>>,
     events: Option<mpsc::UnboundedReceiver<EventBatch<E::Event>>>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(E, RuntimeStats), NetError>>>,
@@ -145,6 +151,7 @@ where
         }
         let (command_tx, command_rx) = mpsc::channel(config.command_queue_len.max(1));
         let (event_tx, event_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name(format!("shoal-{id}"))
@@ -154,8 +161,12 @@ where
                     .build()
                     .map_err(NetError::Runtime)?;
                 runtime.block_on(async move {
-                    let driver =
-                        Driver::new(engine, endpoint, config, clock, command_rx, event_tx)?;
+                    let channels = Channels {
+                        commands: command_rx,
+                        controls: control_rx,
+                        events: event_tx,
+                    };
+                    let driver = Driver::new(engine, endpoint, config, clock, channels)?;
                     driver.run(shutdown_rx).await
                 })
             })
@@ -164,6 +175,7 @@ where
             id,
             local_addr,
             commands: command_tx,
+            controls: control_tx,
             events: Some(event_rx),
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
@@ -184,6 +196,17 @@ impl<E: Engine> Node<E> {
     /// sender does not stop the node: it keeps repairing until shutdown.
     pub fn commands(&self) -> mpsc::Sender<Command> {
         self.commands.clone()
+    }
+
+    /// Runs `f` on the node's thread with its engine, between turns. Returns
+    /// false when the node has stopped.
+    pub fn control(&self, f: impl FnOnce(&mut E, Instant, &RuntimeStats) + Send + 'static) -> bool {
+        self.controls.send(Box::new(f)).is_ok()
+    }
+
+    /// A handle for [`Node::control`] that can be cloned and moved.
+    pub fn controls(&self) -> mpsc::UnboundedSender<Control<E>> {
+        self.controls.clone()
     }
 
     /// The event stream; `None` once taken. The application must keep
@@ -212,9 +235,10 @@ impl<E: Engine> Drop for Node<E> {
 }
 
 /// Why the loop woke up.
-enum Wake {
+enum Wake<E> {
     Io,
     Command(Option<Command>),
+    Control(Option<Control<E>>),
     Timer,
     Shutdown,
 }
@@ -233,6 +257,8 @@ struct Driver<E: Engine> {
     config: NodeConfig,
     commands: mpsc::Receiver<Command>,
     commands_open: bool,
+    controls: mpsc::UnboundedReceiver<Control<E>>,
+    controls_open: bool,
     /// An application payload refused by flow control, retried first.
     waiting: Option<Bytes>,
     /// Addressed datagrams pulled from the engine, not yet accepted by the socket.
@@ -252,9 +278,13 @@ impl<E: Engine> Driver<E> {
         endpoint: Endpoint,
         config: NodeConfig,
         clock: Clock,
-        commands: mpsc::Receiver<Command>,
-        events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
+        channels: Channels<E>,
     ) -> Result<Driver<E>, NetError> {
+        let Channels {
+            commands,
+            controls,
+            events: events_tx,
+        } = channels;
         let my_addr = endpoint.local_addr();
         let unicast = UdpSocket::from_std(endpoint.unicast).map_err(NetError::Runtime)?;
         let (multicast_rx, group) = match endpoint.multicast {
@@ -281,6 +311,8 @@ impl<E: Engine> Driver<E> {
             config,
             commands,
             commands_open: true,
+            controls,
+            controls_open: true,
             waiting: None,
             outgoing: VecDeque::new(),
             blocked: false,
@@ -312,6 +344,8 @@ impl<E: Engine> Driver<E> {
                 Wake::Shutdown => break,
                 Wake::Command(Some(Command::Multicast(payload))) => self.waiting = Some(payload),
                 Wake::Command(None) => self.commands_open = false,
+                Wake::Control(Some(f)) => self.run_control(f),
+                Wake::Control(None) => self.controls_open = false,
                 Wake::Io | Wake::Timer => {}
             }
         }
@@ -323,6 +357,9 @@ impl<E: Engine> Driver<E> {
     /// input is likely waiting).
     fn turn(&mut self) -> bool {
         self.stats.turns += 1;
+        while let Ok(f) = self.controls.try_recv() {
+            self.run_control(f);
+        }
         let mut busy = self.receive_all();
         self.release_delayed();
         self.fire_timer();
@@ -330,6 +367,11 @@ impl<E: Engine> Driver<E> {
         self.send_pending();
         self.hand_over_events();
         busy
+    }
+
+    fn run_control(&mut self, f: Control<E>) {
+        f(&mut self.engine, self.clock.now(), &self.stats);
+        self.drain_events();
     }
 
     // ---- 1. receive --------------------------------------------------------
@@ -371,7 +413,11 @@ impl<E: Engine> Driver<E> {
             self.stats.own_filtered += 1;
             return;
         }
-        let Some(node) = self.book.node(from) else {
+        let claimed = (len >= 8).then(|| {
+            let b = &self.buf[4..8];
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        });
+        let Some(node) = self.book.sender(from, claimed) else {
             self.stats.unknown_source += 1;
             tracing::trace!(node = %self.me, %from, "datagram from unknown address");
             return;
@@ -534,8 +580,9 @@ impl<E: Engine> Driver<E> {
             self.warned_no_multicast = true;
             tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
         }
+        let me = self.book.slot(self.engine.node_id());
         for (i, addr) in self.book.addrs().iter().enumerate() {
-            if i != self.me.0 as usize {
+            if i != me {
                 self.outgoing.push_back((*addr, payload.clone()));
             }
         }
@@ -575,7 +622,7 @@ impl<E: Engine> Driver<E> {
         [engine, delayed, retry].into_iter().flatten().min()
     }
 
-    async fn wait(&mut self, shutdown: &mut oneshot::Receiver<()>) -> Wake {
+    async fn wait(&mut self, shutdown: &mut oneshot::Receiver<()>) -> Wake<E> {
         let deadline = self.deadline().map(|t| self.clock.os_instant(t));
         let sleep = async move {
             match deadline {
@@ -591,9 +638,17 @@ impl<E: Engine> Driver<E> {
             _ = readable(self.multicast_rx.as_ref()) => Wake::Io,
             _ = self.unicast.writable(), if self.blocked => Wake::Io,
             command = self.commands.recv(), if take_commands => Wake::Command(command),
+            control = self.controls.recv(), if self.controls_open => Wake::Control(control),
             _ = sleep => Wake::Timer,
         }
     }
+}
+
+/// The channels between a node and its application.
+struct Channels<E: Engine> {
+    commands: mpsc::Receiver<Command>,
+    controls: mpsc::UnboundedReceiver<Control<E>>,
+    events: mpsc::UnboundedSender<EventBatch<E::Event>>,
 }
 
 #[derive(Clone, Copy)]

@@ -48,10 +48,11 @@ pub enum Kind {
     Session = 6,
     Heartbeat = 7,
     Vsync = 8,
+    Presence = 9,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 8;
+pub const KIND_COUNT: usize = 9;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -63,6 +64,7 @@ impl Kind {
         Kind::Session,
         Kind::Heartbeat,
         Kind::Vsync,
+        Kind::Presence,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -83,6 +85,7 @@ impl Kind {
             Kind::Session => "session",
             Kind::Heartbeat => "heartbeat",
             Kind::Vsync => "vsync",
+            Kind::Presence => "presence",
         }
     }
 
@@ -118,6 +121,8 @@ pub enum DecodeError {
     TrailingBytes { kind: Kind, extra: usize },
     #[error("empty datagram")]
     Empty,
+    #[error("flag byte {0} is neither 0 nor 1")]
+    BadFlag(u8),
 }
 
 /// Why a packet could not be encoded.
@@ -211,6 +216,11 @@ pub enum Packet<'a> {
     /// Virtual synchrony and membership control (P000 §5.2): the body is
     /// decoded by [`vsync::decode`], kept opaque here so the layers stay apart.
     Vsync { body: &'a [u8] },
+    /// A daemon's presence (`shoal_core::cluster`): a daemon looking for its
+    /// cluster announces itself with `member: false`; a member answers with
+    /// `member: true` and its view id, so the joiner knows a group exists and
+    /// whom to ask. Body: `member u8` (0 or 1), `view u64`.
+    Presence { member: bool, view: u64 },
 }
 
 /// One member's heartbeat in a [`Packet::Heartbeat`].
@@ -257,6 +267,7 @@ impl Packet<'_> {
             Packet::Session(_) => Kind::Session,
             Packet::Heartbeat { .. } => Kind::Heartbeat,
             Packet::Vsync { .. } => Kind::Vsync,
+            Packet::Presence { .. } => Kind::Presence,
         }
     }
 
@@ -273,6 +284,7 @@ impl Packet<'_> {
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
             Packet::Vsync { body } => body.len(),
+            Packet::Presence { .. } => 9,
         }
     }
 
@@ -329,6 +341,10 @@ impl Packet<'_> {
                 }
             }
             Packet::Vsync { body } => out.extend_from_slice(body),
+            Packet::Presence { member, view } => {
+                out.push(u8::from(*member));
+                out.extend_from_slice(&view.to_be_bytes());
+            }
         }
         Ok(())
     }
@@ -525,6 +541,14 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
         },
         Kind::Vsync => Packet::Vsync {
             body: reader.rest(),
+        },
+        Kind::Presence => Packet::Presence {
+            member: match reader.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(DecodeError::BadFlag(other)),
+            },
+            view: reader.u64()?,
         },
     };
     match reader.remaining() {

@@ -131,6 +131,14 @@ fn malformed_packets_are_rejected_with_their_error() {
             },
         ),
         (
+            "presence with a flag other than 0 or 1",
+            with_body(
+                header(Kind::Presence as u8, 1, 9),
+                &[2, 0, 0, 0, 0, 0, 0, 0, 0],
+            ),
+            DecodeError::BadFlag(2),
+        ),
+        (
             "status with an extra byte",
             status_with_extra,
             DecodeError::TrailingBytes {
@@ -231,6 +239,7 @@ enum Owned {
     Session(Session),
     Heartbeat(Vec<HeartbeatEntry>),
     Vsync(Vec<u8>),
+    Presence(bool, u64),
 }
 
 impl Owned {
@@ -259,6 +268,10 @@ impl Owned {
                 entries: entries.clone(),
             },
             Owned::Vsync(body) => Packet::Vsync { body },
+            Owned::Presence(member, view) => Packet::Presence {
+                member: *member,
+                view: *view,
+            },
         }
     }
 }
@@ -289,6 +302,7 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
                     .collect(),
             })),
         prop::collection::vec(any::<u8>(), 0..40).prop_map(Owned::Vsync),
+        (any::<bool>(), any::<u64>()).prop_map(|(m, v)| Owned::Presence(m, v)),
         prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>()), 0..6).prop_map(|v| {
             Owned::Heartbeat(
                 v.into_iter()

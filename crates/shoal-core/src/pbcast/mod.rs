@@ -432,7 +432,10 @@ impl Pbcast {
                 }
             }
             // Other protocols' packets: not part of pbcast.
-            Packet::Session(_) | Packet::Heartbeat { .. } | Packet::Vsync { .. } => {}
+            Packet::Session(_)
+            | Packet::Heartbeat { .. }
+            | Packet::Vsync { .. }
+            | Packet::Presence { .. } => {}
         }
     }
 

@@ -622,7 +622,8 @@ impl Srm {
             Packet::Gossip { .. }
             | Packet::Status { .. }
             | Packet::Heartbeat { .. }
-            | Packet::Vsync { .. } => {}
+            | Packet::Vsync { .. }
+            | Packet::Presence { .. } => {}
         }
     }
 }

@@ -1,0 +1,454 @@
+//! A daemon's membership in its cluster (issue 5): how daemons that know
+//! only each other's addresses come to form one vsync group, and how a
+//! restarted or evicted daemon gets back in.
+//!
+//! Vsync ([`crate::vsync`]) needs a founding member list or a contact that is
+//! already a member. Daemons have neither: each is configured with the
+//! addresses of its peers, and any subset of them may be running. This
+//! engine wraps one [`Vsync`] member and adds:
+//!
+//! - **Identities with an incarnation.** A daemon is `slot` (its index in
+//!   the sorted list of configured addresses, so every daemon agrees on it)
+//!   plus an incarnation in the high bits of its [`NodeId`]. A daemon that
+//!   restarts, or is evicted and rejoins, comes back under a new id, so the
+//!   group never confuses it with the member it replaces: the old id is
+//!   dropped at the next view change like any silent member, the new one
+//!   joins. The runtime routes by slot ([`slot_of`]).
+//! - **Presence.** While it has no group, a daemon sends a PRESENCE packet
+//!   (`member: false`) to every peer slot each `presence_interval`. Members
+//!   answer with `member: true` (rate-limited per joiner), which tells the
+//!   joiner a group exists and whom to ask to join: it then runs a vsync
+//!   joiner with that member as its contact.
+//! - **Founding.** A daemon that, for `found_after`, has heard from no
+//!   member and from no joining daemon with a lower slot founds a group of
+//!   its own. Daemons started together thus converge on the lowest slot
+//!   running, and the others join it. Two groups can still form if the
+//!   daemons cannot hear each other for `found_after` (a partition at
+//!   start-up); merging groups is not built (docs/daemon.md).
+//!
+//! Sans-IO: no clock, no socket; randomness only in the wrapped engine.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use shoal_wire::{Kind, Packet};
+
+use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
+use crate::time::Instant;
+use crate::vsync::{self, Event, RemovedReason, Vsync};
+
+/// Low bits of a [`NodeId`] that hold the daemon's slot.
+pub const SLOT_BITS: u32 = 8;
+/// Daemons one cluster can name.
+pub const MAX_SLOTS: usize = 1 << SLOT_BITS;
+const INCARNATION_MASK: u32 = u32::MAX >> SLOT_BITS;
+
+/// The slot (configured address index) of a daemon's id.
+pub fn slot_of(id: NodeId) -> u32 {
+    id.0 & (MAX_SLOTS as u32 - 1)
+}
+
+/// The id of incarnation `incarnation` (taken modulo 2^24) of slot `slot`.
+pub fn cluster_id(slot: u32, incarnation: u32) -> NodeId {
+    debug_assert!((slot as usize) < MAX_SLOTS);
+    NodeId(((incarnation & INCARNATION_MASK) << SLOT_BITS) | slot)
+}
+
+/// Settings of the cluster membership.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The daemons' vsync group.
+    pub vsync: vsync::Config,
+    /// A daemon that heard from no member and no lower joining slot for
+    /// this long founds a group. Default 2 s: several presence rounds.
+    #[serde(with = "crate::serde_ms")]
+    pub found_after: Duration,
+    /// A daemon without a group announces itself this often. Default 250 ms.
+    #[serde(with = "crate::serde_ms")]
+    pub presence_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            vsync: vsync::Config::default(),
+            found_after: Duration::from_secs(2),
+            presence_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Counters of the cluster layer (vsync keeps its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub presence_sent: u64,
+    pub presence_received: u64,
+    /// Groups this daemon founded.
+    pub founded: u64,
+    /// Times this daemon was evicted and started over under a new id.
+    pub rejoins: u64,
+    /// Join requests from other joiners, ignored while joining.
+    pub joins_ignored: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    Joining {
+        since: Instant,
+        next_presence: Instant,
+        /// Last presence of a joining daemon with a lower slot.
+        lower_heard: Option<Instant>,
+        /// Last presence of any member.
+        member_heard: Option<Instant>,
+        /// The member the vsync joiner asks, and when it last answered.
+        contact: Option<(Instant, NodeId)>,
+    },
+    Member,
+    /// Left on request; inert.
+    Left,
+}
+
+/// One daemon's membership engine.
+pub struct Cluster {
+    slot: u32,
+    /// Other configured slots.
+    peers: Vec<u32>,
+    incarnation: u32,
+    config: Config,
+    seed: u64,
+    inner: Vsync,
+    phase: Phase,
+    /// Last presence answer sent to each joining slot.
+    answered: BTreeMap<u32, Instant>,
+    outbox: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl Cluster {
+    /// Daemon `slot` of `slots` configured daemons, first incarnation
+    /// `incarnation` (the caller makes it differ across restarts, e.g. from
+    /// the wall clock).
+    pub fn new(
+        slot: u32,
+        slots: u32,
+        incarnation: u32,
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Cluster, vsync::ConfigError> {
+        assert!(
+            slot < slots && slots as usize <= MAX_SLOTS,
+            "slot {slot} of {slots} (at most {MAX_SLOTS})"
+        );
+        let me = cluster_id(slot, incarnation);
+        let inner = Vsync::joining(me, &[], config.vsync.clone(), seed ^ u64::from(me.0), now)?;
+        Ok(Cluster {
+            slot,
+            peers: (0..slots).filter(|s| *s != slot).collect(),
+            incarnation,
+            seed,
+            inner,
+            phase: Phase::Joining {
+                since: now,
+                next_presence: now,
+                lower_heard: None,
+                member_heard: None,
+                contact: None,
+            },
+            answered: BTreeMap::new(),
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            config,
+        })
+    }
+
+    /// The wrapped vsync member (its view, counters).
+    pub fn vsync(&self) -> &Vsync {
+        &self.inner
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Whether this daemon is in a group now.
+    pub fn is_member(&self) -> bool {
+        matches!(self.phase, Phase::Member)
+    }
+
+    /// Leaves the group (graceful shutdown). A `Removed { Left }` event
+    /// follows once the group installed a view without this daemon; the
+    /// primary cannot leave by request (docs/vsync.md) and is seen as failed.
+    pub fn leave(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Member => self.inner.leave(now),
+            Phase::Joining { .. } => self.phase = Phase::Left,
+            Phase::Left => {}
+        }
+    }
+
+    fn send_presence(&mut self, to: NodeId, member: bool) {
+        let view = self.inner.view_id();
+        let packet = Packet::Presence { member, view };
+        if let Ok(bytes) = packet.to_vec(self.inner.node_id().0) {
+            self.stats.presence_sent += 1;
+            self.outbox.push_back(Transmit {
+                destination: Destination::Node(to),
+                payload: Bytes::from(bytes),
+            });
+        }
+    }
+
+    fn on_presence(&mut self, now: Instant, from: NodeId, member: bool) {
+        self.stats.presence_received += 1;
+        if slot_of(from) == self.slot {
+            return;
+        }
+        let interval = self.config.presence_interval;
+        match &mut self.phase {
+            Phase::Joining {
+                lower_heard,
+                member_heard,
+                contact,
+                ..
+            } => {
+                if member {
+                    *member_heard = Some(now);
+                    // Keep asking the same member while it answers; switch
+                    // when it has been silent for a few presence rounds.
+                    let switch = match *contact {
+                        None => true,
+                        Some((_, who)) if who == from => false,
+                        Some((at, _)) => now.saturating_duration_since(at) >= interval * 4,
+                    };
+                    if switch || contact.is_some_and(|(_, who)| who == from) {
+                        *contact = Some((now, from));
+                    }
+                    if switch {
+                        self.join_through(now, from);
+                    }
+                } else if slot_of(from) < self.slot {
+                    *lower_heard = Some(now);
+                }
+            }
+            Phase::Member if !member => {
+                let slot = slot_of(from);
+                let due = self.answered.get(&slot).map_or(true, |at| {
+                    now.saturating_duration_since(*at) >= interval / 2
+                });
+                if due {
+                    self.answered.insert(slot, now);
+                    self.send_presence(from, true);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Restarts the vsync joiner with `contact` (a member) to ask.
+    fn join_through(&mut self, now: Instant, contact: NodeId) {
+        let me = self.inner.node_id();
+        if let Ok(inner) = Vsync::joining(
+            me,
+            &[contact],
+            self.config.vsync.clone(),
+            self.seed ^ u64::from(me.0),
+            now,
+        ) {
+            self.inner = inner;
+        }
+    }
+
+    fn found(&mut self, now: Instant) {
+        let me = self.inner.node_id();
+        if let Ok(inner) = Vsync::new(
+            me,
+            &[me],
+            self.config.vsync.clone(),
+            self.seed ^ u64::from(me.0),
+            now,
+        ) {
+            self.stats.founded += 1;
+            self.inner = inner;
+        }
+    }
+
+    /// Starts over under the next incarnation after an eviction.
+    fn rejoin(&mut self, now: Instant) {
+        self.stats.rejoins += 1;
+        self.incarnation = self.incarnation.wrapping_add(1);
+        let me = cluster_id(self.slot, self.incarnation);
+        let members: Vec<NodeId> = self.inner.members().to_vec();
+        let contacts: Vec<NodeId> = members.into_iter().filter(|m| *m != me).collect();
+        if let Ok(inner) = Vsync::joining(
+            me,
+            &contacts,
+            self.config.vsync.clone(),
+            self.seed ^ u64::from(me.0),
+            now,
+        ) {
+            self.inner = inner;
+        }
+        self.phase = Phase::Joining {
+            since: now,
+            next_presence: now,
+            lower_heard: None,
+            member_heard: None,
+            contact: None,
+        };
+    }
+
+    /// Moves the inner engine's events out, tracking the phase.
+    fn drain_inner(&mut self, now: Instant) {
+        while let Some(event) = self.inner.poll_event() {
+            match &event {
+                Event::View(v) if v.first => self.phase = Phase::Member,
+                Event::Removed {
+                    reason: RemovedReason::Dropped,
+                    ..
+                } => {
+                    self.events.push_back(event);
+                    self.rejoin(now);
+                    continue;
+                }
+                Event::Removed {
+                    reason: RemovedReason::Left,
+                    ..
+                } => self.phase = Phase::Left,
+                _ => {}
+            }
+            self.events.push_back(event);
+        }
+    }
+
+    /// While joining: announce, and found a group when nobody answers.
+    fn joining_timers(&mut self, now: Instant) {
+        let Phase::Joining { next_presence, .. } = self.phase else {
+            return;
+        };
+        if next_presence <= now {
+            for slot in self.peers.clone() {
+                self.send_presence(NodeId(slot), false);
+            }
+            if let Phase::Joining { next_presence, .. } = &mut self.phase {
+                *next_presence = now + self.config.presence_interval;
+            }
+        }
+        if self.found_deadline().is_some_and(|t| t <= now) {
+            self.found(now);
+        }
+    }
+
+    fn joining_deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Joining { next_presence, .. } => {
+                Some((*next_presence).min(self.found_deadline()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// When founding is next considered: `found_after` past the start and
+    /// past the last sign of a member or a lower joining slot.
+    fn found_deadline(&self) -> Option<Instant> {
+        let Phase::Joining {
+            since,
+            lower_heard,
+            member_heard,
+            ..
+        } = &self.phase
+        else {
+            return None;
+        };
+        let last = [Some(*since), *lower_heard, *member_heard]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(last + self.config.found_after)
+    }
+}
+
+/// Whether a datagram is a vsync JOIN (another joiner's request).
+fn is_join(datagram: &[u8]) -> bool {
+    matches!(
+        shoal_wire::decode_packet(datagram),
+        Ok((_, Packet::Vsync { body })) if matches!(shoal_wire::vsync::decode(body), Ok(shoal_wire::vsync::Message::Join { .. }))
+    )
+}
+
+impl Engine for Cluster {
+    type Event = Event;
+
+    fn node_id(&self) -> NodeId {
+        self.inner.node_id()
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        if matches!(self.phase, Phase::Left) {
+            return;
+        }
+        if let Ok((header, Packet::Presence { member, .. })) = shoal_wire::decode_packet(datagram) {
+            if header.kind == Kind::Presence && header.sender == from.0 {
+                self.on_presence(now, from, member);
+            }
+            return;
+        }
+        if matches!(self.phase, Phase::Joining { .. }) && is_join(datagram) {
+            // A joiner would forward it to its contact, which may forward it
+            // back: only members handle joins.
+            self.stats.joins_ignored += 1;
+            return;
+        }
+        self.inner.handle_datagram(now, from, datagram);
+        self.drain_inner(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Left) {
+            return;
+        }
+        if self.inner.poll_timeout().is_some_and(|t| t <= now) {
+            self.inner.handle_timeout(now);
+        }
+        self.joining_timers(now);
+        self.drain_inner(now);
+    }
+
+    fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        let result = self.inner.multicast(now, payload);
+        self.drain_inner(now);
+        result
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if let Some(t) = self.outbox.pop_front() {
+            return Some(t);
+        }
+        if matches!(self.phase, Phase::Left) {
+            return None;
+        }
+        self.inner.poll_transmit(now)
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if matches!(self.phase, Phase::Left) {
+            return None;
+        }
+        [self.inner.poll_timeout(), self.joining_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests;

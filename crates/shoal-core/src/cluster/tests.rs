@@ -1,0 +1,303 @@
+//! Daemons finding each other: a small virtual-time network that routes by
+//! slot, as the runtime does, with daemons that start late, crash, restart
+//! and sleep.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+struct Harness {
+    daemons: Vec<Option<Cluster>>,
+    /// Slots whose daemon is asleep (receives nothing, fires no timer).
+    asleep: Vec<bool>,
+    events: Vec<Vec<Event>>,
+    /// (arrival, order, to slot, from id, bytes)
+    queue: BinaryHeap<Reverse<(u64, u64, u32, u32, Bytes)>>,
+    order: u64,
+    now: u64,
+    config: Config,
+}
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config.vsync.view_period = Duration::from_secs(2);
+    config.vsync.committee_size = std::num::NonZeroU32::new(3).unwrap();
+    config
+}
+
+impl Harness {
+    fn new(slots: usize) -> Harness {
+        Harness {
+            daemons: (0..slots).map(|_| None).collect(),
+            asleep: vec![false; slots],
+            events: vec![Vec::new(); slots],
+            queue: BinaryHeap::new(),
+            order: 0,
+            now: 0,
+            config: config(),
+        }
+    }
+
+    fn start(&mut self, slot: u32, incarnation: u32) {
+        let n = self.daemons.len() as u32;
+        let now = Instant::from_nanos(self.now);
+        let daemon = Cluster::new(slot, n, incarnation, self.config.clone(), 7, now).unwrap();
+        self.daemons[slot as usize] = Some(daemon);
+        self.events[slot as usize].clear();
+        self.drain(slot as usize);
+    }
+
+    fn crash(&mut self, slot: usize) {
+        self.daemons[slot] = None;
+    }
+
+    fn daemon(&self, slot: usize) -> &Cluster {
+        self.daemons[slot].as_ref().expect("running")
+    }
+
+    fn drain(&mut self, i: usize) {
+        let now = Instant::from_nanos(self.now);
+        let Some(d) = self.daemons[i].as_mut() else {
+            return;
+        };
+        let from = d.node_id().0;
+        let mut out = Vec::new();
+        while let Some(t) = d.poll_transmit(now) {
+            out.push(t);
+        }
+        while let Some(e) = d.poll_event() {
+            self.events[i].push(e);
+        }
+        for t in out {
+            let targets: Vec<u32> = match t.destination {
+                Destination::Node(to) => vec![slot_of(to)],
+                Destination::Multicast => (0..self.daemons.len() as u32)
+                    .filter(|s| *s as usize != i)
+                    .collect(),
+            };
+            for to in targets {
+                self.order += 1;
+                let at = self.now + MS;
+                self.queue
+                    .push(Reverse((at, self.order, to, from, t.payload.clone())));
+            }
+        }
+    }
+
+    fn next_timer(&self) -> Option<(u64, usize)> {
+        self.daemons
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.asleep[*i])
+            .filter_map(|(i, d)| Some((d.as_ref()?.poll_timeout()?.as_nanos(), i)))
+            .min()
+    }
+
+    fn run_until(&mut self, until_ms: u64) {
+        let until = until_ms * MS;
+        for step in 0.. {
+            assert!(step < 2_000_000, "no progress at {} ns", self.now);
+            let datagram = self.queue.peek().map(|Reverse(q)| q.0);
+            let timer = self.next_timer();
+            let next = [datagram, timer.map(|t| t.0)].into_iter().flatten().min();
+            let Some(at) = next.filter(|t| *t <= until) else {
+                break;
+            };
+            self.now = self.now.max(at);
+            let now = Instant::from_nanos(self.now);
+            if datagram == Some(at) {
+                let Reverse((_, _, to, from, bytes)) = self.queue.pop().unwrap();
+                let to = to as usize;
+                if self.asleep[to] {
+                    continue;
+                }
+                if let Some(d) = self.daemons[to].as_mut() {
+                    d.handle_datagram(now, NodeId(from), &bytes);
+                    self.drain(to);
+                }
+            } else if let Some((_, i)) = timer {
+                self.daemons[i].as_mut().unwrap().handle_timeout(now);
+                self.drain(i);
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Every running daemon's view members, by slot.
+    fn views(&self) -> Vec<Option<Vec<NodeId>>> {
+        self.daemons
+            .iter()
+            .map(|d| d.as_ref().map(|d| d.vsync().members().to_vec()))
+            .collect()
+    }
+
+    fn assert_one_group_of(&self, slots: &[usize]) {
+        let first = self.daemon(slots[0]).vsync().members().to_vec();
+        let mut in_view: Vec<usize> = first.iter().map(|m| slot_of(*m) as usize).collect();
+        in_view.sort_unstable();
+        assert_eq!(in_view, slots, "views: {:?}", self.views());
+        for s in slots {
+            let d = self.daemon(*s);
+            assert!(d.is_member(), "slot {s} not a member: {:?}", self.views());
+            assert_eq!(
+                d.vsync().members(),
+                first.as_slice(),
+                "views: {:?}",
+                self.views()
+            );
+            assert!(first.contains(&d.node_id()));
+        }
+    }
+
+    fn delivered(&self, slot: usize) -> Vec<(NodeId, Bytes)> {
+        self.events[slot]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deliver {
+                    sender, payload, ..
+                } => Some((*sender, payload.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn daemons_started_together_form_one_group_founded_by_the_lowest_slot() {
+    let mut h = Harness::new(3);
+    for slot in 0..3 {
+        h.start(slot, 100 + slot);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    let founded: Vec<u64> = (0..3).map(|s| h.daemon(s).stats().founded).collect();
+    assert_eq!(founded, vec![1, 0, 0]);
+}
+
+#[test]
+fn a_late_daemon_joins_the_running_group_instead_of_founding_its_own() {
+    let mut h = Harness::new(3);
+    h.start(2, 5);
+    h.run_until(5_000);
+    assert!(h.daemon(2).is_member(), "a lone daemon founds a group");
+    h.start(0, 6);
+    h.start(1, 7);
+    h.run_until(12_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    assert_eq!(h.daemon(0).stats().founded, 0);
+    assert_eq!(h.daemon(1).stats().founded, 0);
+}
+
+#[test]
+fn a_crashed_daemon_is_dropped_and_rejoins_under_a_new_id_when_restarted() {
+    let mut h = Harness::new(3);
+    for slot in 0..3 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    let old = h.daemon(1).node_id();
+    h.crash(1);
+    h.run_until(12_000);
+    h.assert_one_group_of(&[0, 2]);
+    h.start(1, 2);
+    h.run_until(20_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    let new = h.daemon(1).node_id();
+    assert_ne!(old, new);
+    assert!(!h.daemon(0).vsync().members().contains(&old));
+}
+
+#[test]
+fn the_primary_crashing_leaves_a_working_group() {
+    let mut h = Harness::new(3);
+    for slot in 0..3 {
+        h.start(slot, 1);
+    }
+    h.run_until(12_000);
+    // By now a periodic view has made the established members backups.
+    let committee = h.events[1].iter().rev().find_map(|e| match e {
+        Event::View(v) => Some(v.committee.clone()),
+        _ => None,
+    });
+    assert_eq!(committee.map(|c| c.len()), Some(3));
+    h.crash(0);
+    h.run_until(20_000);
+    h.assert_one_group_of(&[1, 2]);
+    let now = Instant::from_nanos(h.now);
+    h.daemons[1]
+        .as_mut()
+        .unwrap()
+        .multicast(now, Bytes::from_static(b"after"))
+        .unwrap();
+    h.drain(1);
+    h.run_until(22_000);
+    for s in [1, 2] {
+        assert!(h.delivered(s).iter().any(|(_, p)| &p[..] == b"after"));
+    }
+}
+
+#[test]
+fn an_evicted_daemon_comes_back_under_its_next_incarnation() {
+    let mut h = Harness::new(3);
+    for slot in 0..3 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    let old = h.daemon(2).node_id();
+    h.asleep[2] = true;
+    h.run_until(10_000);
+    h.assert_one_group_of(&[0, 1]);
+    h.asleep[2] = false;
+    h.run_until(20_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    assert_eq!(h.daemon(2).stats().rejoins, 1);
+    assert_eq!(h.daemon(2).node_id(), cluster_id(2, 2));
+    assert_ne!(h.daemon(2).node_id(), old);
+    assert!(h.events[2].iter().any(|e| matches!(
+        e,
+        Event::Removed {
+            reason: RemovedReason::Dropped,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn members_deliver_the_same_messages_in_the_same_order() {
+    let mut h = Harness::new(3);
+    for slot in 0..3 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    for round in 0..20u8 {
+        for s in 0..3 {
+            let now = Instant::from_nanos(h.now);
+            let d = h.daemons[s].as_mut().unwrap();
+            if d.multicast(now, Bytes::from(vec![s as u8, round])).is_ok() {
+                h.drain(s);
+            }
+        }
+        h.run_until(6_000 + u64::from(round) * 10);
+    }
+    h.run_until(9_000);
+    let first = h.delivered(0);
+    assert_eq!(first.len(), 60);
+    for s in 1..3 {
+        assert_eq!(h.delivered(s), first);
+    }
+}
+
+#[test]
+fn ids_carry_slot_and_incarnation() {
+    let id = cluster_id(5, 77);
+    assert_eq!(slot_of(id), 5);
+    assert_eq!(id.0 >> SLOT_BITS, 77);
+    assert_eq!(slot_of(cluster_id(3, u32::MAX)), 3);
+}
