@@ -23,6 +23,7 @@
 use thiserror::Error;
 
 pub mod client;
+pub mod groups;
 pub mod vsync;
 
 /// First two bytes of every packet: ASCII "SH".

@@ -1,0 +1,483 @@
+//! What daemons tell each other about their clients (issue 5): the payload
+//! of each message a daemon multicasts to its peers through the daemons'
+//! vsync group. Lightweight groups live here: a client's join or leave is
+//! one item in the daemons' total order, not a daemon view change (Spread,
+//! P-Spread §2).
+//!
+//! A payload is a batch: `count u16`, then that many items, each a tag byte
+//! and big-endian fields. Strings are `u16` length + UTF-8; lists are `u16`
+//! count + strings; byte fields are `u32` length + bytes.
+//!
+//! | tag | item | fields |
+//! |---|---|---|
+//! | 1 | JOIN | client, group |
+//! | 2 | LEAVE | client, group |
+//! | 3 | GONE | client, reason `u8` (the client protocol's membership reason) |
+//! | 4 | MESSAGE | client, service `u8`, groups, payload |
+//! | 5 | FRAGMENT | client, service `u8`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
+//! | 6 | SNAPSHOT | `count u32` × (client, groups): the sending daemon's clients and their groups |
+//! | 7 | GOODBYE | (none): the sending daemon is shutting down |
+//!
+//! Decoding never panics and never allocates for a count the bytes cannot
+//! hold; any irregularity refuses the whole batch.
+
+use thiserror::Error;
+
+const JOIN: u8 = 1;
+const LEAVE: u8 = 2;
+const GONE: u8 = 3;
+const MESSAGE: u8 = 4;
+const FRAGMENT: u8 = 5;
+const SNAPSHOT: u8 = 6;
+const GOODBYE: u8 = 7;
+
+/// One item of a batch; strings and bytes borrow from the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item<'a> {
+    Join {
+        client: &'a str,
+        group: &'a str,
+    },
+    Leave {
+        client: &'a str,
+        group: &'a str,
+    },
+    /// The client is gone: it leaves every group it was in.
+    Gone {
+        client: &'a str,
+        reason: u8,
+    },
+    Message {
+        client: &'a str,
+        service: u8,
+        groups: Vec<&'a str>,
+        payload: &'a [u8],
+    },
+    /// A piece of a message too large for one batch; the pieces of one
+    /// message come from one daemon in order.
+    Fragment {
+        client: &'a str,
+        service: u8,
+        groups: Vec<&'a str>,
+        id: u64,
+        total: u32,
+        offset: u32,
+        bytes: &'a [u8],
+    },
+    /// Every client of the sending daemon with its groups (sent when a
+    /// daemon joins, so that it learns the groups).
+    Snapshot {
+        clients: Vec<(&'a str, Vec<&'a str>)>,
+    },
+    Goodbye,
+}
+
+/// A batch that cannot be decoded or encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GroupsError {
+    #[error("truncated {0}")]
+    Truncated(&'static str),
+    #[error("unknown item tag {0}")]
+    UnknownTag(u8),
+    #[error("{0} is not UTF-8")]
+    BadUtf8(&'static str),
+    #[error("{what} count {count} exceeds the bytes left")]
+    CountTooLarge { what: &'static str, count: usize },
+    #[error("{0} bytes left over after the batch")]
+    TrailingBytes(usize),
+    #[error("{what} of {len} does not fit its length field")]
+    TooLong { what: &'static str, len: usize },
+    #[error("a batch holds at most 65535 items")]
+    TooManyItems,
+}
+
+/// Decodes a batch.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Item<'_>>, GroupsError> {
+    let mut r = Reader { rest: bytes };
+    let count = usize::from(r.u16("item count")?);
+    // Every item takes at least one byte.
+    if count > r.rest.len() {
+        return Err(GroupsError::CountTooLarge {
+            what: "item",
+            count,
+        });
+    }
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        items.push(r.item()?);
+    }
+    if !r.rest.is_empty() {
+        return Err(GroupsError::TrailingBytes(r.rest.len()));
+    }
+    Ok(items)
+}
+
+/// Encodes `items` as one batch, appended to `out`.
+pub fn encode(items: &[Item<'_>], out: &mut Vec<u8>) -> Result<(), GroupsError> {
+    let count = u16::try_from(items.len()).map_err(|_| GroupsError::TooManyItems)?;
+    out.extend_from_slice(&count.to_be_bytes());
+    for item in items {
+        item.encode(out)?;
+    }
+    Ok(())
+}
+
+impl Item<'_> {
+    /// Bytes this item takes when encoded.
+    pub fn encoded_len(&self) -> usize {
+        let s = |x: &str| 2 + x.len();
+        let list = |l: &[&str]| 2 + l.iter().map(|x| s(x)).sum::<usize>();
+        1 + match self {
+            Item::Join { client, group } | Item::Leave { client, group } => s(client) + s(group),
+            Item::Gone { client, .. } => s(client) + 1,
+            Item::Message {
+                client,
+                groups,
+                payload,
+                ..
+            } => s(client) + 1 + list(groups) + 4 + payload.len(),
+            Item::Fragment {
+                client,
+                groups,
+                bytes,
+                ..
+            } => s(client) + 1 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
+            Item::Snapshot { clients } => {
+                4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
+            }
+            Item::Goodbye => 0,
+        }
+    }
+
+    /// Appends the item to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), GroupsError> {
+        let mut w = Writer { out };
+        match self {
+            Item::Join { client, group } => {
+                w.u8(JOIN);
+                w.str(client)?;
+                w.str(group)?;
+            }
+            Item::Leave { client, group } => {
+                w.u8(LEAVE);
+                w.str(client)?;
+                w.str(group)?;
+            }
+            Item::Gone { client, reason } => {
+                w.u8(GONE);
+                w.str(client)?;
+                w.u8(*reason);
+            }
+            Item::Message {
+                client,
+                service,
+                groups,
+                payload,
+            } => {
+                w.u8(MESSAGE);
+                w.str(client)?;
+                w.u8(*service);
+                w.list(groups)?;
+                w.bytes(payload)?;
+            }
+            Item::Fragment {
+                client,
+                service,
+                groups,
+                id,
+                total,
+                offset,
+                bytes,
+            } => {
+                w.u8(FRAGMENT);
+                w.str(client)?;
+                w.u8(*service);
+                w.list(groups)?;
+                w.out.extend_from_slice(&id.to_be_bytes());
+                w.out.extend_from_slice(&total.to_be_bytes());
+                w.out.extend_from_slice(&offset.to_be_bytes());
+                w.bytes(bytes)?;
+            }
+            Item::Snapshot { clients } => {
+                w.u8(SNAPSHOT);
+                let count = u32::try_from(clients.len()).map_err(|_| GroupsError::TooLong {
+                    what: "snapshot",
+                    len: clients.len(),
+                })?;
+                w.out.extend_from_slice(&count.to_be_bytes());
+                for (client, groups) in clients {
+                    w.str(client)?;
+                    w.list(groups)?;
+                }
+            }
+            Item::Goodbye => w.u8(GOODBYE),
+        }
+        Ok(())
+    }
+}
+
+struct Writer<'o> {
+    out: &'o mut Vec<u8>,
+}
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.out.push(v);
+    }
+
+    fn str(&mut self, s: &str) -> Result<(), GroupsError> {
+        let len = u16::try_from(s.len()).map_err(|_| GroupsError::TooLong {
+            what: "string",
+            len: s.len(),
+        })?;
+        self.out.extend_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+
+    fn list(&mut self, l: &[&str]) -> Result<(), GroupsError> {
+        let count = u16::try_from(l.len()).map_err(|_| GroupsError::TooLong {
+            what: "list",
+            len: l.len(),
+        })?;
+        self.out.extend_from_slice(&count.to_be_bytes());
+        l.iter().try_for_each(|s| self.str(s))
+    }
+
+    fn bytes(&mut self, b: &[u8]) -> Result<(), GroupsError> {
+        let len = u32::try_from(b.len()).map_err(|_| GroupsError::TooLong {
+            what: "bytes",
+            len: b.len(),
+        })?;
+        self.out.extend_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(b);
+        Ok(())
+    }
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], GroupsError> {
+        if self.rest.len() < n {
+            return Err(GroupsError::Truncated(what));
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, GroupsError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, GroupsError> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, GroupsError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, GroupsError> {
+        let b = self.take(8, what)?;
+        let mut a = [0; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    fn str(&mut self, what: &'static str) -> Result<&'a str, GroupsError> {
+        let len = usize::from(self.u16(what)?);
+        let b = self.take(len, what)?;
+        std::str::from_utf8(b).map_err(|_| GroupsError::BadUtf8(what))
+    }
+
+    fn list(&mut self, what: &'static str) -> Result<Vec<&'a str>, GroupsError> {
+        let count = usize::from(self.u16(what)?);
+        // Each string takes at least its 2-byte length.
+        if count > self.rest.len() / 2 {
+            return Err(GroupsError::CountTooLarge { what, count });
+        }
+        (0..count).map(|_| self.str(what)).collect()
+    }
+
+    fn bytes(&mut self, what: &'static str) -> Result<&'a [u8], GroupsError> {
+        let len = self.u32(what)? as usize;
+        self.take(len, what)
+    }
+
+    fn item(&mut self) -> Result<Item<'a>, GroupsError> {
+        Ok(match self.u8("tag")? {
+            JOIN => Item::Join {
+                client: self.str("client")?,
+                group: self.str("group")?,
+            },
+            LEAVE => Item::Leave {
+                client: self.str("client")?,
+                group: self.str("group")?,
+            },
+            GONE => Item::Gone {
+                client: self.str("client")?,
+                reason: self.u8("reason")?,
+            },
+            MESSAGE => Item::Message {
+                client: self.str("client")?,
+                service: self.u8("service")?,
+                groups: self.list("groups")?,
+                payload: self.bytes("payload")?,
+            },
+            FRAGMENT => Item::Fragment {
+                client: self.str("client")?,
+                service: self.u8("service")?,
+                groups: self.list("groups")?,
+                id: self.u64("message id")?,
+                total: self.u32("total length")?,
+                offset: self.u32("offset")?,
+                bytes: self.bytes("fragment")?,
+            },
+            SNAPSHOT => {
+                let count = self.u32("snapshot count")? as usize;
+                // Each entry takes at least 4 bytes.
+                if count > self.rest.len() / 4 {
+                    return Err(GroupsError::CountTooLarge {
+                        what: "snapshot",
+                        count,
+                    });
+                }
+                let mut clients = Vec::with_capacity(count);
+                for _ in 0..count {
+                    clients.push((self.str("client")?, self.list("groups")?));
+                }
+                Item::Snapshot { clients }
+            }
+            GOODBYE => Item::Goodbye,
+            other => return Err(GroupsError::UnknownTag(other)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn roundtrip(items: &[Item<'_>]) {
+        let mut out = Vec::new();
+        encode(items, &mut out).unwrap();
+        let len: usize = 2 + items.iter().map(Item::encoded_len).sum::<usize>();
+        assert_eq!(out.len(), len);
+        assert_eq!(decode(&out).unwrap(), items);
+    }
+
+    #[test]
+    fn every_item_round_trips() {
+        roundtrip(&[
+            Item::Join {
+                client: "#a#n1",
+                group: "chat",
+            },
+            Item::Leave {
+                client: "#a#n1",
+                group: "chat",
+            },
+            Item::Gone {
+                client: "#b#n1",
+                reason: 2,
+            },
+            Item::Message {
+                client: "#a#n1",
+                service: 5,
+                groups: vec!["chat", "log"],
+                payload: b"hello",
+            },
+            Item::Fragment {
+                client: "#a#n1",
+                service: 3,
+                groups: vec!["big"],
+                id: 9,
+                total: 100_000,
+                offset: 60_000,
+                bytes: &[7; 300],
+            },
+            Item::Snapshot {
+                clients: vec![("#a#n1", vec!["chat", "log"]), ("#c#n1", vec![])],
+            },
+            Item::Goodbye,
+        ]);
+        roundtrip(&[]);
+    }
+
+    #[test]
+    fn malformed_batches_are_refused() {
+        let mut good = Vec::new();
+        encode(
+            &[Item::Join {
+                client: "a",
+                group: "g",
+            }],
+            &mut good,
+        )
+        .unwrap();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        let cases: Vec<(Vec<u8>, GroupsError)> = vec![
+            (vec![], GroupsError::Truncated("item count")),
+            (
+                vec![0xFF, 0xFF, 1],
+                GroupsError::CountTooLarge {
+                    what: "item",
+                    count: 0xFFFF,
+                },
+            ),
+            (vec![0, 1, 99], GroupsError::UnknownTag(99)),
+            (
+                good[..good.len() - 1].to_vec(),
+                GroupsError::Truncated("group"),
+            ),
+            (trailing, GroupsError::TrailingBytes(1)),
+            (
+                vec![0, 1, JOIN, 0, 1, 0xFF, 0, 0],
+                GroupsError::BadUtf8("client"),
+            ),
+            (
+                vec![0, 1, SNAPSHOT, 0xFF, 0xFF, 0xFF, 0xFF],
+                GroupsError::CountTooLarge {
+                    what: "snapshot",
+                    count: u32::MAX as usize,
+                },
+            ),
+            (
+                vec![0, 1, MESSAGE, 0, 1, b'a', 5, 0xFF, 0xFF],
+                GroupsError::CountTooLarge {
+                    what: "groups",
+                    count: 0xFFFF,
+                },
+            ),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(decode(&bytes), Err(expected), "{bytes:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn messages_round_trip(
+            client in "[a-z#]{1,12}",
+            groups in proptest::collection::vec("[a-z]{1,8}", 1..4),
+            payload in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+            roundtrip(&[Item::Message { client: &client, service: 5, groups, payload: &payload }]);
+        }
+    }
+}
