@@ -81,6 +81,14 @@ impl Default for Config {
     }
 }
 
+/// A vsync event, with the id this daemon had when it happened (the id
+/// changes when an evicted daemon rejoins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEvent {
+    pub me: NodeId,
+    pub event: Event,
+}
+
 /// Counters of the cluster layer (vsync keeps its own).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -124,7 +132,7 @@ pub struct Cluster {
     /// Last presence answer sent to each joining slot.
     answered: BTreeMap<u32, Instant>,
     outbox: VecDeque<Transmit>,
-    events: VecDeque<Event>,
+    events: VecDeque<ClusterEvent>,
     stats: Stats,
 }
 
@@ -306,13 +314,14 @@ impl Cluster {
     /// Moves the inner engine's events out, tracking the phase.
     fn drain_inner(&mut self, now: Instant) {
         while let Some(event) = self.inner.poll_event() {
+            let me = self.inner.node_id();
             match &event {
                 Event::View(v) if v.first => self.phase = Phase::Member,
                 Event::Removed {
                     reason: RemovedReason::Dropped,
                     ..
                 } => {
-                    self.events.push_back(event);
+                    self.events.push_back(ClusterEvent { me, event });
                     self.rejoin(now);
                     continue;
                 }
@@ -322,7 +331,7 @@ impl Cluster {
                 } => self.phase = Phase::Left,
                 _ => {}
             }
-            self.events.push_back(event);
+            self.events.push_back(ClusterEvent { me, event });
         }
     }
 
@@ -382,7 +391,7 @@ fn is_join(datagram: &[u8]) -> bool {
 }
 
 impl Engine for Cluster {
-    type Event = Event;
+    type Event = ClusterEvent;
 
     fn node_id(&self) -> NodeId {
         self.inner.node_id()
@@ -435,7 +444,7 @@ impl Engine for Cluster {
         self.inner.poll_transmit(now)
     }
 
-    fn poll_event(&mut self) -> Option<Event> {
+    fn poll_event(&mut self) -> Option<ClusterEvent> {
         self.events.pop_front()
     }
 

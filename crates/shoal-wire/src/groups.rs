@@ -15,7 +15,7 @@
 //! | 3 | GONE | client, reason `u8` (the client protocol's membership reason) |
 //! | 4 | MESSAGE | client, service `u8`, groups, payload |
 //! | 5 | FRAGMENT | client, service `u8`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
-//! | 6 | SNAPSHOT | `count u32` × (client, groups): the sending daemon's clients and their groups |
+//! | 6 | SNAPSHOT | `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
 //! | 7 | GOODBYE | (none): the sending daemon is shutting down |
 //!
 //! Decoding never panics and never allocates for a count the bytes cannot
@@ -65,8 +65,11 @@ pub enum Item<'a> {
         bytes: &'a [u8],
     },
     /// Every client of the sending daemon with its groups (sent when a
-    /// daemon joins, so that it learns the groups).
+    /// daemon joins, so that it learns the groups), in one or more parts:
+    /// the first replaces what the receiver holds for the sender.
     Snapshot {
+        first: bool,
+        last: bool,
         clients: Vec<(&'a str, Vec<&'a str>)>,
     },
     Goodbye,
@@ -87,6 +90,8 @@ pub enum GroupsError {
     TrailingBytes(usize),
     #[error("{what} of {len} does not fit its length field")]
     TooLong { what: &'static str, len: usize },
+    #[error("snapshot flags {0:#x} has unknown bits")]
+    BadFlags(u8),
     #[error("a batch holds at most 65535 items")]
     TooManyItems,
 }
@@ -142,8 +147,8 @@ impl Item<'_> {
                 bytes,
                 ..
             } => s(client) + 1 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
-            Item::Snapshot { clients } => {
-                4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
+            Item::Snapshot { clients, .. } => {
+                1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
             Item::Goodbye => 0,
         }
@@ -198,8 +203,13 @@ impl Item<'_> {
                 w.out.extend_from_slice(&offset.to_be_bytes());
                 w.bytes(bytes)?;
             }
-            Item::Snapshot { clients } => {
+            Item::Snapshot {
+                first,
+                last,
+                clients,
+            } => {
                 w.u8(SNAPSHOT);
+                w.u8(u8::from(*first) | u8::from(*last) << 1);
                 let count = u32::try_from(clients.len()).map_err(|_| GroupsError::TooLong {
                     what: "snapshot",
                     len: clients.len(),
@@ -340,6 +350,10 @@ impl<'a> Reader<'a> {
                 bytes: self.bytes("fragment")?,
             },
             SNAPSHOT => {
+                let flags = self.u8("snapshot flags")?;
+                if flags > 3 {
+                    return Err(GroupsError::BadFlags(flags));
+                }
                 let count = self.u32("snapshot count")? as usize;
                 // Each entry takes at least 4 bytes.
                 if count > self.rest.len() / 4 {
@@ -352,7 +366,11 @@ impl<'a> Reader<'a> {
                 for _ in 0..count {
                     clients.push((self.str("client")?, self.list("groups")?));
                 }
-                Item::Snapshot { clients }
+                Item::Snapshot {
+                    first: flags & 1 != 0,
+                    last: flags & 2 != 0,
+                    clients,
+                }
             }
             GOODBYE => Item::Goodbye,
             other => return Err(GroupsError::UnknownTag(other)),
@@ -405,6 +423,8 @@ mod tests {
                 bytes: &[7; 300],
             },
             Item::Snapshot {
+                first: true,
+                last: false,
                 clients: vec![("#a#n1", vec!["chat", "log"]), ("#c#n1", vec![])],
             },
             Item::Goodbye,
@@ -445,7 +465,7 @@ mod tests {
                 GroupsError::BadUtf8("client"),
             ),
             (
-                vec![0, 1, SNAPSHOT, 0xFF, 0xFF, 0xFF, 0xFF],
+                vec![0, 1, SNAPSHOT, 3, 0xFF, 0xFF, 0xFF, 0xFF],
                 GroupsError::CountTooLarge {
                     what: "snapshot",
                     count: u32::MAX as usize,
@@ -457,6 +477,10 @@ mod tests {
                     what: "groups",
                     count: 0xFFFF,
                 },
+            ),
+            (
+                vec![0, 1, SNAPSHOT, 4, 0, 0, 0, 0],
+                GroupsError::BadFlags(4),
             ),
         ];
         for (bytes, expected) in cases {

@@ -72,7 +72,7 @@ impl Harness {
             out.push(t);
         }
         while let Some(e) = d.poll_event() {
-            self.events[i].push(e);
+            self.events[i].push(e.event);
         }
         for t in out {
             let targets: Vec<u32> = match t.destination {

@@ -4,3 +4,4 @@
 //! client socket, inter-daemon dissemination and shutdown are not built yet.
 
 pub mod config;
+pub mod core;

@@ -1,0 +1,878 @@
+//! The daemon's sessions and lightweight groups, as a plain state machine:
+//! client frames and the daemons' totally ordered deliveries in, frames to
+//! clients and batches for the other daemons out. No sockets, no clock: the
+//! server (`server.rs`) drives it, and tests drive several of them by hand.
+//!
+//! Every change to a group (a client's join or leave, a client gone, a
+//! daemon gone) and every message travels as an item of a batch through the
+//! daemons' vsync group ([`shoal_core::cluster`]), so every daemon applies
+//! the same changes in the same order and tells its own clients at the same
+//! point of that order (Spread's lightweight groups over daemon membership,
+//! P-Spread §2). A client's join is one item, not a daemon view change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use shoal_core::vsync::{Event, RemovedReason, View};
+use shoal_core::NodeId;
+use shoal_wire::client::{code, Frame, Reason, Service};
+use shoal_wire::groups::{self, Item};
+
+use super::config::Limits;
+
+/// A client connection, numbered by the server.
+pub type SessionId = u64;
+
+/// What the core asks the server to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Queue this frame to the client.
+    Send(SessionId, Frame),
+    /// Send this frame (if any) to the client, then close its connection.
+    Close(SessionId, Option<Frame>),
+}
+
+/// A group member: a client of some daemon.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Member {
+    daemon: NodeId,
+    /// The client's private group, `#name#node`.
+    client: String,
+}
+
+struct Session {
+    private_group: String,
+    /// Groups joined or asked for (the table is updated on delivery).
+    groups: BTreeSet<String>,
+}
+
+/// A large message being put back together.
+struct Partial {
+    client: String,
+    service: u8,
+    groups: Vec<String>,
+    bytes: Vec<u8>,
+    total: usize,
+}
+
+/// Counters shown by `shoal status` and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    pub frames_to_clients: u64,
+    pub batches_sent: u64,
+    pub batches_received: u64,
+    pub malformed_batches: u64,
+    pub refused_services: u64,
+    pub group_changes: u64,
+    pub slow_clients: u64,
+    pub fragments_sent: u64,
+}
+
+/// One daemon's view of sessions and groups.
+pub struct Core {
+    node: String,
+    limits: Limits,
+    /// Largest batch the daemons' group carries in one message.
+    batch_max: usize,
+    me: Option<NodeId>,
+    /// The daemons of the current view.
+    daemons: Vec<NodeId>,
+    /// Daemons whose snapshot this (newly joined) daemon still waits for.
+    awaiting_snapshots: BTreeSet<NodeId>,
+    sessions: BTreeMap<SessionId, Session>,
+    by_name: HashMap<String, SessionId>,
+    /// Every group of the cluster and its members.
+    table: BTreeMap<String, BTreeSet<Member>>,
+    partials: HashMap<(NodeId, u64), Partial>,
+    next_message_id: u64,
+    /// Items waiting to be batched, already encoded (without the count).
+    pending: Vec<(u16, Vec<u8>)>,
+    outputs: Vec<Output>,
+    shutting_down: bool,
+    goodbye_delivered: bool,
+    stats: CoreStats,
+}
+
+impl Core {
+    /// A core for daemon `node` whose batches hold at most `batch_max` bytes.
+    pub fn new(node: &str, limits: Limits, batch_max: usize) -> Core {
+        Core {
+            node: node.to_string(),
+            limits,
+            batch_max,
+            me: None,
+            daemons: Vec::new(),
+            awaiting_snapshots: BTreeSet::new(),
+            sessions: BTreeMap::new(),
+            by_name: HashMap::new(),
+            table: BTreeMap::new(),
+            partials: HashMap::new(),
+            next_message_id: 0,
+            pending: Vec::new(),
+            outputs: Vec::new(),
+            shutting_down: false,
+            goodbye_delivered: false,
+            stats: CoreStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &CoreStats {
+        &self.stats
+    }
+
+    /// Whether this daemon is in a cluster view and knows its groups, so it
+    /// can accept clients.
+    pub fn ready(&self) -> bool {
+        self.me.is_some() && self.awaiting_snapshots.is_empty() && !self.shutting_down
+    }
+
+    pub fn clients(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn groups(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn daemons(&self) -> &[NodeId] {
+        &self.daemons
+    }
+
+    /// Whether this daemon's own GOODBYE came back in the total order.
+    pub fn goodbye_delivered(&self) -> bool {
+        self.goodbye_delivered
+    }
+
+    /// Frames and closes for the server, in order.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    /// The next batch to multicast to the daemons, if any item waits.
+    pub fn take_batch(&mut self) -> Option<Bytes> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut out = vec![0, 0];
+        let mut count: u16 = 0;
+        let mut taken = 0;
+        for (n, bytes) in &self.pending {
+            if count > 0
+                && (out.len() + bytes.len() > self.batch_max || count.checked_add(*n).is_none())
+            {
+                break;
+            }
+            out.extend_from_slice(bytes);
+            count += n;
+            taken += 1;
+        }
+        self.pending.drain(..taken);
+        out[..2].copy_from_slice(&count.to_be_bytes());
+        self.stats.batches_sent += 1;
+        Some(Bytes::from(out))
+    }
+
+    /// Bytes of items waiting to be batched.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.iter().map(|(_, b)| b.len()).sum()
+    }
+
+    fn push_item(&mut self, item: &Item<'_>) {
+        let mut bytes = Vec::with_capacity(item.encoded_len());
+        if item.encode(&mut bytes).is_ok() {
+            self.pending.push((1, bytes));
+        }
+    }
+
+    fn send(&mut self, session: SessionId, frame: Frame) {
+        self.stats.frames_to_clients += 1;
+        self.outputs.push(Output::Send(session, frame));
+    }
+
+    fn error(code: u16, text: impl Into<String>) -> Frame {
+        Frame::Error {
+            code,
+            text: text.into(),
+        }
+    }
+
+    // ---- clients --------------------------------------------------------------
+
+    /// A client's first frame. `token_ok` says whether the listener it came
+    /// through accepts its token.
+    pub fn connect(&mut self, session: SessionId, name: &str, token_ok: bool) {
+        let refuse = |code, text: String| Some(Core::error(code, text));
+        let private_group = format!("#{name}#{}", self.node);
+        let refusal = if !token_ok {
+            refuse(code::AUTH, "wrong or missing token".into())
+        } else if self.shutting_down {
+            refuse(code::SHUTDOWN, "the daemon is shutting down".into())
+        } else if !self.ready() {
+            refuse(
+                code::UNAVAILABLE,
+                "the daemon has not joined its cluster yet; retry".into(),
+            )
+        } else if self.sessions.contains_key(&session) {
+            refuse(code::PROTOCOL, "already connected".into())
+        } else if self.by_name.contains_key(&private_group) {
+            refuse(
+                code::NAME_TAKEN,
+                format!("{name:?} is already connected here"),
+            )
+        } else if name.contains('#') {
+            refuse(code::PROTOCOL, "a private name must not contain '#'".into())
+        } else if self.sessions.len() >= self.limits.clients {
+            refuse(
+                code::LIMIT,
+                format!("this daemon serves at most {} clients", self.limits.clients),
+            )
+        } else {
+            None
+        };
+        if let Some(error) = refusal {
+            self.outputs.push(Output::Close(session, Some(error)));
+            return;
+        }
+        self.by_name.insert(private_group.clone(), session);
+        self.sessions.insert(
+            session,
+            Session {
+                private_group: private_group.clone(),
+                groups: BTreeSet::new(),
+            },
+        );
+        self.send(session, Frame::ConnectOk { private_group });
+    }
+
+    /// A frame from a connected (or not yet connected) client.
+    pub fn frame(&mut self, session: SessionId, frame: Frame) {
+        if !self.sessions.contains_key(&session) {
+            let error = match frame {
+                Frame::Connect { .. } => return,
+                Frame::Disconnect => None,
+                _ => Some(Core::error(
+                    code::PROTOCOL,
+                    "the first frame must be Connect",
+                )),
+            };
+            self.outputs.push(Output::Close(session, error));
+            return;
+        }
+        match frame {
+            Frame::Connect { .. } => {
+                self.send(session, Core::error(code::PROTOCOL, "already connected"));
+            }
+            Frame::Join { group } => self.join(session, group),
+            Frame::Leave { group } => self.leave(session, group),
+            Frame::Multicast {
+                service,
+                groups,
+                payload,
+            } => self.multicast(session, service, groups, payload),
+            Frame::Disconnect => {
+                self.closed(session, Reason::Disconnect);
+                self.outputs.push(Output::Close(session, None));
+            }
+            Frame::ConnectOk { .. }
+            | Frame::Message { .. }
+            | Frame::Membership { .. }
+            | Frame::Error { .. } => {
+                let error = Core::error(code::PROTOCOL, "a daemon-to-client frame from a client");
+                self.closed(session, Reason::Disconnect);
+                self.outputs.push(Output::Close(session, Some(error)));
+            }
+        }
+    }
+
+    /// The client's connection ended (or the server gave up on it).
+    pub fn closed(&mut self, session: SessionId, reason: Reason) {
+        let Some(s) = self.sessions.remove(&session) else {
+            return;
+        };
+        self.by_name.remove(&s.private_group);
+        if !s.groups.is_empty() && self.me.is_some() {
+            self.push_item(&Item::Gone {
+                client: &s.private_group,
+                reason: reason as u8,
+            });
+        }
+    }
+
+    /// The client's queue is full: it is disconnected (the slow-client policy).
+    pub fn slow(&mut self, session: SessionId) {
+        if self.sessions.contains_key(&session) {
+            self.stats.slow_clients += 1;
+            self.closed(session, Reason::Disconnect);
+            let error = Core::error(
+                code::SLOW_CLIENT,
+                format!(
+                    "disconnected: more than {} frames waited for this client",
+                    self.limits.client_queue
+                ),
+            );
+            self.outputs.push(Output::Close(session, Some(error)));
+        }
+    }
+
+    fn join(&mut self, session: SessionId, group: String) {
+        if let Some(error) = self.check_group_name(&group) {
+            self.send(session, error);
+            return;
+        }
+        let s = self.sessions.get_mut(&session).expect("checked");
+        if s.groups.contains(&group) {
+            return;
+        }
+        if s.groups.len() >= self.limits.groups_per_client {
+            let error = Core::error(
+                code::LIMIT,
+                format!(
+                    "a client may join at most {} groups",
+                    self.limits.groups_per_client
+                ),
+            );
+            self.send(session, error);
+            return;
+        }
+        s.groups.insert(group.clone());
+        let client = s.private_group.clone();
+        self.push_item(&Item::Join {
+            client: &client,
+            group: &group,
+        });
+    }
+
+    fn leave(&mut self, session: SessionId, group: String) {
+        let s = self.sessions.get_mut(&session).expect("checked");
+        if !s.groups.remove(&group) {
+            let error = Core::error(code::BAD_GROUP, format!("not a member of {group:?}"));
+            self.send(session, error);
+            return;
+        }
+        let client = s.private_group.clone();
+        self.push_item(&Item::Leave {
+            client: &client,
+            group: &group,
+        });
+    }
+
+    fn check_group_name(&self, group: &str) -> Option<Frame> {
+        if group.len() > self.limits.group_name_len {
+            return Some(Core::error(
+                code::LIMIT,
+                format!(
+                    "group names are at most {} bytes",
+                    self.limits.group_name_len
+                ),
+            ));
+        }
+        if group.starts_with('#') {
+            return Some(Core::error(
+                code::BAD_GROUP,
+                "names starting with '#' are private groups; they cannot be joined",
+            ));
+        }
+        None
+    }
+
+    fn multicast(
+        &mut self,
+        session: SessionId,
+        service: Service,
+        groups: Vec<String>,
+        payload: Vec<u8>,
+    ) {
+        if service == Service::Safe {
+            self.stats.refused_services += 1;
+            let error = Core::error(
+                code::UNSUPPORTED_SERVICE,
+                "service safe is not implemented yet (nothing was sent); agreed gives one total order without the all-members-have-it wait",
+            );
+            self.send(session, error);
+            return;
+        }
+        if payload.len() > self.limits.message_size {
+            let error = Core::error(
+                code::LIMIT,
+                format!("messages are at most {} bytes", self.limits.message_size),
+            );
+            self.send(session, error);
+            return;
+        }
+        if let Some(error) = groups.iter().find_map(|g| {
+            (g.len() > self.limits.group_name_len).then(|| {
+                Core::error(
+                    code::LIMIT,
+                    format!(
+                        "group names are at most {} bytes",
+                        self.limits.group_name_len
+                    ),
+                )
+            })
+        }) {
+            self.send(session, error);
+            return;
+        }
+        let client = self.sessions[&session].private_group.clone();
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        self.stats.messages_sent += 1;
+        let whole = Item::Message {
+            client: &client,
+            service: service as u8,
+            groups: groups.clone(),
+            payload: &payload,
+        };
+        // The batch count takes 2 bytes.
+        if whole.encoded_len() + 2 <= self.batch_max {
+            self.push_item(&whole);
+            return;
+        }
+        self.fragment(&client, service as u8, &groups, &payload);
+    }
+
+    /// Cuts a message too large for one batch into fragments, each in a
+    /// batch of its own.
+    fn fragment(&mut self, client: &str, service: u8, groups: &[&str], payload: &[u8]) {
+        let id = self.next_message_id;
+        self.next_message_id += 1;
+        let empty = Item::Fragment {
+            client,
+            service,
+            groups: groups.to_vec(),
+            id,
+            total: 0,
+            offset: 0,
+            bytes: &[],
+        };
+        let chunk = self
+            .batch_max
+            .saturating_sub(2 + empty.encoded_len())
+            .max(1);
+        for (i, bytes) in payload.chunks(chunk).enumerate() {
+            self.stats.fragments_sent += 1;
+            self.push_item(&Item::Fragment {
+                client,
+                service,
+                groups: groups.to_vec(),
+                id,
+                total: payload.len() as u32,
+                offset: (i * chunk) as u32,
+                bytes,
+            });
+        }
+    }
+
+    // ---- the daemons' total order -----------------------------------------------
+
+    /// An event of the daemons' vsync group; `me` is this daemon's id then.
+    pub fn cluster_event(&mut self, me: NodeId, event: Event) {
+        match event {
+            Event::Deliver {
+                sender,
+                gseq,
+                payload,
+                ..
+            } => self.deliver_batch(sender, gseq, &payload),
+            Event::View(view) => self.view(me, view),
+            Event::Removed { reason, .. } => self.removed(reason),
+        }
+    }
+
+    fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: &[u8]) {
+        self.stats.batches_received += 1;
+        let items = match groups::decode(payload) {
+            Ok(items) => items,
+            Err(e) => {
+                self.stats.malformed_batches += 1;
+                tracing::warn!(%sender, error = %e, "undecodable batch from a daemon");
+                return;
+            }
+        };
+        for (index, item) in items.into_iter().enumerate() {
+            // A per-group view id that every daemon computes alike.
+            let view_id = (gseq << 16) | index as u64;
+            self.apply(sender, view_id, item);
+        }
+    }
+
+    fn apply(&mut self, daemon: NodeId, view_id: u64, item: Item<'_>) {
+        match item {
+            Item::Join { client, group } => {
+                let member = Member {
+                    daemon,
+                    client: client.to_string(),
+                };
+                let members = self.table.entry(group.to_string()).or_default();
+                if members.insert(member) {
+                    self.stats.group_changes += 1;
+                    self.announce(group, view_id, Reason::Join, None);
+                }
+            }
+            Item::Leave { client, group } => {
+                let member = Member {
+                    daemon,
+                    client: client.to_string(),
+                };
+                if self.remove_member(group, &member) {
+                    self.announce(group, view_id, Reason::Leave, Some(&member));
+                }
+            }
+            Item::Gone { client, reason } => {
+                let reason = match reason {
+                    1 => Reason::Leave,
+                    3 => Reason::Network,
+                    _ => Reason::Disconnect,
+                };
+                let member = Member {
+                    daemon,
+                    client: client.to_string(),
+                };
+                self.remove_everywhere(|m| *m == member, view_id, reason);
+            }
+            Item::Message {
+                client,
+                service,
+                groups,
+                payload,
+            } => self.deliver_message(client, service, &groups, payload),
+            Item::Fragment {
+                client,
+                service,
+                groups,
+                id,
+                total,
+                offset,
+                bytes,
+            } => self.fragment_arrived(daemon, client, service, &groups, id, total, offset, bytes),
+            Item::Snapshot {
+                first,
+                last,
+                clients,
+            } => {
+                // Replace what we hold for that daemon: identical at old
+                // members, the news at a newly joined daemon.
+                if first {
+                    for members in self.table.values_mut() {
+                        members.retain(|m| m.daemon != daemon);
+                    }
+                }
+                for (client, groups) in clients {
+                    for group in groups {
+                        self.table
+                            .entry(group.to_string())
+                            .or_default()
+                            .insert(Member {
+                                daemon,
+                                client: client.to_string(),
+                            });
+                    }
+                }
+                self.table.retain(|_, members| !members.is_empty());
+                if last {
+                    self.awaiting_snapshots.remove(&daemon);
+                }
+            }
+            Item::Goodbye => {
+                if Some(daemon) == self.me {
+                    self.goodbye_delivered = true;
+                }
+                self.remove_everywhere(|m| m.daemon == daemon, view_id, Reason::Disconnect);
+                self.partials.retain(|(d, _), _| *d != daemon);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fragment_arrived(
+        &mut self,
+        daemon: NodeId,
+        client: &str,
+        service: u8,
+        groups: &[&str],
+        id: u64,
+        total: u32,
+        offset: u32,
+        bytes: &[u8],
+    ) {
+        let total = total as usize;
+        if total > self.limits.message_size.max(1 << 20) * 4 {
+            return;
+        }
+        let key = (daemon, id);
+        let partial = self.partials.entry(key).or_insert_with(|| Partial {
+            client: client.to_string(),
+            service,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            bytes: Vec::with_capacity(total),
+            total,
+        });
+        if offset as usize != partial.bytes.len()
+            || partial.bytes.len() + bytes.len() > partial.total
+        {
+            // Pieces of one message come in order from one daemon; anything
+            // else is a peer's bug: drop the message.
+            self.partials.remove(&key);
+            return;
+        }
+        partial.bytes.extend_from_slice(bytes);
+        if partial.bytes.len() == partial.total {
+            let p = self.partials.remove(&key).expect("present");
+            let groups: Vec<&str> = p.groups.iter().map(String::as_str).collect();
+            self.deliver_message(&p.client, p.service, &groups, &p.bytes);
+        }
+    }
+
+    /// Delivers a message to every local client in any of `groups`, once.
+    fn deliver_message(&mut self, client: &str, service: u8, groups: &[&str], payload: &[u8]) {
+        let Some(me) = self.me else {
+            return;
+        };
+        let Some(service) = Service::from_u8(service) else {
+            return;
+        };
+        let mut recipients = BTreeSet::new();
+        for g in groups {
+            if let Some(members) = self.table.get(*g) {
+                recipients.extend(
+                    members
+                        .iter()
+                        .filter(|m| m.daemon == me)
+                        .filter_map(|m| self.by_name.get(&m.client).copied()),
+                );
+            }
+        }
+        if recipients.is_empty() {
+            return;
+        }
+        let frame = Frame::Message {
+            sender: client.to_string(),
+            service,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            payload: payload.to_vec(),
+        };
+        for session in recipients {
+            self.stats.messages_delivered += 1;
+            self.send(session, frame.clone());
+        }
+    }
+
+    fn remove_member(&mut self, group: &str, member: &Member) -> bool {
+        let Some(members) = self.table.get_mut(group) else {
+            return false;
+        };
+        let removed = members.remove(member);
+        if members.is_empty() {
+            self.table.remove(group);
+        }
+        if removed {
+            self.stats.group_changes += 1;
+        }
+        removed
+    }
+
+    /// Removes the members `gone` selects from every group, announcing each
+    /// changed group once.
+    fn remove_everywhere(&mut self, gone: impl Fn(&Member) -> bool, view_id: u64, reason: Reason) {
+        let mut changed = Vec::new();
+        for (group, members) in self.table.iter_mut() {
+            let before = members.len();
+            members.retain(|m| !gone(m));
+            if members.len() != before {
+                changed.push(group.clone());
+            }
+        }
+        self.table.retain(|_, members| !members.is_empty());
+        for group in changed {
+            self.stats.group_changes += 1;
+            self.announce(&group, view_id, reason, None);
+        }
+    }
+
+    /// Tells local members of `group` its new membership (and a leaving
+    /// local client that it left).
+    fn announce(&mut self, group: &str, view_id: u64, reason: Reason, left: Option<&Member>) {
+        let Some(me) = self.me else {
+            return;
+        };
+        let members: Vec<Member> = self
+            .table
+            .get(group)
+            .map(|m| m.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut names: Vec<String> = members.iter().map(|m| m.client.clone()).collect();
+        names.sort();
+        names.dedup();
+        let frame = Frame::Membership {
+            group: group.to_string(),
+            view_id,
+            reason,
+            members: names,
+        };
+        let local: Vec<SessionId> = members
+            .iter()
+            .filter(|m| m.daemon == me)
+            .filter_map(|m| self.by_name.get(&m.client).copied())
+            .collect();
+        for session in local {
+            self.send(session, frame.clone());
+        }
+        if let Some(session) = left
+            .filter(|m| m.daemon == me)
+            .and_then(|m| self.by_name.get(&m.client).copied())
+        {
+            let frame = Frame::Membership {
+                group: group.to_string(),
+                view_id,
+                reason,
+                members: Vec::new(),
+            };
+            self.send(session, frame);
+        }
+    }
+
+    fn view(&mut self, me: NodeId, view: View) {
+        let me_first = view.first;
+        let gone: BTreeSet<NodeId> = self
+            .daemons
+            .iter()
+            .copied()
+            .filter(|d| !view.members.contains(d))
+            .collect();
+        let view_id = view.gseq << 16;
+        if me_first {
+            // This daemon's first view: it learns the groups from the
+            // snapshots of the daemons that were already there.
+            let joined: BTreeSet<NodeId> = view.joined.iter().copied().collect();
+            self.awaiting_snapshots = view
+                .members
+                .iter()
+                .copied()
+                .filter(|m| !joined.contains(m) && *m != me)
+                .collect();
+            self.me = Some(me);
+        } else if !view.joined.is_empty() {
+            self.send_snapshot();
+        }
+        self.awaiting_snapshots.retain(|d| view.members.contains(d));
+        if !gone.is_empty() {
+            self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
+            self.partials.retain(|(d, _), _| !gone.contains(d));
+        }
+        self.daemons = view.members;
+    }
+
+    fn send_snapshot(&mut self) {
+        let owned: Vec<(String, Vec<String>)> = self
+            .sessions
+            .values()
+            .map(|s| (s.private_group.clone(), s.groups.iter().cloned().collect()))
+            .collect();
+        // Parts that each fit a batch (a part holds at least one client).
+        let mut parts: Vec<Vec<(&str, Vec<&str>)>> = vec![Vec::new()];
+        let mut size = 0;
+        let room = self.batch_max.saturating_sub(2 + 6);
+        for (c, g) in &owned {
+            let entry = (c.as_str(), g.iter().map(String::as_str).collect::<Vec<_>>());
+            let len = 2 + c.len() + 2 + g.iter().map(|x| 2 + x.len()).sum::<usize>();
+            let part = parts.last_mut().expect("non-empty");
+            if !part.is_empty() && size + len > room {
+                parts.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            parts.last_mut().expect("non-empty").push(entry);
+        }
+        let n = parts.len();
+        for (i, clients) in parts.into_iter().enumerate() {
+            self.push_item(&Item::Snapshot {
+                first: i == 0,
+                last: i + 1 == n,
+                clients,
+            });
+        }
+    }
+
+    fn removed(&mut self, reason: RemovedReason) {
+        self.me = None;
+        self.daemons.clear();
+        self.table.clear();
+        self.partials.clear();
+        self.pending.clear();
+        let (code, text) = match reason {
+            RemovedReason::Left => (code::SHUTDOWN, "the daemon left its cluster"),
+            RemovedReason::Dropped => (
+                code::UNAVAILABLE,
+                "the daemon lost its cluster membership and is rejoining; reconnect",
+            ),
+        };
+        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in sessions {
+            self.outputs
+                .push(Output::Close(session, Some(Core::error(code, text))));
+        }
+        self.sessions.clear();
+        self.by_name.clear();
+    }
+
+    /// Graceful shutdown, first step: tell the other daemons (a GOODBYE in
+    /// the total order) and refuse new clients.
+    pub fn begin_shutdown(&mut self) {
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        if self.me.is_some() {
+            self.push_item(&Item::Goodbye);
+        } else {
+            self.goodbye_delivered = true;
+        }
+    }
+
+    /// Graceful shutdown, last step: every client is told and closed.
+    pub fn close_all(&mut self) {
+        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in sessions {
+            let error = Core::error(code::SHUTDOWN, "the daemon is shutting down");
+            self.outputs.push(Output::Close(session, Some(error)));
+        }
+        self.sessions.clear();
+        self.by_name.clear();
+    }
+
+    /// Lines for `shoal status`.
+    pub fn status_lines(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!("node: {}", self.node),
+            format!("id: {}", self.me.map_or("-".to_string(), |m| m.to_string())),
+            format!(
+                "daemons in view: {}",
+                self.daemons
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("clients: {}", self.sessions.len()),
+            format!("groups: {}", self.table.len()),
+        ];
+        let s = &self.stats;
+        lines.push(format!(
+            "messages: sent {} delivered {}; batches sent {} received {}; fragments sent {}",
+            s.messages_sent,
+            s.messages_delivered,
+            s.batches_sent,
+            s.batches_received,
+            s.fragments_sent
+        ));
+        lines.push(format!(
+            "refused services {}; slow clients disconnected {}; malformed batches {}",
+            s.refused_services, s.slow_clients, s.malformed_batches
+        ));
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,447 @@
+//! Several cores joined by a hand-driven total order: what the daemons'
+//! vsync group gives them, without sockets or timing.
+
+use shoal_core::vsync::ViewReason;
+
+use super::*;
+
+const BATCH_MAX: usize = 1_000;
+
+/// Daemons `0..n` (ids 10, 11, ...) and the order their batches take.
+struct Cluster {
+    cores: Vec<Core>,
+    ids: Vec<NodeId>,
+    gseq: u64,
+    view_id: u64,
+    /// Frames each (daemon, session) received, and the sessions closed.
+    frames: BTreeMap<(usize, SessionId), Vec<Frame>>,
+    closed: BTreeMap<(usize, SessionId), Option<Frame>>,
+}
+
+fn view(id: u64, members: &[NodeId], gseq: u64, joined: &[NodeId], first: bool) -> View {
+    View {
+        id,
+        members: members.to_vec(),
+        committee: members[..1].to_vec(),
+        gseq,
+        joined: joined.to_vec(),
+        left: Vec::new(),
+        failed: Vec::new(),
+        reason: ViewReason::Join,
+        first,
+    }
+}
+
+impl Cluster {
+    fn new(n: usize) -> Cluster {
+        let ids: Vec<NodeId> = (0..n as u32).map(|i| NodeId(10 + i)).collect();
+        let mut c = Cluster {
+            cores: (0..n)
+                .map(|i| Core::new(&format!("n{i}"), Limits::default(), BATCH_MAX))
+                .collect(),
+            ids: ids.clone(),
+            gseq: 1,
+            view_id: 0,
+            frames: BTreeMap::new(),
+            closed: BTreeMap::new(),
+        };
+        for i in 0..n {
+            let v = view(0, &ids, 0, &ids, true);
+            c.cores[i].cluster_event(ids[i], Event::View(v));
+        }
+        c
+    }
+
+    fn connect(&mut self, d: usize, session: SessionId, name: &str) {
+        self.cores[d].connect(session, name, true);
+        self.collect();
+    }
+
+    fn frame(&mut self, d: usize, session: SessionId, frame: Frame) {
+        self.cores[d].frame(session, frame);
+        self.collect();
+    }
+
+    /// Moves every pending batch through the total order, round-robin over
+    /// the daemons, until none is left.
+    fn settle(&mut self) {
+        loop {
+            let mut any = false;
+            for d in 0..self.cores.len() {
+                if let Some(batch) = self.cores[d].take_batch() {
+                    any = true;
+                    let gseq = self.gseq;
+                    self.gseq += 1;
+                    for c in 0..self.cores.len() {
+                        let me = self.ids[c];
+                        self.cores[c].cluster_event(
+                            me,
+                            Event::Deliver {
+                                sender: self.ids[d],
+                                local_id: 0,
+                                gseq,
+                                payload: batch.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            self.collect();
+            if !any {
+                return;
+            }
+        }
+    }
+
+    fn collect(&mut self) {
+        for d in 0..self.cores.len() {
+            for out in self.cores[d].take_outputs() {
+                match out {
+                    Output::Send(s, f) => self.frames.entry((d, s)).or_default().push(f),
+                    Output::Close(s, f) => {
+                        self.closed.insert((d, s), f);
+                    }
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, d: usize, s: SessionId) -> Vec<Frame> {
+        self.frames.remove(&(d, s)).unwrap_or_default()
+    }
+
+    /// Installs a view of `members` (indexes) at each of them.
+    fn install(&mut self, members: &[usize], joined: &[usize]) {
+        self.view_id += 1;
+        let ids: Vec<NodeId> = members.iter().map(|i| self.ids[*i]).collect();
+        let joined_ids: Vec<NodeId> = joined.iter().map(|i| self.ids[*i]).collect();
+        let gseq = self.gseq;
+        self.gseq += 1;
+        for &i in members {
+            let v = view(self.view_id, &ids, gseq, &joined_ids, joined.contains(&i));
+            let me = self.ids[i];
+            self.cores[i].cluster_event(me, Event::View(v));
+        }
+        self.collect();
+    }
+}
+
+fn memberships(frames: &[Frame]) -> Vec<(String, Reason, Vec<String>)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Membership {
+                group,
+                reason,
+                members,
+                ..
+            } => Some((group.clone(), *reason, members.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn messages(frames: &[Frame]) -> Vec<(String, Vec<String>, Vec<u8>)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Message {
+                sender,
+                groups,
+                payload,
+                ..
+            } => Some((sender.clone(), groups.clone(), payload.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn multicast(service: Service, groups: &[&str], payload: &[u8]) -> Frame {
+    Frame::Multicast {
+        service,
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+        payload: payload.to_vec(),
+    }
+}
+
+fn join(group: &str) -> Frame {
+    Frame::Join {
+        group: group.to_string(),
+    }
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+/// Two daemons with one client each in "chat".
+fn two_in_chat() -> Cluster {
+    let mut c = Cluster::new(3);
+    c.connect(0, 1, "alice");
+    c.connect(1, 1, "bob");
+    assert!(matches!(c.take(0, 1)[..], [Frame::ConnectOk { .. }]));
+    c.take(1, 1);
+    c.frame(0, 1, join("chat"));
+    c.frame(1, 1, join("chat"));
+    c.settle();
+    c
+}
+
+#[test]
+fn joins_are_announced_in_the_same_order_everywhere() {
+    let mut c = two_in_chat();
+    let alice = memberships(&c.take(0, 1));
+    let bob = memberships(&c.take(1, 1));
+    assert_eq!(
+        alice,
+        vec![
+            (s("chat"), Reason::Join, vec![s("#alice#n0")]),
+            (s("chat"), Reason::Join, vec![s("#alice#n0"), s("#bob#n1")]),
+        ]
+    );
+    assert_eq!(bob, alice[1..].to_vec());
+}
+
+#[test]
+fn a_message_reaches_every_member_once_with_every_addressed_group() {
+    let mut c = two_in_chat();
+    c.frame(1, 1, join("log"));
+    c.connect(2, 7, "carol");
+    c.frame(2, 7, join("log"));
+    c.settle();
+    for (d, s_) in [(0, 1), (1, 1), (2, 7)] {
+        c.take(d, s_);
+    }
+    c.frame(0, 1, multicast(Service::Agreed, &["chat", "log"], b"hi"));
+    c.settle();
+    let expect = vec![(s("#alice#n0"), vec![s("chat"), s("log")], b"hi".to_vec())];
+    assert_eq!(messages(&c.take(0, 1)), expect);
+    // Bob is in both groups: once.
+    assert_eq!(messages(&c.take(1, 1)), expect);
+    assert_eq!(messages(&c.take(2, 7)), expect);
+}
+
+#[test]
+fn safe_is_refused_and_nothing_is_sent() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"x"));
+    assert!(c.cores[0].take_batch().is_none());
+    let frames = c.take(0, 1);
+    assert!(
+        matches!(&frames[..], [Frame::Error { code, text }] if *code == code::UNSUPPORTED_SERVICE && text.contains("safe")),
+        "{frames:?}"
+    );
+    // Every other service is carried (in the daemons' total order).
+    for service in Service::ALL.into_iter().filter(|s| *s != Service::Safe) {
+        c.frame(0, 1, multicast(service, &["chat"], b"y"));
+    }
+    c.settle();
+    assert_eq!(messages(&c.take(1, 1)).len(), 6);
+}
+
+#[test]
+fn a_message_larger_than_a_batch_is_fragmented_and_put_back_together() {
+    let mut c = two_in_chat();
+    c.take(1, 1);
+    let big: Vec<u8> = (0..3 * BATCH_MAX + 17).map(|i| (i % 251) as u8).collect();
+    c.frame(0, 1, multicast(Service::Fifo, &["chat"], &big));
+    c.frame(0, 1, multicast(Service::Fifo, &["chat"], b"after"));
+    c.settle();
+    assert!(c.cores[0].stats().fragments_sent >= 4);
+    let got = messages(&c.take(1, 1));
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].2, big);
+    assert_eq!(got[1].2, b"after");
+}
+
+#[test]
+fn a_failed_daemon_takes_its_clients_out_of_every_group() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.install(&[0, 2], &[]);
+    let alice = memberships(&c.take(0, 1));
+    assert_eq!(
+        alice,
+        vec![(s("chat"), Reason::Network, vec![s("#alice#n0")])]
+    );
+}
+
+#[test]
+fn a_joining_daemon_learns_the_groups_from_snapshots_before_serving() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    // Daemon 2 restarts: a fresh core, joining a view of {0, 1, 2}.
+    c.cores[2] = Core::new("n2", Limits::default(), BATCH_MAX);
+    c.install(&[0, 1], &[]);
+    c.install(&[0, 1, 2], &[2]);
+    c.connect(2, 9, "early");
+    assert!(matches!(
+        c.closed.get(&(2, 9)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::UNAVAILABLE
+    ));
+    c.settle();
+    assert!(c.cores[2].ready());
+    c.connect(2, 10, "dave");
+    c.frame(2, 10, join("chat"));
+    c.settle();
+    let dave = memberships(&c.take(2, 10));
+    assert_eq!(
+        dave,
+        vec![(
+            s("chat"),
+            Reason::Join,
+            vec![s("#alice#n0"), s("#bob#n1"), s("#dave#n2")]
+        )]
+    );
+    // Old members' tables did not change on the snapshots.
+    assert_eq!(memberships(&c.take(0, 1)).len(), 1);
+}
+
+#[test]
+fn a_disconnect_and_a_leave_are_announced_with_their_reason() {
+    let mut c = two_in_chat();
+    c.connect(2, 3, "carol");
+    c.frame(2, 3, join("chat"));
+    c.settle();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.take(2, 3);
+    c.frame(1, 1, Frame::Leave { group: s("chat") });
+    c.settle();
+    assert_eq!(
+        memberships(&c.take(1, 1)),
+        vec![(s("chat"), Reason::Leave, vec![])]
+    );
+    c.cores[2].closed(3, Reason::Disconnect);
+    c.settle();
+    let alice = memberships(&c.take(0, 1));
+    assert_eq!(
+        alice,
+        vec![
+            (
+                s("chat"),
+                Reason::Leave,
+                vec![s("#alice#n0"), s("#carol#n2")]
+            ),
+            (s("chat"), Reason::Disconnect, vec![s("#alice#n0")]),
+        ]
+    );
+}
+
+#[test]
+fn bad_requests_get_errors_and_limits_hold() {
+    let mut c = Cluster::new(1);
+    c.frame(0, 1, join("x"));
+    assert!(matches!(
+        c.closed.get(&(0, 1)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::PROTOCOL
+    ));
+    c.connect(0, 2, "a");
+    c.connect(0, 3, "a");
+    assert!(matches!(
+        c.closed.get(&(0, 3)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::NAME_TAKEN
+    ));
+    c.take(0, 2);
+    c.frame(0, 2, Frame::Leave { group: s("never") });
+    c.frame(0, 2, join("#private"));
+    let codes: Vec<u16> = c
+        .take(0, 2)
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Error { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(codes, vec![code::BAD_GROUP, code::BAD_GROUP]);
+
+    let limits = Limits {
+        clients: 1,
+        groups_per_client: 2,
+        ..Limits::default()
+    };
+    let mut core = Core::new("n", limits, BATCH_MAX);
+    let v = view(0, &[NodeId(1)], 0, &[], true);
+    core.cluster_event(NodeId(1), Event::View(v));
+    core.connect(1, "a", true);
+    core.connect(2, "b", true);
+    core.connect(3, "c", false);
+    for g in ["g1", "g2", "g3"] {
+        core.frame(1, join(g));
+    }
+    let outs = core.take_outputs();
+    let errors: Vec<(SessionId, u16)> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send(s, Frame::Error { code, .. }) => Some((*s, *code)),
+            Output::Close(s, Some(Frame::Error { code, .. })) => Some((*s, *code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        vec![(2, code::LIMIT), (3, code::AUTH), (1, code::LIMIT)]
+    );
+}
+
+#[test]
+fn a_slow_client_is_disconnected_and_its_groups_are_told() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.cores[1].slow(1);
+    c.collect();
+    assert!(matches!(
+        c.closed.get(&(1, 1)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::SLOW_CLIENT
+    ));
+    c.settle();
+    assert_eq!(
+        memberships(&c.take(0, 1)),
+        vec![(s("chat"), Reason::Disconnect, vec![s("#alice#n0")])]
+    );
+}
+
+#[test]
+fn a_daemon_shutting_down_says_goodbye_in_the_total_order() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.cores[1].begin_shutdown();
+    c.connect(1, 5, "late");
+    assert!(matches!(
+        c.closed.get(&(1, 5)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::SHUTDOWN
+    ));
+    c.settle();
+    assert!(c.cores[1].goodbye_delivered());
+    assert_eq!(
+        memberships(&c.take(0, 1)),
+        vec![(s("chat"), Reason::Disconnect, vec![s("#alice#n0")])]
+    );
+    c.cores[1].close_all();
+    c.collect();
+    assert!(matches!(
+        c.closed.get(&(1, 1)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::SHUTDOWN
+    ));
+}
+
+#[test]
+fn an_evicted_daemon_closes_its_clients_with_unavailable() {
+    let mut c = two_in_chat();
+    c.cores[0].cluster_event(
+        NodeId(10),
+        Event::Removed {
+            view: 3,
+            reason: RemovedReason::Dropped,
+        },
+    );
+    c.collect();
+    assert!(matches!(
+        c.closed.get(&(0, 1)),
+        Some(Some(Frame::Error { code, .. })) if *code == code::UNAVAILABLE
+    ));
+    assert!(!c.cores[0].ready());
+    assert_eq!(c.cores[0].clients(), 0);
+}
