@@ -246,9 +246,10 @@ impl Cluster {
             }
             Phase::Member if !member => {
                 let slot = slot_of(from);
-                let due = self.answered.get(&slot).map_or(true, |at| {
-                    now.saturating_duration_since(*at) >= interval / 2
-                });
+                let due = self
+                    .answered
+                    .get(&slot)
+                    .is_none_or(|at| now.saturating_duration_since(*at) >= interval / 2);
                 if due {
                     self.answered.insert(slot, now);
                     self.send_presence(from, true);

@@ -1,6 +1,7 @@
 //! The `shoal` command. Thin: parse arguments, hand each subcommand to its
 //! module (mini-redis style). `anyhow` lives only at this level.
 
+mod daemon_cmd;
 mod demo;
 mod sim;
 
@@ -19,6 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The per-host daemon: serves clients, joins its peer daemons.
+    Daemon(daemon_cmd::DaemonArgs),
     /// A local cluster on loopback: one sender, N members, injected loss.
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
@@ -27,6 +30,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
+        Command::Daemon(args) => daemon_cmd::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
     };

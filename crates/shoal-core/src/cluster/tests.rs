@@ -12,13 +12,15 @@ use super::*;
 
 const MS: u64 = 1_000_000;
 
+/// (arrival, order, to slot, from id, bytes)
+type InFlight = Reverse<(u64, u64, u32, u32, Bytes)>;
+
 struct Harness {
     daemons: Vec<Option<Cluster>>,
     /// Slots whose daemon is asleep (receives nothing, fires no timer).
     asleep: Vec<bool>,
     events: Vec<Vec<Event>>,
-    /// (arrival, order, to slot, from id, bytes)
-    queue: BinaryHeap<Reverse<(u64, u64, u32, u32, Bytes)>>,
+    queue: BinaryHeap<InFlight>,
     order: u64,
     now: u64,
     config: Config,

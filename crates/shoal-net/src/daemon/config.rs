@@ -42,7 +42,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
     /// This daemon's name (shown to clients and in `shoal status`).
@@ -62,6 +62,22 @@ pub struct DaemonConfig {
     pub tcp: Option<TcpConfig>,
     #[serde(default)]
     pub limits: Limits,
+    /// The daemons' membership and their vsync group (every protocol
+    /// setting, `[cluster]`, `[cluster.vsync]`, `[cluster.vsync.pbcast]`).
+    #[serde(default = "default_cluster")]
+    pub cluster: shoal_core::cluster::Config,
+}
+
+/// The daemons' defaults where they differ from the papers' experiments:
+/// a committee of 3, so that one failed daemon, the primary included, does
+/// not stop the cluster (P000 §6 measures k = 1); datagrams up to 65,000
+/// bytes, since daemons talk over loopback (DESIGN.md "Pack and batch"),
+/// leaving room for the authentication envelope.
+pub fn default_cluster() -> shoal_core::cluster::Config {
+    let mut c = shoal_core::cluster::Config::default();
+    c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
+    c.vsync.pbcast.max_datagram_size = 65_000;
+    c
 }
 
 /// A TCP client listener.
@@ -123,6 +139,7 @@ impl Default for DaemonConfig {
             peers: Vec::new(),
             tcp: None,
             limits: Limits::default(),
+            cluster: default_cluster(),
         }
     }
 }
@@ -184,6 +201,15 @@ impl DaemonConfig {
         }
         if l.message_size > u32::MAX as usize {
             return Err(invalid("limits.message_size", "must fit in 32 bits"));
+        }
+        if self.peers.len() + 1 > shoal_core::cluster::MAX_SLOTS {
+            return Err(invalid(
+                "peers",
+                &format!("at most {} daemons", shoal_core::cluster::MAX_SLOTS),
+            ));
+        }
+        if let Err(e) = self.cluster.vsync.validate() {
+            return Err(invalid("cluster.vsync", &e.to_string()));
         }
         Ok(())
     }

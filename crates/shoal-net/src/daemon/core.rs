@@ -742,16 +742,12 @@ impl Core {
             .collect();
         let view_id = view.gseq << 16;
         if me_first {
-            // This daemon's first view: it learns the groups from the
-            // snapshots of the daemons that were already there.
-            let joined: BTreeSet<NodeId> = view.joined.iter().copied().collect();
-            self.awaiting_snapshots = view
-                .members
-                .iter()
-                .copied()
-                .filter(|m| !joined.contains(m) && *m != me)
-                .collect();
+            // This daemon's first view: it learns the groups from every
+            // other member's snapshot. (A joiner's view does not say which
+            // members joined with it: those send an empty snapshot.)
+            self.awaiting_snapshots = view.members.iter().copied().filter(|m| *m != me).collect();
             self.me = Some(me);
+            self.send_snapshot();
         } else if !view.joined.is_empty() {
             self.send_snapshot();
         }

@@ -1,7 +1,10 @@
-//! The per-host daemon (issue 5, DESIGN.md "What a user sees").
-//!
-//! Built so far: only its configuration ([`config`]). The daemon's sessions,
-//! client socket, inter-daemon dissemination and shutdown are not built yet.
+//! The per-host daemon (issue 5, DESIGN.md "What a user sees"): client
+//! sessions and lightweight groups ([`core`]) over the daemons' cluster
+//! membership and total order (`shoal_core::cluster`), served on a Unix
+//! socket and optionally TCP ([`server`]), configured from TOML ([`config`]).
 
 pub mod config;
 pub mod core;
+pub mod server;
+
+pub use server::{run, DaemonError};

@@ -49,6 +49,8 @@ impl Cluster {
             let v = view(0, &ids, 0, &ids, true);
             c.cores[i].cluster_event(ids[i], Event::View(v));
         }
+        // Each founding member's (empty) snapshot.
+        c.settle();
         c
     }
 
@@ -276,6 +278,7 @@ fn a_joining_daemon_learns_the_groups_from_snapshots_before_serving() {
     c.cores[2] = Core::new("n2", Limits::default(), BATCH_MAX);
     c.install(&[0, 1], &[]);
     c.install(&[0, 1, 2], &[2]);
+    assert!(!c.cores[2].ready());
     c.connect(2, 9, "early");
     assert!(matches!(
         c.closed.get(&(2, 9)),

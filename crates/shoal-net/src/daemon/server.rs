@@ -1,0 +1,581 @@
+//! The daemon process: client listeners, one task per connection, and the
+//! core task that owns the sessions and talks to the cluster engine's node.
+//!
+//! ```text
+//!  client ──frames──▶ reader task ──Input──▶ ┌──────────┐ ──Command──▶ Node thread
+//!  client ◀─frames─── writer task ◀─Frame─── │ core task│ ◀─EventBatch─ (Cluster engine,
+//!                     (bounded queue)         └──────────┘                UDP to peer daemons)
+//! ```
+//!
+//! Back-pressure: a reader waits when the core's input queue is full, and the
+//! core stops taking input while more than `PENDING_MAX` bytes wait for the
+//! daemons' group, so a fast sender is blocked (its socket fills), never
+//! buffered without bound. A slow *receiver* is disconnected when its
+//! outgoing queue (`limits.client_queue` frames) is full.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use shoal_core::cluster::{self, Cluster, ClusterEvent};
+use shoal_core::vsync::{Event, RemovedReason};
+use shoal_wire::client::{self, code, Frame, Reason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, oneshot};
+
+use super::config::DaemonConfig;
+use super::core::{Core, Output, SessionId};
+use crate::{AddressBook, Clock, Command, Endpoint, EventBatch, Node, NodeConfig, SocketOptions};
+
+/// Bytes of client items the core holds for the daemons' group before it
+/// stops reading clients.
+const PENDING_MAX: usize = 4 << 20;
+/// How long a graceful shutdown waits for its goodbye and its leave.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+
+/// Why the daemon could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("another daemon is serving {0}")]
+    SocketInUse(PathBuf),
+    #[error(transparent)]
+    Net(#[from] crate::NetError),
+    #[error("cluster settings: {0}")]
+    Cluster(#[from] shoal_core::vsync::ConfigError),
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// What connection tasks tell the core.
+enum Input {
+    Opened {
+        id: SessionId,
+        frames: mpsc::Sender<Frame>,
+        close: oneshot::Sender<Option<Frame>>,
+        tcp: bool,
+    },
+    Frame(SessionId, Frame),
+    Malformed(SessionId, String),
+    Gone(SessionId),
+}
+
+/// The core task's handle on one connection.
+struct Conn {
+    frames: mpsc::Sender<Frame>,
+    close: Option<oneshot::Sender<Option<Frame>>>,
+    tcp: bool,
+}
+
+/// Where the daemon stands; `shoal status` and tests read it from the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Goodbye sent; waiting for it to come back in the total order.
+    SayingGoodbye,
+    /// Leave asked; waiting for the view without this daemon.
+    Leaving,
+}
+
+/// Runs a daemon until SIGTERM or SIGINT (or `stop` fires). Blocks.
+pub fn run(config: DaemonConfig, stop: Option<oneshot::Receiver<()>>) -> Result<(), DaemonError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_error("tokio runtime"))?;
+    runtime.block_on(serve(config, stop))
+}
+
+/// The configured daemons' addresses, sorted: the index is the slot.
+fn slots(config: &DaemonConfig) -> (Vec<SocketAddr>, u32) {
+    let mut addrs: Vec<SocketAddr> = config.peers.clone();
+    addrs.push(config.listen);
+    addrs.sort();
+    addrs.dedup();
+    let slot = addrs
+        .iter()
+        .position(|a| *a == config.listen)
+        .expect("listen is in the list") as u32;
+    (addrs, slot)
+}
+
+/// An incarnation that differs across restarts: wall-clock time in units of
+/// 8 ms (it wraps after about 37 hours, harmlessly: only equality with the
+/// previous incarnation of the same slot would matter).
+fn incarnation() -> u32 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    (ms / 8) as u32
+}
+
+fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
+    let (addrs, slot) = slots(config);
+    let clock = Clock::new();
+    let incarnation = incarnation();
+    let engine = Cluster::new(
+        slot,
+        addrs.len() as u32,
+        incarnation,
+        config.cluster.clone(),
+        u64::from(incarnation) << 8 | u64::from(slot),
+        clock.now(),
+    )?;
+    let endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
+    let book = AddressBook::slotted(addrs, cluster::SLOT_BITS)?;
+    let mut node_config = NodeConfig::new(book);
+    node_config.command_queue_len = 16;
+    let node = Node::spawn(engine, endpoint, node_config, clock)?;
+    tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, "daemon started");
+    Ok(node)
+}
+
+/// Binds the Unix socket, replacing a stale file but never a live daemon's.
+fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(DaemonError::SocketInUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(io_error(format!("remove stale {}", path.display())))?;
+    }
+    let listener =
+        UnixListener::bind(path).map_err(io_error(format!("bind {}", path.display())))?;
+    // Only this user may talk to the daemon (docs/daemon.md).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_error(format!("chmod {}", path.display())))?;
+    Ok(listener)
+}
+
+async fn serve(
+    config: DaemonConfig,
+    stop: Option<oneshot::Receiver<()>>,
+) -> Result<(), DaemonError> {
+    let mut node = start_node(&config)?;
+    let unix = bind_unix(&config.socket)?;
+    let tcp = match &config.tcp {
+        Some(t) => Some(
+            TcpListener::bind(t.address)
+                .await
+                .map_err(io_error(format!("bind {}", t.address)))?,
+        ),
+        None => None,
+    };
+    let batch_max = config.cluster.vsync.max_payload();
+    let core = Core::new(&config.node, config.limits.clone(), batch_max);
+    let (inputs_tx, inputs_rx) = mpsc::channel(1024);
+    let limits = client::Limits {
+        name_max: config.limits.group_name_len.max(128),
+        payload_max: config.limits.message_size,
+        ..client::Limits::default()
+    };
+    let accept = tokio::spawn(accept_loop(
+        unix,
+        tcp,
+        inputs_tx,
+        limits,
+        config.limits.client_queue,
+    ));
+    let events = node.take_events().expect("taken once");
+    let mut task = CoreTask {
+        core,
+        conns: HashMap::new(),
+        commands: node.commands(),
+        token: config.tcp.as_ref().map(|t| t.token.clone()),
+        phase: Phase::Running,
+        left: false,
+    };
+    let result = task.run(inputs_rx, events, &node, stop).await;
+    accept.abort();
+    let _ = std::fs::remove_file(&config.socket);
+    // Give writers a moment to flush their last frames.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stats = tokio::task::spawn_blocking(move || node.shutdown())
+        .await
+        .map_err(|e| io_error("node thread")(io::Error::other(e)))??;
+    tracing::info!(runtime = ?stats.1, "daemon stopped");
+    result
+}
+
+struct CoreTask {
+    core: Core,
+    conns: HashMap<SessionId, Conn>,
+    commands: mpsc::Sender<Command>,
+    token: Option<String>,
+    phase: Phase,
+    left: bool,
+}
+
+async fn signal() -> io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    Ok(())
+}
+
+impl CoreTask {
+    async fn run(
+        &mut self,
+        mut inputs: mpsc::Receiver<Input>,
+        mut events: mpsc::UnboundedReceiver<EventBatch<ClusterEvent>>,
+        node: &Node<Cluster>,
+        stop: Option<oneshot::Receiver<()>>,
+    ) -> Result<(), DaemonError> {
+        let stop = async move {
+            match stop {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stop);
+        let signals = signal();
+        tokio::pin!(signals);
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let take_inputs = self.core.pending_bytes() < PENDING_MAX;
+            let have_batch = self.core.pending_bytes() > 0;
+            let commands = self.commands.clone();
+            let wait_deadline = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = &mut stop, if self.phase == Phase::Running => {
+                    self.begin_shutdown();
+                    deadline = Some(tokio::time::Instant::now() + SHUTDOWN_WAIT);
+                }
+                _ = &mut signals, if self.phase == Phase::Running => {
+                    tracing::info!("signal received: shutting down");
+                    self.begin_shutdown();
+                    deadline = Some(tokio::time::Instant::now() + SHUTDOWN_WAIT);
+                }
+                batch = events.recv() => {
+                    let Some(batch) = batch else { break };
+                    for ev in batch.events {
+                        log_event(&ev);
+                        if matches!(ev.event, Event::Removed { reason: RemovedReason::Left, .. }) {
+                            self.left = true;
+                        }
+                        self.core.cluster_event(ev.me, ev.event);
+                    }
+                }
+                permit = commands.reserve(), if have_batch => {
+                    if let (Ok(permit), Some(batch)) = (permit, self.core.take_batch()) {
+                        permit.send(Command::Multicast(batch));
+                    }
+                }
+                input = inputs.recv(), if take_inputs => {
+                    match input {
+                        Some(input) => self.input(input),
+                        None => break,
+                    }
+                }
+                _ = wait_deadline => {
+                    tracing::warn!(phase = ?self.phase, "shutdown step timed out; going on");
+                    deadline = self.next_shutdown_step(node);
+                    if deadline.is_none() { break; }
+                }
+            }
+            self.dispatch();
+            match self.phase {
+                Phase::SayingGoodbye if self.core.goodbye_delivered() => {
+                    deadline = self.next_shutdown_step(node);
+                }
+                Phase::Leaving if self.left => break,
+                _ => {}
+            }
+            self.dispatch();
+        }
+        self.core.close_all();
+        self.dispatch();
+        Ok(())
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.core.begin_shutdown();
+        self.phase = Phase::SayingGoodbye;
+    }
+
+    /// After the goodbye: close the clients and leave the daemons' group.
+    fn next_shutdown_step(&mut self, node: &Node<Cluster>) -> Option<tokio::time::Instant> {
+        match self.phase {
+            Phase::SayingGoodbye => {
+                self.core.close_all();
+                self.phase = Phase::Leaving;
+                if !node.control(|engine, now, _| engine.leave(now)) {
+                    return None;
+                }
+                Some(tokio::time::Instant::now() + SHUTDOWN_WAIT)
+            }
+            _ => None,
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        match input {
+            Input::Opened {
+                id,
+                frames,
+                close,
+                tcp,
+            } => {
+                self.conns.insert(
+                    id,
+                    Conn {
+                        frames,
+                        close: Some(close),
+                        tcp,
+                    },
+                );
+            }
+            Input::Frame(id, Frame::Connect { name, token }) => {
+                let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
+                let token_ok = !tcp || self.token.as_deref() == Some(token.as_str());
+                self.core.connect(id, &name, token_ok);
+            }
+            Input::Frame(id, frame) => self.core.frame(id, frame),
+            Input::Malformed(id, why) => {
+                self.core.closed(id, Reason::Disconnect);
+                self.close(
+                    id,
+                    Some(Frame::Error {
+                        code: code::MALFORMED,
+                        text: why,
+                    }),
+                );
+            }
+            Input::Gone(id) => {
+                self.core.closed(id, Reason::Disconnect);
+                self.conns.remove(&id);
+            }
+        }
+    }
+
+    fn close(&mut self, id: SessionId, frame: Option<Frame>) {
+        if let Some(mut conn) = self.conns.remove(&id) {
+            if let Some(close) = conn.close.take() {
+                let _ = close.send(frame);
+            }
+        }
+    }
+
+    /// Hands the core's outputs to the connections.
+    fn dispatch(&mut self) {
+        loop {
+            let outputs = self.core.take_outputs();
+            if outputs.is_empty() {
+                return;
+            }
+            for out in outputs {
+                match out {
+                    Output::Send(id, frame) => {
+                        let Some(conn) = self.conns.get(&id) else {
+                            continue;
+                        };
+                        match conn.frames.try_send(frame) {
+                            Ok(()) => {}
+                            Err(mpsc::error::TrySendError::Full(_)) => self.core.slow(id),
+                            Err(mpsc::error::TrySendError::Closed(_)) => {
+                                self.core.closed(id, Reason::Disconnect);
+                                self.conns.remove(&id);
+                            }
+                        }
+                    }
+                    Output::Close(id, frame) => self.close(id, frame),
+                }
+            }
+        }
+    }
+}
+
+fn log_event(ev: &ClusterEvent) {
+    match &ev.event {
+        Event::View(v) => tracing::info!(
+            me = %ev.me,
+            view = v.id,
+            members = ?v.members,
+            joined = ?v.joined,
+            failed = ?v.failed,
+            left = ?v.left,
+            first = v.first,
+            "daemons' view installed"
+        ),
+        Event::Removed {
+            view,
+            reason: RemovedReason::Left,
+        } => tracing::info!(me = %ev.me, view, "left the daemons' group"),
+        Event::Removed { view, reason } => {
+            tracing::warn!(me = %ev.me, view, ?reason, "removed from the daemons' group; rejoining")
+        }
+        Event::Deliver { .. } => {}
+    }
+}
+
+async fn accept_loop(
+    unix: UnixListener,
+    tcp: Option<TcpListener>,
+    inputs: mpsc::Sender<Input>,
+    limits: client::Limits,
+    queue: usize,
+) {
+    let mut next_id: SessionId = 1;
+    loop {
+        let tcp_accept = async {
+            match &tcp {
+                Some(l) => l.accept().await.map(|(s, _)| s),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = unix.accept() => match r {
+                Ok((stream, _)) => {
+                    let (read, write) = stream.into_split();
+                    open(next_id, read, write, false, &inputs, limits, queue).await;
+                    next_id += 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "accept on the Unix socket failed"),
+            },
+            r = tcp_accept => match r {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    let (read, write) = stream.into_split();
+                    open(next_id, read, write, true, &inputs, limits, queue).await;
+                    next_id += 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "accept on the TCP listener failed"),
+            },
+        }
+    }
+}
+
+async fn open<R, W>(
+    id: SessionId,
+    read: R,
+    write: W,
+    tcp: bool,
+    inputs: &mpsc::Sender<Input>,
+    limits: client::Limits,
+    queue: usize,
+) where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (frames_tx, frames_rx) = mpsc::channel(queue.max(1));
+    let (close_tx, close_rx) = oneshot::channel();
+    let opened = Input::Opened {
+        id,
+        frames: frames_tx,
+        close: close_tx,
+        tcp,
+    };
+    if inputs.send(opened).await.is_err() {
+        return;
+    }
+    tokio::spawn(writer(write, frames_rx, close_rx));
+    tokio::spawn(reader(id, read, inputs.clone(), limits));
+}
+
+/// Reads frames and hands them to the core until EOF or a bad frame.
+async fn reader<R: tokio::io::AsyncRead + Unpin>(
+    id: SessionId,
+    mut read: R,
+    inputs: mpsc::Sender<Input>,
+    limits: client::Limits,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        loop {
+            match client::decode(&buf, &limits) {
+                Ok(Some((frame, used))) => {
+                    let _ = buf.split_to(used);
+                    if inputs.send(Input::Frame(id, frame)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = inputs.send(Input::Malformed(id, e.to_string())).await;
+                    return;
+                }
+            }
+        }
+        buf.reserve(64 * 1024);
+        match read.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = inputs.send(Input::Gone(id)).await;
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Writes queued frames, batching what is ready into one write; on close,
+/// writes the last frame (if any) and shuts the connection.
+async fn writer<W: tokio::io::AsyncWrite + Unpin>(
+    mut write: W,
+    mut frames: mpsc::Receiver<Frame>,
+    mut close: oneshot::Receiver<Option<Frame>>,
+) {
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        tokio::select! {
+            biased;
+            last = &mut close => {
+                out.clear();
+                // Frames queued before the close still go first.
+                while let Ok(f) = frames.try_recv() {
+                    let _ = f.encode(&mut out);
+                }
+                if let Ok(Some(f)) = last {
+                    let _ = f.encode(&mut out);
+                }
+                let _ = write.write_all(&out).await;
+                let _ = write.shutdown().await;
+                return;
+            }
+            frame = frames.recv() => {
+                let Some(frame) = frame else {
+                    let _ = write.shutdown().await;
+                    return;
+                };
+                out.clear();
+                let _ = frame.encode(&mut out);
+                while out.len() < 256 * 1024 {
+                    match frames.try_recv() {
+                        Ok(f) => { let _ = f.encode(&mut out); }
+                        Err(_) => break,
+                    }
+                }
+                // A client that does not read must not keep this task in
+                // write_all after the core gave up on it.
+                tokio::select! {
+                    r = write.write_all(&out) => if r.is_err() { return },
+                    _ = &mut close => return,
+                }
+            }
+        }
+    }
+}

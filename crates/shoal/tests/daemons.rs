@@ -1,0 +1,353 @@
+//! Three `shoal daemon` processes on loopback, several clients each (issue
+//! 5): joins and leaves, every service type, a daemon killed with SIGKILL
+//! and restarted, one stopped with SIGTERM, and bad input. Outcomes are
+//! asserted with generous time bounds; nothing depends on this machine's
+//! speed except how long the test takes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shoal_wire::client::{code, decode, Frame, Limits, Reason, Service};
+
+const PATIENCE: Duration = Duration::from_secs(40);
+
+/// A minimal blocking client speaking the frames directly (the daemon is
+/// under test here, not the client library).
+struct Client {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    name: String,
+}
+
+impl Client {
+    /// Connects, retrying while the daemon is not ready yet.
+    fn connect(socket: &Path, name: &str) -> Client {
+        let start = Instant::now();
+        loop {
+            if let Ok(stream) = UnixStream::connect(socket) {
+                let mut c = Client {
+                    stream,
+                    buf: Vec::new(),
+                    name: name.to_string(),
+                };
+                c.send(&Frame::Connect {
+                    name: name.to_string(),
+                    token: String::new(),
+                });
+                match c.recv(Duration::from_secs(10)) {
+                    Some(Frame::ConnectOk { .. }) => return c,
+                    Some(Frame::Error {
+                        code: code::UNAVAILABLE,
+                        ..
+                    })
+                    | None => {}
+                    other => panic!("connect {name}: {other:?}"),
+                }
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "daemon at {} never ready",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn send(&mut self, frame: &Frame) {
+        let bytes = frame.to_vec().unwrap();
+        self.stream.write_all(&bytes).unwrap();
+    }
+
+    fn join(&mut self, group: &str) {
+        self.send(&Frame::Join {
+            group: group.to_string(),
+        });
+    }
+
+    fn multicast(&mut self, service: Service, group: &str, payload: &[u8]) {
+        self.send(&Frame::Multicast {
+            service,
+            groups: vec![group.to_string()],
+            payload: payload.to_vec(),
+        });
+    }
+
+    /// The next frame, or None after `timeout` or at EOF.
+    fn recv(&mut self, timeout: Duration) -> Option<Frame> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((frame, used)) = decode(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..used);
+                return Some(frame);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return None,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Reads until `pred` matches a frame; returns the frames read.
+    fn until(&mut self, what: &str, mut pred: impl FnMut(&Frame) -> bool) -> Vec<Frame> {
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        while start.elapsed() < PATIENCE {
+            if let Some(f) = self.recv(Duration::from_millis(500)) {
+                let done = pred(&f);
+                seen.push(f);
+                if done {
+                    return seen;
+                }
+            }
+        }
+        panic!("{}: no {what} within {PATIENCE:?}; saw {seen:?}", self.name);
+    }
+
+    /// Waits for a membership of `group` with exactly `n` members.
+    fn until_members(&mut self, group: &str, n: usize) -> (Reason, Vec<String>) {
+        let frames = self.until(&format!("{group} with {n} members"), |f| {
+            matches!(f, Frame::Membership { group: g, members, .. } if g == group && members.len() == n)
+        });
+        match frames.last() {
+            Some(Frame::Membership {
+                reason, members, ..
+            }) => (*reason, members.clone()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Collects `n` message payloads.
+    fn messages(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        self.until(&format!("{n} messages"), |f| {
+            if let Frame::Message { payload, .. } = f {
+                got.push(payload.clone());
+            }
+            got.len() >= n
+        });
+        got
+    }
+}
+
+struct Daemon {
+    child: Option<Child>,
+    config: PathBuf,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &Path, socket: &Path) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["daemon", "--log", "warn", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start shoal daemon");
+        Daemon {
+            child: Some(child),
+            config: config.to_path_buf(),
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    fn restart(&mut self) {
+        *self = Daemon::start(&self.config, &self.socket);
+    }
+
+    fn signal(&mut self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits for the process to exit; its exit status.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < PATIENCE, "daemon did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_udp_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Writes three configurations; returns (config, socket) paths.
+fn cluster_files(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_udp_port()).collect();
+    let names = ["a", "b", "c"];
+    (0..3)
+        .map(|i| {
+            let socket = dir.join(format!("{}.sock", names[i]));
+            let peers: Vec<String> = addrs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, a)| format!("\"{a}\""))
+                .collect();
+            let text = format!(
+                "node = \"{}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 1000\n\n[cluster.vsync]\nview_period = 2000\n",
+                names[i],
+                socket.display(),
+                addrs[i],
+                peers.join(", ")
+            );
+            let config = dir.join(format!("{}.toml", names[i]));
+            std::fs::write(&config, text).unwrap();
+            (config, socket)
+        })
+        .collect()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shoal-it-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
+    let dir = temp_dir("three");
+    let files = cluster_files(&dir);
+    let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+
+    // Two clients per daemon, all in "g".
+    let mut clients: Vec<Client> = Vec::new();
+    for (d, (_, socket)) in files.iter().enumerate() {
+        for k in 0..2 {
+            let mut c = Client::connect(socket, &format!("c{d}{k}"));
+            c.join("g");
+            clients.push(c);
+        }
+    }
+    for c in clients.iter_mut() {
+        let (_, members) = c.until_members("g", 6);
+        assert!(members.contains(&"#c00#a".to_string()), "{members:?}");
+    }
+
+    // Agreed: every client delivers every message in one order.
+    for (i, c) in clients.iter_mut().enumerate() {
+        for m in 0..10u8 {
+            c.multicast(Service::Agreed, "g", &[i as u8, m]);
+        }
+    }
+    let orders: Vec<Vec<Vec<u8>>> = clients.iter_mut().map(|c| c.messages(60)).collect();
+    for o in &orders[1..] {
+        assert_eq!(o, &orders[0], "agreed order differs");
+    }
+
+    // Every built service is carried; safe is refused with a clear error.
+    for service in Service::ALL.into_iter().filter(|s| *s != Service::Safe) {
+        clients[0].multicast(service, "g", service.name().as_bytes());
+    }
+    for c in clients.iter_mut() {
+        let got = c.messages(6);
+        assert_eq!(got.len(), 6);
+    }
+    clients[1].multicast(Service::Safe, "g", b"x");
+    let frames = clients[1].until("an error for safe", |f| matches!(f, Frame::Error { .. }));
+    assert!(matches!(
+        frames.last(),
+        Some(Frame::Error {
+            code: code::UNSUPPORTED_SERVICE,
+            ..
+        })
+    ));
+
+    // Garbage on a connection: an error frame, the connection closed, the
+    // daemon still serving the others.
+    let mut bad = UnixStream::connect(&files[0].1).unwrap();
+    bad.write_all(&[0, 0, 0, 3, 9, 9, 9]).unwrap();
+    let mut reply = Vec::new();
+    bad.set_read_timeout(Some(PATIENCE)).unwrap();
+    let _ = bad.read_to_end(&mut reply);
+    match decode(&reply, &Limits::default()) {
+        Ok(Some((Frame::Error { code, .. }, _))) => assert_eq!(code, code::MALFORMED),
+        other => panic!("garbage got {other:?}"),
+    }
+
+    // SIGKILL daemon c: the survivors see its clients go (network), and
+    // keep delivering everything their peers send.
+    daemons[2].signal("-KILL");
+    daemons[2].wait();
+    clients.truncate(4);
+    for c in clients.iter_mut() {
+        let (reason, members) = c.until_members("g", 4);
+        assert_eq!(reason, Reason::Network, "{members:?}");
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        for m in 0..5u8 {
+            c.multicast(Service::Fifo, "g", &[100 + i as u8, m]);
+        }
+    }
+    for c in clients.iter_mut() {
+        let got = c.messages(20);
+        for i in 0..4u8 {
+            let from_i: Vec<u8> = got
+                .iter()
+                .filter(|p| p[0] == 100 + i)
+                .map(|p| p[1])
+                .collect();
+            assert_eq!(from_i, vec![0, 1, 2, 3, 4], "fifo from {i}");
+        }
+    }
+
+    // Restart c: it rejoins, and its new client sees the whole group.
+    daemons[2].restart();
+    let mut late = Client::connect(&files[2].1, "late");
+    late.join("g");
+    let (_, members) = late.until_members("g", 5);
+    assert!(members.contains(&"#c10#b".to_string()), "{members:?}");
+    clients[0].until_members("g", 5);
+
+    // SIGTERM daemon b: its clients are told, the others see them leave
+    // as a disconnect (not a failure), and b exits cleanly.
+    daemons[1].signal("-TERM");
+    let frames = clients[2].until("shutdown notice", |f| {
+        matches!(
+            f,
+            Frame::Error {
+                code: code::SHUTDOWN,
+                ..
+            }
+        )
+    });
+    assert!(!frames.is_empty());
+    let (reason, members) = clients[0].until_members("g", 3);
+    assert_eq!(reason, Reason::Disconnect, "{members:?}");
+    assert!(daemons[1].wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
