@@ -24,6 +24,7 @@
 //! ```
 
 mod addr;
+mod auth;
 mod clock;
 pub mod daemon;
 mod error;
@@ -32,6 +33,10 @@ mod node;
 mod socket;
 
 pub use addr::AddressBook;
+pub use auth::{
+    AuthError, AuthStats, ClusterKey, KeyError, Mode, Opened, Opener, OpenerConfig, SealError,
+    Sealer, OVERHEAD,
+};
 pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
