@@ -143,6 +143,12 @@ pub enum Frame {
         code: u16,
         text: String,
     },
+    /// Client → daemon: what is your state? Allowed without `Connect`.
+    Status,
+    /// Daemon → client: the answer to `Status`, human-readable lines.
+    StatusReply {
+        text: String,
+    },
 }
 
 /// Where a daemon serves clients when not configured otherwise, and where a
@@ -198,6 +204,8 @@ const MESSAGE: u8 = 6;
 const MEMBERSHIP: u8 = 7;
 const DISCONNECT: u8 = 8;
 const ERROR: u8 = 9;
+const STATUS: u8 = 10;
+const STATUS_REPLY: u8 = 11;
 
 /// Bounds the decoder enforces (each a daemon setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,6 +347,10 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
         ERROR => Frame::Error {
             code: r.u16("error code")?,
             text: r.string("error text", usize::from(u16::MAX))?,
+        },
+        STATUS => Frame::Status,
+        STATUS_REPLY => Frame::StatusReply {
+            text: r.string("status text", usize::from(u16::MAX))?,
         },
         other => return Err(FrameError::UnknownType(other)),
     };
@@ -501,6 +513,11 @@ impl Frame {
                 w.out.extend_from_slice(&code.to_be_bytes());
                 w.string(text)?;
             }
+            Frame::Status => w.u8(STATUS),
+            Frame::StatusReply { text } => {
+                w.u8(STATUS_REPLY);
+                w.string(text)?;
+            }
         }
         let len = out.len() - start - LENGTH_LEN;
         let len = u32::try_from(len).map_err(|_| FrameError::TooLong {
@@ -607,6 +624,8 @@ mod tests {
             }),
             Just(Frame::Disconnect),
             (any::<u16>(), ".{0,40}").prop_map(|(code, text)| Frame::Error { code, text }),
+            Just(Frame::Status),
+            ".{0,40}".prop_map(|text| Frame::StatusReply { text }),
         ]
     }
 

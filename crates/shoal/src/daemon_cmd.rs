@@ -35,3 +35,47 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
     );
     shoal_net::daemon::run(config, None).context("daemon")
 }
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's Unix socket (default: the daemon's default).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+/// `shoal status`: asks the local daemon for its state and prints it.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    use shoal_wire::client::{decode, Frame, Limits};
+    use std::io::{Read, Write};
+
+    let path = args
+        .socket
+        .unwrap_or_else(shoal_wire::client::default_socket_path);
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no daemon at {} (is `shoal daemon` running?)",
+            path.display()
+        )
+    })?;
+    stream.write_all(&Frame::Status.to_vec()?)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((frame, _)) = decode(&buf, &Limits::default())? {
+            match frame {
+                Frame::StatusReply { text } => {
+                    println!("{text}");
+                    return Ok(());
+                }
+                Frame::Error { code, text } => anyhow::bail!("{text} (code {code})"),
+                other => anyhow::bail!("unexpected answer {other:?}"),
+            }
+        }
+        let n = stream
+            .read(&mut chunk)
+            .context("reading the daemon's answer")?;
+        anyhow::ensure!(n > 0, "the daemon closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     /// The per-host daemon: serves clients, joins its peer daemons.
     Daemon(daemon_cmd::DaemonArgs),
+    /// The local daemon's view, peers, clients, groups and counters.
+    Status(daemon_cmd::StatusArgs),
     /// A local cluster on loopback: one sender, N members, injected loss.
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
@@ -31,6 +33,7 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Daemon(args) => daemon_cmd::run(args),
+        Command::Status(args) => daemon_cmd::status(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
     };

@@ -278,6 +278,8 @@ impl Core {
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
             | Frame::Membership { .. }
+            | Frame::StatusReply { .. }
+            | Frame::Status
             | Frame::Error { .. } => {
                 let error = Core::error(code::PROTOCOL, "a daemon-to-client frame from a client");
                 self.closed(session, Reason::Disconnect);
@@ -841,12 +843,12 @@ impl Core {
     pub fn status_lines(&self) -> Vec<String> {
         let mut lines = vec![
             format!("node: {}", self.node),
-            format!("id: {}", self.me.map_or("-".to_string(), |m| m.to_string())),
+            format!("id: {}", self.me.map_or("-".to_string(), daemon_name)),
             format!(
                 "daemons in view: {}",
                 self.daemons
                     .iter()
-                    .map(|d| d.to_string())
+                    .map(|d| daemon_name(*d))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -868,6 +870,15 @@ impl Core {
         ));
         lines
     }
+}
+
+/// A daemon id as `slot.incarnation` (`shoal_core::cluster`).
+pub fn daemon_name(id: NodeId) -> String {
+    format!(
+        "{}.{}",
+        shoal_core::cluster::slot_of(id),
+        id.0 >> shoal_core::cluster::SLOT_BITS
+    )
 }
 
 #[cfg(test)]

@@ -29,7 +29,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::config::DaemonConfig;
 use super::core::{Core, Output, SessionId};
-use crate::{AddressBook, Clock, Command, Endpoint, EventBatch, Node, NodeConfig, SocketOptions};
+use crate::{
+    AddressBook, Clock, Command, Control, Endpoint, EventBatch, Node, NodeConfig, RuntimeStats,
+    SocketOptions,
+};
 
 /// Bytes of client items the core holds for the daemons' group before it
 /// stops reading clients.
@@ -194,6 +197,7 @@ async fn serve(
         core,
         conns: HashMap::new(),
         commands: node.commands(),
+        controls: node.controls(),
         token: config.tcp.as_ref().map(|t| t.token.clone()),
         phase: Phase::Running,
         left: false,
@@ -214,6 +218,7 @@ struct CoreTask {
     core: Core,
     conns: HashMap<SessionId, Conn>,
     commands: mpsc::Sender<Command>,
+    controls: mpsc::UnboundedSender<Control<Cluster>>,
     token: Option<String>,
     phase: Phase,
     left: bool,
@@ -355,6 +360,7 @@ impl CoreTask {
                 let token_ok = !tcp || self.token.as_deref() == Some(token.as_str());
                 self.core.connect(id, &name, token_ok);
             }
+            Input::Frame(id, Frame::Status) => self.status(id),
             Input::Frame(id, frame) => self.core.frame(id, frame),
             Input::Malformed(id, why) => {
                 self.core.closed(id, Reason::Disconnect);
@@ -370,6 +376,27 @@ impl CoreTask {
                 self.core.closed(id, Reason::Disconnect);
                 self.conns.remove(&id);
             }
+        }
+    }
+
+    /// Answers `Status` with the core's lines and the engine's, gathered on
+    /// the node's thread, which sends the reply itself.
+    fn status(&mut self, id: SessionId) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let frames = conn.frames.clone();
+        let mut lines = self.core.status_lines();
+        let sent = self
+            .controls
+            .send(Box::new(move |engine: &mut Cluster, now, runtime| {
+                lines.extend(engine_lines(engine, now, runtime));
+                let mut text = lines.join("\n");
+                text.truncate(usize::from(u16::MAX));
+                let _ = frames.try_send(Frame::StatusReply { text });
+            }));
+        if sent.is_err() {
+            self.core.closed(id, Reason::Disconnect);
         }
     }
 
@@ -408,6 +435,62 @@ impl CoreTask {
             }
         }
     }
+}
+
+/// `shoal status` lines about the cluster engine and the runtime.
+fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeStats) -> Vec<String> {
+    let v = engine.vsync();
+    let c = engine.stats();
+    let s = v.stats();
+    let mut lines = vec![
+        format!("uptime: {now}"),
+        format!(
+            "daemons' view: {} ({} members{}){}",
+            v.view_id(),
+            v.members().len(),
+            if v.is_primary() {
+                ", this daemon is the primary"
+            } else {
+                ""
+            },
+            if engine.is_member() {
+                ""
+            } else {
+                " — not a member: joining"
+            }
+        ),
+        format!(
+            "cluster: founded {}, rejoins {}, presence sent {} received {}",
+            c.founded, c.rejoins, c.presence_sent, c.presence_received
+        ),
+        format!(
+            "vsync: delivered {}, views {}, takeovers {}, repairs sent {} asked {}, malformed {}",
+            s.delivered,
+            s.views_installed,
+            s.takeovers,
+            s.repairs_sent,
+            s.repair_requests_sent,
+            s.malformed
+        ),
+        format!(
+            "datagrams: sent {} ({} bytes), received {} ({} bytes)",
+            runtime.datagrams_sent,
+            runtime.bytes_sent,
+            runtime.datagrams_received,
+            runtime.bytes_received
+        ),
+        format!(
+            "drops: unknown source {}, io errors {}, too large {}",
+            runtime.unknown_source, runtime.io_errors, runtime.too_large
+        ),
+    ];
+    if let Some(p) = v.pbcast_stats() {
+        lines.push(format!(
+            "pbcast: originated {}, delivered {}, recovered {}, duplicates {}, lost {}, gossip rounds {}",
+            p.originated, p.delivered, p.recovered, p.duplicates, p.lost, p.gossip_rounds
+        ));
+    }
+    lines
 }
 
 fn log_event(ev: &ClusterEvent) {
