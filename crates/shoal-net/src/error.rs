@@ -28,6 +28,9 @@ pub enum NetError {
     /// A socket failed while the node ran. The node stopped.
     #[error("socket I/O: {0}")]
     Io(#[source] io::Error),
+    /// Authentication could not be set up (e.g. an epoch out of range).
+    #[error("authentication: {0}")]
+    Auth(String),
     /// The node's thread panicked.
     #[error("node thread panicked")]
     Panicked,

@@ -40,5 +40,5 @@ pub use auth::{
 pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
-pub use node::{Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
+pub use node::{Auth, Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
 pub use socket::{Endpoint, MulticastGroup, SocketOptions};

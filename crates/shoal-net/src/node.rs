@@ -38,7 +38,10 @@ use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{AddressBook, Clock, Endpoint, FaultConfig, Faults, NetError, Verdict};
+use crate::{
+    AddressBook, Clock, ClusterKey, Endpoint, FaultConfig, Faults, Mode, NetError, Opener,
+    OpenerConfig, Sealer, Verdict,
+};
 
 /// What the application asks a node to do.
 #[derive(Debug, Clone)]
@@ -78,6 +81,29 @@ pub struct NodeConfig {
     /// datagram arrives (a silent member stops holding the window after a
     /// timeout the engine does not report). Default 1 ms.
     pub window_retry: Duration,
+    /// Seal every datagram sent and open every one received with a cluster
+    /// key (`auth.rs`); datagrams that do not open are dropped and counted.
+    /// Default none.
+    pub auth: Option<Auth>,
+}
+
+/// Datagram authentication settings of a node.
+#[derive(Clone)]
+pub struct Auth {
+    pub key: ClusterKey,
+    pub mode: Mode,
+    /// The sealer's epoch: it must grow across restarts (Unix milliseconds
+    /// at start-up); see `Sealer::new`.
+    pub epoch: u64,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("mode", &self.mode)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NodeConfig {
@@ -89,6 +115,7 @@ impl NodeConfig {
             command_batch_max: 256,
             command_queue_len: 4096,
             window_retry: Duration::from_millis(1),
+            auth: None,
         }
     }
 }
@@ -117,6 +144,9 @@ pub struct RuntimeStats {
     pub window_full: u64,
     /// Application multicasts refused for good (payload too large).
     pub too_large: u64,
+    /// Received datagrams that did not open with the cluster key (wrong
+    /// key, tampered, replayed, or not sealed at all).
+    pub auth_dropped: u64,
 }
 
 /// A running member. Dropping it stops the node without waiting.
@@ -270,6 +300,11 @@ struct Driver<E: Engine> {
     buf: Vec<u8>,
     stats: RuntimeStats,
     warned_no_multicast: bool,
+    sealer: Option<Sealer>,
+    opener: Option<Opener>,
+    /// Scratch for sealing and opening.
+    sealed: Vec<u8>,
+    opened: Vec<u8>,
 }
 
 impl<E: Engine> Driver<E> {
@@ -298,6 +333,15 @@ impl<E: Engine> Driver<E> {
             .faults
             .is_active()
             .then(|| Faults::new(config.faults));
+        let (sealer, opener) = match &config.auth {
+            Some(auth) => {
+                let sealer = Sealer::new(&auth.key, auth.mode, engine.node_id().0, auth.epoch)
+                    .map_err(|e| NetError::Auth(e.to_string()))?;
+                let opener = Opener::new(&auth.key, OpenerConfig::default());
+                (Some(sealer), Some(opener))
+            }
+            None => (None, None),
+        };
         Ok(Driver {
             me: engine.node_id(),
             engine,
@@ -321,6 +365,10 @@ impl<E: Engine> Driver<E> {
             buf: vec![0; 65_536],
             stats: RuntimeStats::default(),
             warned_no_multicast: false,
+            sealer,
+            opener,
+            sealed: Vec::new(),
+            opened: Vec::new(),
         })
     }
 
@@ -413,6 +461,13 @@ impl<E: Engine> Driver<E> {
             self.stats.own_filtered += 1;
             return;
         }
+        let len = match self.open(len) {
+            Some(len) => len,
+            None => {
+                self.stats.auth_dropped += 1;
+                return;
+            }
+        };
         let claimed = (len >= 8).then(|| {
             let b = &self.buf[4..8];
             u32::from_be_bytes([b[0], b[1], b[2], b[3]])
@@ -437,6 +492,45 @@ impl<E: Engine> Driver<E> {
                 self.stats.fault_delays += 1;
                 let faults = self.faults.as_mut().expect("verdict came from it");
                 faults.hold(due, node, &self.buf[..len]);
+            }
+        }
+    }
+
+    /// Opens a sealed datagram in place: on success `buf[..len]` holds the
+    /// datagram inside, whose header must name the envelope's sender.
+    fn open(&mut self, len: usize) -> Option<usize> {
+        let Some(opener) = self.opener.as_mut() else {
+            return Some(len);
+        };
+        let (sender, plain) = match opener.open(&self.buf[..len], &mut self.opened) {
+            Ok(o) => (o.sender, o.datagram.to_vec()),
+            Err(e) => {
+                tracing::trace!(node = %self.me, error = %e, "datagram refused by authentication");
+                return None;
+            }
+        };
+        // The key proves the cluster, not the member: the packet must claim
+        // the sealer's own slot (the slot check against the address follows).
+        let header_sender = plain
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))?;
+        if self.book.slot(NodeId(header_sender)) != self.book.slot(NodeId(sender)) {
+            return None;
+        }
+        self.buf[..plain.len()].copy_from_slice(&plain);
+        Some(plain.len())
+    }
+
+    /// Seals an outgoing datagram when authentication is on.
+    fn seal(&mut self, payload: Bytes) -> Option<Bytes> {
+        let Some(sealer) = self.sealer.as_mut() else {
+            return Some(payload);
+        };
+        match sealer.seal(&payload, &mut self.sealed) {
+            Ok(()) => Some(Bytes::copy_from_slice(&self.sealed)),
+            Err(e) => {
+                tracing::error!(node = %self.me, error = %e, "cannot seal: datagram dropped");
+                None
             }
         }
     }
@@ -561,7 +655,11 @@ impl<E: Engine> Driver<E> {
     }
 
     /// Queues a transmit for its socket address(es).
-    fn address(&mut self, transmit: Transmit) {
+    fn address(&mut self, mut transmit: Transmit) {
+        match self.seal(transmit.payload) {
+            Some(sealed) => transmit.payload = sealed,
+            None => return,
+        }
         match transmit.destination {
             Destination::Node(node) => match self.book.addr(node) {
                 Some(addr) => self.outgoing.push_back((addr, transmit.payload)),

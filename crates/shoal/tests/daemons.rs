@@ -204,8 +204,12 @@ fn free_udp_port() -> SocketAddr {
         .unwrap()
 }
 
-/// Writes three configurations; returns (config, socket) paths.
-fn cluster_files(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const OTHER_KEY: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+
+/// Writes three configurations, daemon i with cluster key `keys[i]`;
+/// returns (config, socket) paths.
+fn cluster_files(dir: &Path, keys: [&str; 3]) -> Vec<(PathBuf, PathBuf)> {
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_udp_port()).collect();
     let names = ["a", "b", "c"];
     (0..3)
@@ -218,11 +222,12 @@ fn cluster_files(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
                 .map(|(_, a)| format!("\"{a}\""))
                 .collect();
             let text = format!(
-                "node = \"{}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 1000\n\n[cluster.vsync]\nview_period = 2000\n",
+                "node = \"{}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[auth]\nkey = \"{}\"\n\n[cluster]\nfound_after = 1000\n\n[cluster.vsync]\nview_period = 2000\n",
                 names[i],
                 socket.display(),
                 addrs[i],
-                peers.join(", ")
+                peers.join(", "),
+                keys[i]
             );
             let config = dir.join(format!("{}.toml", names[i]));
             std::fs::write(&config, text).unwrap();
@@ -241,7 +246,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 #[test]
 fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
     let dir = temp_dir("three");
-    let files = cluster_files(&dir);
+    let files = cluster_files(&dir, [KEY; 3]);
     let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
 
     // Two clients per daemon, all in "g".
@@ -349,5 +354,55 @@ fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
     let (reason, members) = clients[0].until_members("g", 3);
     assert_eq!(reason, Reason::Disconnect, "{members:?}");
     assert!(daemons[1].wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Asks a daemon for its status text.
+fn status(socket: &Path) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream.write_all(&Frame::Status.to_vec().unwrap()).unwrap();
+    let mut c = Client {
+        stream,
+        buf: Vec::new(),
+        name: "status".to_string(),
+    };
+    match c.recv(PATIENCE) {
+        Some(Frame::StatusReply { text }) => text,
+        other => panic!("status: {other:?}"),
+    }
+}
+
+#[test]
+fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
+    let dir = temp_dir("key");
+    let files = cluster_files(&dir, [KEY, KEY, OTHER_KEY]);
+    let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients: Vec<Client> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (_, socket))| {
+            let mut c = Client::connect(socket, &format!("k{i}"));
+            c.join("g");
+            c
+        })
+        .collect();
+    // The two daemons with the key share the group; the third is alone
+    // (it founded a cluster of its own, deaf to the others).
+    clients[0].until_members("g", 2);
+    clients[1].until_members("g", 2);
+    clients[2].until_members("g", 1);
+    clients[2].multicast(Service::Agreed, "g", b"intruder");
+    clients[0].multicast(Service::Agreed, "g", b"member");
+    let got = clients[1].messages(1);
+    assert_eq!(got, vec![b"member".to_vec()]);
+    assert!(clients[1].recv(Duration::from_secs(1)).is_none());
+    let text = status(&files[0].1);
+    let dropped: u64 = text
+        .lines()
+        .find_map(|l| l.split("failed authentication ").nth(1))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("status names authentication drops");
+    assert!(dropped > 0, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

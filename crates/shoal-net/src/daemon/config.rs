@@ -66,6 +66,55 @@ pub struct DaemonConfig {
     /// setting, `[cluster]`, `[cluster.vsync]`, `[cluster.vsync.pbcast]`).
     #[serde(default = "default_cluster")]
     pub cluster: shoal_core::cluster::Config,
+    /// The cluster key that authenticates datagrams between daemons.
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+}
+
+/// `[auth]`: the cluster key (64 hex digits, inline or in a file) and
+/// whether payloads are also encrypted.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub encrypt: bool,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .field("key_file", &self.key_file)
+            .field("encrypt", &self.encrypt)
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// The key, read from `key` or `key_file`.
+    pub fn cluster_key(&self) -> Result<crate::ClusterKey, ConfigError> {
+        let invalid = |key, why: String| ConfigError::Invalid { key, why };
+        let text = match (&self.key, &self.key_file) {
+            (Some(k), None) => k.clone(),
+            (None, Some(path)) => {
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            _ => {
+                return Err(invalid(
+                    "auth",
+                    "needs exactly one of `key` and `key_file`".to_string(),
+                ))
+            }
+        };
+        crate::ClusterKey::from_hex(&text).map_err(|e| invalid("auth.key", e.to_string()))
+    }
 }
 
 /// The daemons' defaults where they differ from the papers' experiments:
@@ -140,6 +189,7 @@ impl Default for DaemonConfig {
             tcp: None,
             limits: Limits::default(),
             cluster: default_cluster(),
+            auth: None,
         }
     }
 }
@@ -208,6 +258,9 @@ impl DaemonConfig {
                 &format!("at most {} daemons", shoal_core::cluster::MAX_SLOTS),
             ));
         }
+        if let Some(auth) = &self.auth {
+            auth.cluster_key()?;
+        }
         if let Err(e) = self.cluster.vsync.validate() {
             return Err(invalid("cluster.vsync", &e.to_string()));
         }
@@ -218,6 +271,18 @@ impl DaemonConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_key_is_checked_at_start_up() {
+        let ok = format!("[auth]\nkey = \"{}\"\n", "ab".repeat(32));
+        assert!(DaemonConfig::parse(&ok).unwrap().auth.is_some());
+        let err = DaemonConfig::parse("[auth]\nkey = \"xyz\"\n").unwrap_err();
+        assert!(err.to_string().contains("auth.key"), "{err}");
+        let err = DaemonConfig::parse("[auth]\nencrypt = true\n").unwrap_err();
+        assert!(err.to_string().contains("`auth`"), "{err}");
+        let err = DaemonConfig::parse("[auth]\nkeyy = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("keyy"), "{err}");
+    }
 
     #[test]
     fn empty_file_gives_the_defaults() {

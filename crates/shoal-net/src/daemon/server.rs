@@ -30,8 +30,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::DaemonConfig;
 use super::core::{Core, Output, SessionId};
 use crate::{
-    AddressBook, Clock, Command, Control, Endpoint, EventBatch, Node, NodeConfig, RuntimeStats,
-    SocketOptions,
+    AddressBook, Auth, Clock, Command, Control, Endpoint, EventBatch, Mode, Node, NodeConfig,
+    RuntimeStats, SocketOptions,
 };
 
 /// Bytes of client items the core holds for the daemons' group before it
@@ -53,6 +53,8 @@ pub enum DaemonError {
     SocketInUse(PathBuf),
     #[error(transparent)]
     Net(#[from] crate::NetError),
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("cluster settings: {0}")]
     Cluster(#[from] shoal_core::vsync::ConfigError),
 }
@@ -118,11 +120,14 @@ fn slots(config: &DaemonConfig) -> (Vec<SocketAddr>, u32) {
 /// 8 ms (it wraps after about 37 hours, harmlessly: only equality with the
 /// previous incarnation of the same slot would matter).
 fn incarnation() -> u32 {
-    let ms = std::time::SystemTime::now()
+    (unix_ms() / 8) as u32
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    (ms / 8) as u32
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
@@ -141,6 +146,23 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
     let book = AddressBook::slotted(addrs, cluster::SLOT_BITS)?;
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
+    node_config.auth = match &config.auth {
+        Some(auth) => Some(Auth {
+            key: auth
+                .cluster_key()
+                .map_err(|e| DaemonError::Config(e.to_string()))?,
+            mode: if auth.encrypt {
+                Mode::Encrypt
+            } else {
+                Mode::Authenticate
+            },
+            epoch: unix_ms(),
+        }),
+        None => {
+            tracing::warn!("no [auth] key: datagrams between daemons are not authenticated");
+            None
+        }
+    };
     let node = Node::spawn(engine, endpoint, node_config, clock)?;
     tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, "daemon started");
     Ok(node)
@@ -480,8 +502,8 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
             runtime.bytes_received
         ),
         format!(
-            "drops: unknown source {}, io errors {}, too large {}",
-            runtime.unknown_source, runtime.io_errors, runtime.too_large
+            "drops: unknown source {}, failed authentication {}, io errors {}, too large {}",
+            runtime.unknown_source, runtime.auth_dropped, runtime.io_errors, runtime.too_large
         ),
     ];
     if let Some(p) = v.pbcast_stats() {
