@@ -1,6 +1,7 @@
 //! The `shoal` command. Thin: parse arguments, hand each subcommand to its
 //! module (mini-redis style). `anyhow` lives only at this level.
 
+mod bench_cmd;
 mod daemon_cmd;
 mod demo;
 mod sim;
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// The per-host daemon: serves clients, joins its peer daemons.
     Daemon(daemon_cmd::DaemonArgs),
+    /// Throughput and latency through daemons on loopback.
+    Bench(bench_cmd::BenchArgs),
     /// The local daemon's view, peers, clients, groups and counters.
     Status(daemon_cmd::StatusArgs),
     /// A local cluster on loopback: one sender, N members, injected loss.
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Daemon(args) => daemon_cmd::run(args),
         Command::Status(args) => daemon_cmd::status(args),
+        Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
     };

@@ -304,6 +304,18 @@ fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
         other => panic!("garbage got {other:?}"),
     }
 
+    // Wait until every daemon is a backup (the committee fills one view
+    // after the joins; before that, losing the primary would stop the
+    // cluster, docs/daemon.md).
+    let start = Instant::now();
+    while !files
+        .iter()
+        .all(|(_, s)| status(s).contains("committee: 3 "))
+    {
+        assert!(start.elapsed() < PATIENCE, "committee never filled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // SIGKILL daemon c: the survivors see its clients go (network), and
     // keep delivering everything their peers send.
     daemons[2].signal("-KILL");

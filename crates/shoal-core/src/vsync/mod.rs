@@ -322,6 +322,11 @@ impl Vsync {
         &self.view.members
     }
 
+    /// The committee of the last view installed, primary first.
+    pub fn committee(&self) -> &[NodeId] {
+        &self.view.committee
+    }
+
     pub fn view_id(&self) -> u64 {
         self.view.id
     }

@@ -300,6 +300,7 @@ impl Vsync {
             }
         }
         let (me, period, delay) = (self.me, self.config.view_period, self.config.change_delay);
+        let k = self.config.committee_size.get() as usize;
         let Some(c) = self.committee.as_mut() else {
             return;
         };
@@ -312,6 +313,14 @@ impl Vsync {
         };
         p.next_view_at = now + period;
         if !p.joins.is_empty() || !p.leaves.is_empty() {
+            p.change_at = Some(now + delay);
+        }
+        // Joiners of this view could not enter the committee (they held no
+        // state); now they can. Fill the committee at once rather than at
+        // the next periodic view: until then the group survives fewer
+        // committee failures than k - 1.
+        if v.committee.len() < k && v.members.len() > v.committee.len() {
+            p.pending_reasons |= wire::REASON_COMMITTEE;
             p.change_at = Some(now + delay);
         }
         let members = nodes(&v.members);

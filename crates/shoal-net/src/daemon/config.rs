@@ -18,7 +18,7 @@
 //! groups_per_client = 256
 //! group_name_len = 128
 //! message_size = 1048576
-//! client_queue = 1024
+//! client_queue = 33554432          # bytes
 //! ```
 
 use std::net::SocketAddr;
@@ -117,6 +117,23 @@ impl AuthConfig {
     }
 }
 
+/// Writes `user`'s keys over `base`, recursing into tables.
+fn overlay(base: &mut toml::Value, user: toml::Value) {
+    match (base, user) {
+        (toml::Value::Table(base), toml::Value::Table(user)) => {
+            for (key, value) in user {
+                match base.get_mut(&key) {
+                    Some(slot) => overlay(slot, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, value) => *slot = value,
+    }
+}
+
 /// The daemons' defaults where they differ from the papers' experiments:
 /// a committee of 3, so that one failed daemon, the primary included, does
 /// not stop the cluster (P000 §6 measures k = 1); datagrams up to 65,000
@@ -149,7 +166,8 @@ pub struct Limits {
     pub group_name_len: usize,
     /// Largest multicast payload, in bytes (default 1 MiB).
     pub message_size: usize,
-    /// Frames queued to one client before it is disconnected as slow.
+    /// Bytes of frames queued to one client before it is disconnected as
+    /// slow (default 32 MiB).
     pub client_queue: usize,
 }
 
@@ -160,7 +178,7 @@ impl Default for Limits {
             groups_per_client: 256,
             group_name_len: 128,
             message_size: 1 << 20,
-            client_queue: 1024,
+            client_queue: 32 << 20,
         }
     }
 }
@@ -197,7 +215,26 @@ impl Default for DaemonConfig {
 impl DaemonConfig {
     /// Parses and validates a configuration text.
     pub fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+        // Parse once for syntax and unknown keys with their positions.
         let config: DaemonConfig = toml::from_str(text)?;
+        let config = match toml::from_str::<toml::Table>(text)?.remove("cluster") {
+            // A `[cluster...]` section must override the daemon's cluster
+            // defaults key by key, not reset the section to the engine's
+            // defaults (serde fills a present table from `Default`).
+            Some(user) => {
+                let mut merged =
+                    toml::Value::try_from(default_cluster()).map_err(|e| ConfigError::Invalid {
+                        key: "cluster",
+                        why: e.to_string(),
+                    })?;
+                overlay(&mut merged, user);
+                DaemonConfig {
+                    cluster: merged.try_into()?,
+                    ..config
+                }
+            }
+            None => config,
+        };
         config.validate()?;
         Ok(config)
     }
@@ -271,6 +308,20 @@ impl DaemonConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_section_overrides_the_daemon_defaults_key_by_key() {
+        let c = DaemonConfig::parse("[cluster.vsync]\nview_period = 2000\n").unwrap();
+        assert_eq!(c.cluster.vsync.view_period.as_millis(), 2000);
+        // Daemon defaults kept, not reset to the engine's.
+        assert_eq!(c.cluster.vsync.committee_size.get(), 3);
+        assert_eq!(c.cluster.vsync.pbcast.max_datagram_size, 65_000);
+        let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
+        assert_eq!(c.cluster.found_after.as_millis(), 700);
+        assert_eq!(c.cluster.vsync.committee_size.get(), 3);
+        let e = DaemonConfig::parse("[cluster.vsync]\nview_perod = 2000\n").unwrap_err();
+        assert!(e.to_string().contains("view_perod"), "{e}");
+    }
 
     #[test]
     fn auth_key_is_checked_at_start_up() {

@@ -310,7 +310,7 @@ impl Core {
             let error = Core::error(
                 code::SLOW_CLIENT,
                 format!(
-                    "disconnected: more than {} frames waited for this client",
+                    "disconnected: more than {} bytes waited for this client",
                     self.limits.client_queue
                 ),
             );

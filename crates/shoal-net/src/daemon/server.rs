@@ -11,12 +11,14 @@
 //! core stops taking input while more than `PENDING_MAX` bytes wait for the
 //! daemons' group, so a fast sender is blocked (its socket fills), never
 //! buffered without bound. A slow *receiver* is disconnected when its
-//! outgoing queue (`limits.client_queue` frames) is full.
+//! outgoing queue (`limits.client_queue` bytes) is full.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -68,7 +70,8 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 enum Input {
     Opened {
         id: SessionId,
-        frames: mpsc::Sender<Frame>,
+        frames: mpsc::UnboundedSender<Frame>,
+        queued: Arc<AtomicUsize>,
         close: oneshot::Sender<Option<Frame>>,
         tcp: bool,
     },
@@ -79,7 +82,9 @@ enum Input {
 
 /// The core task's handle on one connection.
 struct Conn {
-    frames: mpsc::Sender<Frame>,
+    frames: mpsc::UnboundedSender<Frame>,
+    /// Bytes queued and not yet written (the writer subtracts).
+    queued: Arc<AtomicUsize>,
     close: Option<oneshot::Sender<Option<Frame>>>,
     tcp: bool,
 }
@@ -207,19 +212,14 @@ async fn serve(
         payload_max: config.limits.message_size,
         ..client::Limits::default()
     };
-    let accept = tokio::spawn(accept_loop(
-        unix,
-        tcp,
-        inputs_tx,
-        limits,
-        config.limits.client_queue,
-    ));
+    let accept = tokio::spawn(accept_loop(unix, tcp, inputs_tx, limits));
     let events = node.take_events().expect("taken once");
     let mut task = CoreTask {
         core,
         conns: HashMap::new(),
         commands: node.commands(),
         controls: node.controls(),
+        queue_limit: config.limits.client_queue,
         token: config.tcp.as_ref().map(|t| t.token.clone()),
         phase: Phase::Running,
         left: false,
@@ -241,6 +241,8 @@ struct CoreTask {
     conns: HashMap<SessionId, Conn>,
     commands: mpsc::Sender<Command>,
     controls: mpsc::UnboundedSender<Control<Cluster>>,
+    /// `limits.client_queue`: bytes a client may have waiting.
+    queue_limit: usize,
     token: Option<String>,
     phase: Phase,
     left: bool,
@@ -365,6 +367,7 @@ impl CoreTask {
             Input::Opened {
                 id,
                 frames,
+                queued,
                 close,
                 tcp,
             } => {
@@ -372,6 +375,7 @@ impl CoreTask {
                     id,
                     Conn {
                         frames,
+                        queued,
                         close: Some(close),
                         tcp,
                     },
@@ -408,6 +412,7 @@ impl CoreTask {
             return;
         };
         let frames = conn.frames.clone();
+        let queued = conn.queued.clone();
         let mut lines = self.core.status_lines();
         let sent = self
             .controls
@@ -415,7 +420,9 @@ impl CoreTask {
                 lines.extend(engine_lines(engine, now, runtime));
                 let mut text = lines.join("\n");
                 text.truncate(usize::from(u16::MAX));
-                let _ = frames.try_send(Frame::StatusReply { text });
+                let reply = Frame::StatusReply { text };
+                queued.fetch_add(frame_cost(&reply), Ordering::Relaxed);
+                let _ = frames.send(reply);
             }));
         if sent.is_err() {
             self.core.closed(id, Reason::Disconnect);
@@ -443,13 +450,15 @@ impl CoreTask {
                         let Some(conn) = self.conns.get(&id) else {
                             continue;
                         };
-                        match conn.frames.try_send(frame) {
-                            Ok(()) => {}
-                            Err(mpsc::error::TrySendError::Full(_)) => self.core.slow(id),
-                            Err(mpsc::error::TrySendError::Closed(_)) => {
-                                self.core.closed(id, Reason::Disconnect);
-                                self.conns.remove(&id);
-                            }
+                        let cost = frame_cost(&frame);
+                        if conn.queued.load(Ordering::Relaxed) + cost > self.queue_limit {
+                            self.core.slow(id);
+                            continue;
+                        }
+                        conn.queued.fetch_add(cost, Ordering::Relaxed);
+                        if conn.frames.send(frame).is_err() {
+                            self.core.closed(id, Reason::Disconnect);
+                            self.conns.remove(&id);
                         }
                     }
                     Output::Close(id, frame) => self.close(id, frame),
@@ -480,6 +489,15 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
             } else {
                 " — not a member: joining"
             }
+        ),
+        format!(
+            "committee: {} ({})",
+            v.committee().len(),
+            v.committee()
+                .iter()
+                .map(|d| super::core::daemon_name(*d))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         format!(
             "cluster: founded {}, rejoins {}, presence sent {} received {}",
@@ -543,7 +561,6 @@ async fn accept_loop(
     tcp: Option<TcpListener>,
     inputs: mpsc::Sender<Input>,
     limits: client::Limits,
-    queue: usize,
 ) {
     let mut next_id: SessionId = 1;
     loop {
@@ -557,7 +574,7 @@ async fn accept_loop(
             r = unix.accept() => match r {
                 Ok((stream, _)) => {
                     let (read, write) = stream.into_split();
-                    open(next_id, read, write, false, &inputs, limits, queue).await;
+                    open(next_id, read, write, false, &inputs, limits).await;
                     next_id += 1;
                 }
                 Err(e) => tracing::warn!(error = %e, "accept on the Unix socket failed"),
@@ -566,7 +583,7 @@ async fn accept_loop(
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     let (read, write) = stream.into_split();
-                    open(next_id, read, write, true, &inputs, limits, queue).await;
+                    open(next_id, read, write, true, &inputs, limits).await;
                     next_id += 1;
                 }
                 Err(e) => tracing::warn!(error = %e, "accept on the TCP listener failed"),
@@ -582,23 +599,24 @@ async fn open<R, W>(
     tcp: bool,
     inputs: &mpsc::Sender<Input>,
     limits: client::Limits,
-    queue: usize,
 ) where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (frames_tx, frames_rx) = mpsc::channel(queue.max(1));
+    let (frames_tx, frames_rx) = mpsc::unbounded_channel();
     let (close_tx, close_rx) = oneshot::channel();
+    let queued = Arc::new(AtomicUsize::new(0));
     let opened = Input::Opened {
         id,
         frames: frames_tx,
+        queued: queued.clone(),
         close: close_tx,
         tcp,
     };
     if inputs.send(opened).await.is_err() {
         return;
     }
-    tokio::spawn(writer(write, frames_rx, close_rx));
+    tokio::spawn(writer(write, frames_rx, close_rx, queued));
     tokio::spawn(reader(id, read, inputs.clone(), limits));
 }
 
@@ -639,10 +657,29 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(
 
 /// Writes queued frames, batching what is ready into one write; on close,
 /// writes the last frame (if any) and shuts the connection.
+/// Bytes a frame is charged against its client's queue (about its encoded
+/// size; cheap to compute).
+fn frame_cost(frame: &Frame) -> usize {
+    64 + match frame {
+        Frame::Message {
+            sender,
+            groups,
+            payload,
+            ..
+        } => sender.len() + payload.len() + groups.iter().map(|g| 2 + g.len()).sum::<usize>(),
+        Frame::Membership { group, members, .. } => {
+            group.len() + members.iter().map(|m| 2 + m.len()).sum::<usize>()
+        }
+        Frame::StatusReply { text } | Frame::Error { text, .. } => text.len(),
+        _ => 0,
+    }
+}
+
 async fn writer<W: tokio::io::AsyncWrite + Unpin>(
     mut write: W,
-    mut frames: mpsc::Receiver<Frame>,
+    mut frames: mpsc::UnboundedReceiver<Frame>,
     mut close: oneshot::Receiver<Option<Frame>>,
+    queued: Arc<AtomicUsize>,
 ) {
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
@@ -667,10 +704,14 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                     return;
                 };
                 out.clear();
+                let mut cost = frame_cost(&frame);
                 let _ = frame.encode(&mut out);
                 while out.len() < 256 * 1024 {
                     match frames.try_recv() {
-                        Ok(f) => { let _ = f.encode(&mut out); }
+                        Ok(f) => {
+                            cost += frame_cost(&f);
+                            let _ = f.encode(&mut out);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -680,6 +721,7 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                     r = write.write_all(&out) => if r.is_err() { return },
                     _ = &mut close => return,
                 }
+                queued.fetch_sub(cost, Ordering::Relaxed);
             }
         }
     }

@@ -1,0 +1,464 @@
+//! `shoal bench`: throughput and latency through the daemons.
+//!
+//! By default it starts its own daemons on loopback (in this process, each
+//! with its own runtime and node thread, as separate processes would have),
+//! connects clients to them over their Unix sockets, and measures:
+//!
+//! - `--mode stream`: the senders multicast `--count` messages as fast as
+//!   flow control allows (or at `--rate`); every receiver counts deliveries;
+//!   messages/s is what *every* receiver got divided by the time from the
+//!   first send to the last receiver's last delivery. Latency is one-way,
+//!   send to delivery, on the one clock of this process.
+//! - `--mode echo`: a client multicasts a message, a client on another
+//!   daemon answers it, and the first measures the round trip; one message
+//!   outstanding at a time (low load).
+//!
+//! Figures go to stdout and, with `--out`, to a CSV row appended to a file.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use shoal_net::daemon::config::DaemonConfig;
+use shoal_wire::client::{decode, Frame, Limits, Reason, Service};
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Stream,
+    Echo,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "stream")]
+    mode: Mode,
+    /// Daemons to start on loopback (ignored with --sockets).
+    #[arg(long, default_value_t = 3)]
+    daemons: usize,
+    /// Use running daemons at these Unix sockets instead of starting any.
+    #[arg(long, value_delimiter = ',')]
+    sockets: Vec<PathBuf>,
+    /// Receiving clients per daemon.
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Sending clients (the first N receivers also send).
+    #[arg(long, default_value_t = 1)]
+    senders: usize,
+    /// Payload bytes (at least 16: a sequence number and a timestamp).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Messages per sender (stream) or round trips (echo).
+    #[arg(long, default_value_t = 100_000)]
+    count: u64,
+    /// Messages per second per sender; 0 sends as fast as the daemon takes them.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Service type.
+    #[arg(long, default_value = "fifo")]
+    service: Service,
+    /// Append a CSV row with the results to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// A blocking connection speaking the client frames.
+struct Conn {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already decoded.
+    at: usize,
+    chunk: Vec<u8>,
+}
+
+impl Conn {
+    fn connect(socket: &Path, name: &str) -> anyhow::Result<Conn> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stream = match UnixStream::connect(socket) {
+                Ok(s) => s,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("connect {}", socket.display())),
+            };
+            let mut c = Conn {
+                stream,
+                buf: Vec::new(),
+                at: 0,
+                chunk: vec![0; 256 * 1024],
+            };
+            c.send(&Frame::Connect {
+                name: name.to_string(),
+                token: String::new(),
+            })?;
+            match c.recv()? {
+                Frame::ConnectOk { .. } => return Ok(c),
+                Frame::Error { code, text } if code == shoal_wire::client::code::UNAVAILABLE => {
+                    if Instant::now() > deadline {
+                        bail!("{text}");
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => bail!("connect {name}: {other:?}"),
+            }
+        }
+    }
+
+    fn try_clone(&self) -> anyhow::Result<Conn> {
+        Ok(Conn {
+            stream: self.stream.try_clone()?,
+            buf: Vec::new(),
+            at: 0,
+            chunk: vec![0; 256 * 1024],
+        })
+    }
+
+    fn send(&mut self, frame: &Frame) -> anyhow::Result<()> {
+        self.stream.write_all(&frame.to_vec()?)?;
+        Ok(())
+    }
+
+    fn recv(&mut self) -> anyhow::Result<Frame> {
+        loop {
+            if let Some((frame, used)) = decode(&self.buf[self.at..], &Limits::default())? {
+                self.at += used;
+                return Ok(frame);
+            }
+            // Keep only the undecoded tail (one move per read, not per frame).
+            self.buf.drain(..self.at);
+            self.at = 0;
+            let n = self.stream.read(&mut self.chunk)?;
+            if n == 0 {
+                bail!("the daemon closed the connection");
+            }
+            self.buf.extend_from_slice(&self.chunk[..n]);
+        }
+    }
+
+    /// Reads until a membership of `group` with `n` members.
+    fn wait_members(&mut self, group: &str, n: usize) -> anyhow::Result<()> {
+        loop {
+            match self.recv()? {
+                Frame::Membership {
+                    group: g,
+                    members,
+                    reason,
+                    ..
+                } if g == group && members.len() == n && reason == Reason::Join => return Ok(()),
+                Frame::Error { text, code } => bail!("{text} (code {code})"),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Daemons started by the bench, stopped on drop.
+struct LocalCluster {
+    sockets: Vec<PathBuf>,
+    stops: Vec<oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl LocalCluster {
+    fn start(n: usize) -> anyhow::Result<LocalCluster> {
+        let dir = std::env::temp_dir().join(format!("shoal-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let addrs: Vec<std::net::SocketAddr> = (0..n)
+            .map(|_| {
+                std::net::UdpSocket::bind("127.0.0.1:0")
+                    .and_then(|s| s.local_addr())
+                    .context("pick a UDP port")
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mut cluster = LocalCluster {
+            sockets: Vec::new(),
+            stops: Vec::new(),
+            threads: Vec::new(),
+            dir: dir.clone(),
+        };
+        for i in 0..n {
+            let mut config = DaemonConfig::default();
+            config.node = format!("d{i}");
+            config.socket = dir.join(format!("d{i}.sock"));
+            config.listen = addrs[i];
+            config.peers = addrs.iter().copied().filter(|a| *a != addrs[i]).collect();
+            config.cluster.found_after = Duration::from_millis(500);
+            cluster.sockets.push(config.socket.clone());
+            let (stop_tx, stop_rx) = oneshot::channel();
+            cluster.stops.push(stop_tx);
+            cluster.threads.push(std::thread::spawn(move || {
+                if let Err(e) = shoal_net::daemon::run(config, Some(stop_rx)) {
+                    eprintln!("daemon d{i}: {e}");
+                }
+            }));
+        }
+        Ok(cluster)
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn payload(size: usize, seq: u64, sent_ns: u64) -> Vec<u8> {
+    let mut p = vec![0u8; size.max(16)];
+    p[..8].copy_from_slice(&seq.to_be_bytes());
+    p[8..16].copy_from_slice(&sent_ns.to_be_bytes());
+    p
+}
+
+fn stamp(p: &[u8]) -> (u64, u64) {
+    let mut a = [0; 8];
+    let mut b = [0; 8];
+    a.copy_from_slice(&p[..8]);
+    b.copy_from_slice(&p[8..16]);
+    (u64::from_be_bytes(a), u64::from_be_bytes(b))
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.size >= 16, "--size must be at least 16");
+    let _cluster;
+    let sockets = if args.sockets.is_empty() {
+        let c = LocalCluster::start(args.daemons)?;
+        let s = c.sockets.clone();
+        _cluster = c;
+        s
+    } else {
+        args.sockets.clone()
+    };
+    match args.mode {
+        Mode::Stream => stream(&args, &sockets),
+        Mode::Echo => echo(&args, &sockets),
+    }
+}
+
+fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
+    let group = "bench";
+    let mut conns = Vec::new();
+    for (d, socket) in sockets.iter().enumerate() {
+        for k in 0..args.clients {
+            let mut c = Conn::connect(socket, &format!("bench{d}x{k}"))?;
+            c.send(&Frame::Join {
+                group: group.into(),
+            })?;
+            conns.push(c);
+        }
+    }
+    let n = conns.len();
+    anyhow::ensure!(
+        args.senders >= 1 && args.senders <= n,
+        "--senders must be 1..={n}"
+    );
+    for c in conns.iter_mut() {
+        c.wait_members(group, n)?;
+    }
+    let expected = args.count * args.senders as u64;
+    let origin = Instant::now();
+    let barrier = Arc::new(Barrier::new(n + args.senders));
+    let progress = indicatif::ProgressBar::new(expected * n as u64);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} deliveries {per_sec}")
+            .expect("template"),
+    );
+    let mut receivers = Vec::new();
+    let mut senders = Vec::new();
+    for (i, mut conn) in conns.into_iter().enumerate() {
+        if i < args.senders {
+            let mut out = conn.try_clone()?;
+            let barrier = barrier.clone();
+            let (count, rate, size, service) = (args.count, args.rate, args.size, args.service);
+            senders.push(std::thread::spawn(move || -> anyhow::Result<()> {
+                barrier.wait();
+                let start = Instant::now();
+                for seq in 0..count {
+                    if rate > 0 {
+                        let due = start + Duration::from_secs_f64(seq as f64 / rate as f64);
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                    let now = origin.elapsed().as_nanos() as u64;
+                    out.send(&Frame::Multicast {
+                        service,
+                        groups: vec![group.to_string()],
+                        payload: payload(size, seq, now),
+                    })?;
+                }
+                Ok(())
+            }));
+        }
+        let barrier = barrier.clone();
+        let progress = progress.clone();
+        receivers.push(std::thread::spawn(
+            move || -> anyhow::Result<(u64, Histogram<u64>, u64)> {
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+                barrier.wait();
+                let mut got = 0u64;
+                let mut last = 0u64;
+                while got < expected {
+                    match conn.recv()? {
+                        Frame::Message { payload, .. } => {
+                            let now = origin.elapsed().as_nanos() as u64;
+                            let (_, sent) = stamp(&payload);
+                            hist.record(now.saturating_sub(sent).max(1))?;
+                            got += 1;
+                            last = now;
+                            if got % 1024 == 0 {
+                                progress.inc(1024);
+                            }
+                        }
+                        Frame::Error { code, text } => bail!("{text} (code {code})"),
+                        _ => {}
+                    }
+                }
+                Ok((got, hist, last))
+            },
+        ));
+    }
+    let start_ns = origin.elapsed().as_nanos() as u64;
+    for s in senders {
+        s.join().expect("sender thread")?;
+    }
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let mut end_ns = 0;
+    for r in receivers {
+        let (_, hist, last) = r.join().expect("receiver thread")?;
+        all.add(&hist)?;
+        end_ns = end_ns.max(last);
+    }
+    progress.finish_and_clear();
+    let secs = (end_ns.saturating_sub(start_ns)) as f64 / 1e9;
+    let rate = expected as f64 / secs;
+    let us = |q: f64| all.value_at_quantile(q) as f64 / 1e3;
+    println!(
+        "stream: {} daemons, {n} receivers, {} sender(s), {} B, {}: {expected} messages to every receiver in {secs:.2} s = {rate:.0} msgs/s per receiver; latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
+        sockets.len(),
+        args.senders,
+        args.size,
+        args.service.name(),
+        us(0.5),
+        us(0.99),
+        us(0.999)
+    );
+    write_row(
+        args,
+        sockets.len(),
+        &format!(
+            "stream,{rate:.0},{:.1},{:.1},{:.1}",
+            us(0.5),
+            us(0.99),
+            us(0.999)
+        ),
+    )
+}
+
+fn echo(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
+    anyhow::ensure!(sockets.len() >= 2, "echo needs two daemons");
+    let (ping, pong) = ("bench-ping", "bench-pong");
+    let mut a = Conn::connect(&sockets[0], "pinger")?;
+    let mut b = Conn::connect(&sockets[1], "ponger")?;
+    a.send(&Frame::Join { group: pong.into() })?;
+    b.send(&Frame::Join { group: ping.into() })?;
+    a.wait_members(pong, 1)?;
+    b.wait_members(ping, 1)?;
+    let service = args.service;
+    let rounds = args.count;
+    let echoer = std::thread::spawn(move || -> anyhow::Result<()> {
+        for _ in 0..rounds {
+            loop {
+                if let Frame::Message { payload, .. } = b.recv()? {
+                    b.send(&Frame::Multicast {
+                        service,
+                        groups: vec![pong.into()],
+                        payload,
+                    })?;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    });
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let origin = Instant::now();
+    for seq in 0..rounds {
+        let sent = origin.elapsed().as_nanos() as u64;
+        a.send(&Frame::Multicast {
+            service,
+            groups: vec![ping.into()],
+            payload: payload(args.size, seq, sent),
+        })?;
+        loop {
+            if let Frame::Message { payload, .. } = a.recv()? {
+                let (s, t) = stamp(&payload);
+                anyhow::ensure!(s == seq, "echo out of order");
+                hist.record((origin.elapsed().as_nanos() as u64 - t).max(1))?;
+                break;
+            }
+        }
+        if args.rate > 0 {
+            std::thread::sleep(Duration::from_secs_f64(1.0 / args.rate as f64));
+        }
+    }
+    echoer.join().expect("echo thread")?;
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
+    println!(
+        "echo: {} B {} round trip between two daemons over {rounds} rounds: p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
+        args.size,
+        args.service.name(),
+        us(0.5),
+        us(0.99),
+        us(0.999)
+    );
+    write_row(
+        args,
+        sockets.len(),
+        &format!("echo,,{:.1},{:.1},{:.1}", us(0.5), us(0.99), us(0.999)),
+    )
+}
+
+fn write_row(args: &BenchArgs, daemons: usize, figures: &str) -> anyhow::Result<()> {
+    let Some(path) = &args.out else {
+        return Ok(());
+    };
+    let fresh = !path.exists();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
+    if fresh {
+        writeln!(
+            f,
+            "daemons,clients,senders,size,service,count,rate,mode,msgs_per_s,p50_us,p99_us,p999_us"
+        )?;
+    }
+    writeln!(
+        f,
+        "{daemons},{},{},{},{},{},{},{figures}",
+        args.clients,
+        args.senders,
+        args.size,
+        args.service.name(),
+        args.count,
+        args.rate
+    )?;
+    Ok(())
+}
