@@ -187,11 +187,13 @@ impl LocalCluster {
             dir: dir.clone(),
         };
         for i in 0..n {
-            let mut config = DaemonConfig::default();
-            config.node = format!("d{i}");
-            config.socket = dir.join(format!("d{i}.sock"));
-            config.listen = addrs[i];
-            config.peers = addrs.iter().copied().filter(|a| *a != addrs[i]).collect();
+            let mut config = DaemonConfig {
+                node: format!("d{i}"),
+                socket: dir.join(format!("d{i}.sock")),
+                listen: addrs[i],
+                peers: addrs.iter().copied().filter(|a| *a != addrs[i]).collect(),
+                ..DaemonConfig::default()
+            };
             config.cluster.found_after = Duration::from_millis(500);
             cluster.sockets.push(config.socket.clone());
             let (stop_tx, stop_rx) = oneshot::channel();
@@ -321,7 +323,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                             hist.record(now.saturating_sub(sent).max(1))?;
                             got += 1;
                             last = now;
-                            if got % 1024 == 0 {
+                            if got.is_multiple_of(1024) {
                                 progress.inc(1024);
                             }
                         }
