@@ -32,6 +32,9 @@ use tokio::sync::oneshot;
 pub enum Mode {
     Stream,
     Echo,
+    /// Resident memory of one `shoal daemon` process serving `--clients`
+    /// clients that join `--groups` groups in all.
+    Memory,
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +66,9 @@ pub struct BenchArgs {
     /// Service type.
     #[arg(long, default_value = "fifo")]
     service: Service,
+    /// Groups joined in all (memory mode).
+    #[arg(long, default_value_t = 0)]
+    groups: usize,
     /// Append a CSV row with the results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -111,6 +117,13 @@ impl Conn {
                 other => bail!("connect {name}: {other:?}"),
             }
         }
+    }
+
+    /// A connection with a small read buffer (thousands of them at once).
+    fn small(mut self) -> Conn {
+        self.chunk = vec![0; 4096];
+        self.chunk.shrink_to_fit();
+        self
     }
 
     fn try_clone(&self) -> anyhow::Result<Conn> {
@@ -237,6 +250,9 @@ fn stamp(p: &[u8]) -> (u64, u64) {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.size >= 16, "--size must be at least 16");
+    if args.mode == Mode::Memory {
+        return memory(&args);
+    }
     let _cluster;
     let sockets = if args.sockets.is_empty() {
         let c = LocalCluster::start(args.daemons)?;
@@ -249,6 +265,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.mode {
         Mode::Stream => stream(&args, &sockets),
         Mode::Echo => echo(&args, &sockets),
+        Mode::Memory => unreachable!("handled above"),
     }
 }
 
@@ -463,4 +480,80 @@ fn write_row(args: &BenchArgs, daemons: usize, figures: &str) -> anyhow::Result<
         args.rate
     )?;
     Ok(())
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+fn memory(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("shoal-bench-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("d.sock");
+    let clients = args.clients.max(1);
+    let per_client = args.groups.div_ceil(clients).max(1);
+    let config = dir.join("d.toml");
+    let listen = std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?;
+    std::fs::write(
+        &config,
+        format!(
+            "socket = \"{}\"\nlisten = \"{listen}\"\n[limits]\nclients = {}\ngroups_per_client = {}\n",
+            socket.display(),
+            clients + 16,
+            per_client
+        ),
+    )?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["daemon", "--log", "warn", "--config"])
+        .arg(&config)
+        .spawn()
+        .context("start shoal daemon")?;
+    let result = (|| -> anyhow::Result<(u64, u64)> {
+        let mut conns = vec![Conn::connect(&socket, "probe")?.small()];
+        std::thread::sleep(Duration::from_millis(300));
+        let idle = rss_kib(child.id())?;
+        for i in 0..clients {
+            let mut c = Conn::connect(&socket, &format!("m{i}"))?.small();
+            for g in 0..per_client {
+                let group = i * per_client + g;
+                if group < args.groups {
+                    c.send(&Frame::Join {
+                        group: format!("group-{group}"),
+                    })?;
+                }
+            }
+            conns.push(c);
+        }
+        // Every join has been applied once the last one is announced.
+        if args.groups > 0 {
+            let last = conns.last_mut().expect("a client");
+            let name = format!("group-{}", args.groups - 1);
+            loop {
+                if let Frame::Membership { group, .. } = last.recv()? {
+                    if group == name {
+                        break;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Ok((idle, rss_kib(child.id())?))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (idle, loaded) = result?;
+    println!(
+        "memory: one daemon, {clients} clients, {} groups: RSS {:.1} MiB (idle {:.1} MiB)",
+        args.groups,
+        loaded as f64 / 1024.0,
+        idle as f64 / 1024.0
+    );
+    write_row(args, 1, &format!("memory,,{:.1},,", loaded as f64 / 1024.0))
 }

@@ -257,6 +257,12 @@ impl DaemonConfig {
             return Err(invalid("node", "must not be empty"));
         }
         // Only loopback traffic (the scope for now).
+        if self.listen.port() == 0 {
+            return Err(invalid(
+                "listen",
+                "needs a fixed port: peers find this daemon at it",
+            ));
+        }
         if !self.listen.ip().is_loopback() {
             return Err(invalid("listen", "must be a loopback address"));
         }
