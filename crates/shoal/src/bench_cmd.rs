@@ -1,8 +1,7 @@
 //! `shoal bench`: throughput and latency through the daemons.
 //!
-//! By default it starts its own daemons on loopback (in this process, each
-//! with its own runtime and node thread, as separate processes would have),
-//! connects clients to them over their Unix sockets, and measures:
+//! By default it starts its own daemons on loopback (`shoal daemon`
+//! processes with generated configurations), connects clients to them over their Unix sockets, and measures:
 //!
 //! - `--mode stream`: the senders multicast `--count` messages as fast as
 //!   flow control allows (or at `--rate`); every receiver counts deliveries;
@@ -24,9 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use shoal_net::daemon::config::DaemonConfig;
 use shoal_wire::client::{decode, Frame, Limits, Reason, Service};
-use tokio::sync::oneshot;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -174,11 +171,11 @@ impl Conn {
     }
 }
 
-/// Daemons started by the bench, stopped on drop.
+/// Daemon processes started by the bench (`shoal daemon` with generated
+/// configurations), killed on drop.
 struct LocalCluster {
     sockets: Vec<PathBuf>,
-    stops: Vec<oneshot::Sender<()>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    children: Vec<std::process::Child>,
     dir: PathBuf,
 }
 
@@ -195,27 +192,34 @@ impl LocalCluster {
             .collect::<anyhow::Result<_>>()?;
         let mut cluster = LocalCluster {
             sockets: Vec::new(),
-            stops: Vec::new(),
-            threads: Vec::new(),
+            children: Vec::new(),
             dir: dir.clone(),
         };
         for i in 0..n {
-            let mut config = DaemonConfig {
-                node: format!("d{i}"),
-                socket: dir.join(format!("d{i}.sock")),
-                listen: addrs[i],
-                peers: addrs.iter().copied().filter(|a| *a != addrs[i]).collect(),
-                ..DaemonConfig::default()
-            };
-            config.cluster.found_after = Duration::from_millis(500);
-            cluster.sockets.push(config.socket.clone());
-            let (stop_tx, stop_rx) = oneshot::channel();
-            cluster.stops.push(stop_tx);
-            cluster.threads.push(std::thread::spawn(move || {
-                if let Err(e) = shoal_net::daemon::run(config, Some(stop_rx)) {
-                    eprintln!("daemon d{i}: {e}");
-                }
-            }));
+            let socket = dir.join(format!("d{i}.sock"));
+            let peers: Vec<String> = addrs
+                .iter()
+                .filter(|a| **a != addrs[i])
+                .map(|a| format!("\"{a}\""))
+                .collect();
+            let config = dir.join(format!("d{i}.toml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 500\n",
+                    socket.display(),
+                    addrs[i],
+                    peers.join(", ")
+                ),
+            )?;
+            let child = std::process::Command::new(std::env::current_exe()?)
+                .args(["daemon", "--log", "error", "--config"])
+                .arg(&config)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .context("start shoal daemon")?;
+            cluster.children.push(child);
+            cluster.sockets.push(socket);
         }
         Ok(cluster)
     }
@@ -223,14 +227,47 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        for stop in self.stops.drain(..) {
-            let _ = stop.send(());
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        for child in self.children.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Waits until every daemon's committee is full (min(3, daemons)): a
+/// young cluster changes view once more to fill it, and a view change
+/// pauses sending for `ack_wait` (P000 §5.2), which would be measured as a
+/// one-second stall.
+fn wait_for_committee(sockets: &[PathBuf]) -> anyhow::Result<()> {
+    let want = format!("committee: {} ", sockets.len().min(3));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for socket in sockets {
+        loop {
+            let text = match UnixStream::connect(socket) {
+                Ok(stream) => {
+                    let mut c = Conn {
+                        stream,
+                        buf: Vec::new(),
+                        at: 0,
+                        chunk: vec![0; 65536],
+                    };
+                    c.send(&Frame::Status)?;
+                    match c.recv()? {
+                        Frame::StatusReply { text } => text,
+                        other => bail!("status: {other:?}"),
+                    }
+                }
+                Err(_) => String::new(),
+            };
+            if text.contains(&want) {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the daemons' committee never filled");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
 }
 
 fn payload(size: usize, seq: u64, sent_ns: u64) -> Vec<u8> {
@@ -262,6 +299,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         args.sockets.clone()
     };
+    wait_for_committee(&sockets)?;
     match args.mode {
         Mode::Stream => stream(&args, &sockets),
         Mode::Echo => echo(&args, &sockets),
