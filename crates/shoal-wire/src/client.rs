@@ -446,6 +446,44 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends a `Message` frame built from borrowed parts: the same bytes as
+/// `Frame::Message { .. }.encode`, without first copying the payload into a
+/// frame (a daemon encodes a message once for all its local recipients).
+pub fn encode_message(
+    sender: &str,
+    service: Service,
+    groups: &[&str],
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; LENGTH_LEN]);
+    out.push(CLIENT_VERSION);
+    let mut w = Writer { out };
+    w.u8(MESSAGE);
+    w.string(sender)?;
+    w.u8(service as u8);
+    let count = u16::try_from(groups.len()).map_err(|_| FrameError::OverLimit {
+        what: "list",
+        len: groups.len(),
+        max: usize::from(u16::MAX),
+    })?;
+    w.out.extend_from_slice(&count.to_be_bytes());
+    groups.iter().try_for_each(|g| w.string(g))?;
+    w.payload(payload)?;
+    finish_length(out, start)
+}
+
+fn finish_length(out: &mut [u8], start: usize) -> Result<(), FrameError> {
+    let len = out.len() - start - LENGTH_LEN;
+    let len = u32::try_from(len).map_err(|_| FrameError::TooLong {
+        len,
+        max: u32::MAX as usize,
+    })?;
+    out[start..start + LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+    Ok(())
+}
+
 impl Frame {
     /// Appends the frame, length prefix included. Fails if a field does not
     /// fit its length field (names over 65,535 bytes, and so on); `limits`
@@ -519,13 +557,7 @@ impl Frame {
                 w.string(text)?;
             }
         }
-        let len = out.len() - start - LENGTH_LEN;
-        let len = u32::try_from(len).map_err(|_| FrameError::TooLong {
-            len,
-            max: u32::MAX as usize,
-        })?;
-        out[start..start + LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-        Ok(())
+        finish_length(out, start)
     }
 
     pub fn to_vec(&self) -> Result<Vec<u8>, FrameError> {
@@ -627,6 +659,19 @@ mod tests {
             Just(Frame::Status),
             ".{0,40}".prop_map(|text| Frame::StatusReply { text }),
         ]
+    }
+
+    #[test]
+    fn encode_message_matches_the_frame_encoding() {
+        let frame = Frame::Message {
+            sender: "#a#n".into(),
+            service: Service::Fifo,
+            groups: vec!["g".into(), "h".into()],
+            payload: b"payload".to_vec(),
+        };
+        let mut out = Vec::new();
+        encode_message("#a#n", Service::Fifo, &["g", "h"], b"payload", &mut out).unwrap();
+        assert_eq!(out, frame.to_vec().unwrap());
     }
 
     proptest! {

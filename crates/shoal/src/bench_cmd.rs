@@ -263,7 +263,10 @@ fn wait_for_committee(sockets: &[PathBuf]) -> anyhow::Result<()> {
             if text.contains(&want) {
                 break;
             }
-            anyhow::ensure!(Instant::now() < deadline, "the daemons' committee never filled");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the daemons' committee never filled"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

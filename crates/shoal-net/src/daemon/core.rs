@@ -30,6 +30,9 @@ pub enum Output {
     Send(SessionId, Frame),
     /// Send this frame (if any) to the client, then close its connection.
     Close(SessionId, Option<Frame>),
+    /// Queue this encoded `Message` frame to each of these clients (a
+    /// message is encoded once for all its local recipients).
+    Deliver(Vec<SessionId>, Bytes),
 }
 
 /// A group member: a client of some daemon.
@@ -648,16 +651,16 @@ impl Core {
         if recipients.is_empty() {
             return;
         }
-        let frame = Frame::Message {
-            sender: client.to_string(),
-            service,
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            payload: payload.to_vec(),
-        };
-        for session in recipients {
-            self.stats.messages_delivered += 1;
-            self.send(session, frame.clone());
+        let mut frame = Vec::new();
+        if shoal_wire::client::encode_message(client, service, groups, payload, &mut frame).is_err()
+        {
+            return;
         }
+        let recipients: Vec<SessionId> = recipients.into_iter().collect();
+        self.stats.messages_delivered += recipients.len() as u64;
+        self.stats.frames_to_clients += recipients.len() as u64;
+        self.outputs
+            .push(Output::Deliver(recipients, Bytes::from(frame)));
     }
 
     fn remove_member(&mut self, group: &str, member: &Member) -> bool {

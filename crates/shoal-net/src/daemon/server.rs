@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use shoal_core::cluster::{self, Cluster, ClusterEvent};
 use shoal_core::vsync::{Event, RemovedReason};
 use shoal_wire::client::{self, code, Frame, Reason};
@@ -70,7 +70,7 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 enum Input {
     Opened {
         id: SessionId,
-        frames: mpsc::UnboundedSender<Frame>,
+        frames: mpsc::UnboundedSender<Bytes>,
         queued: Arc<AtomicUsize>,
         close: oneshot::Sender<Option<Frame>>,
         tcp: bool,
@@ -82,7 +82,7 @@ enum Input {
 
 /// The core task's handle on one connection.
 struct Conn {
-    frames: mpsc::UnboundedSender<Frame>,
+    frames: mpsc::UnboundedSender<Bytes>,
     /// Bytes queued and not yet written (the writer subtracts).
     queued: Arc<AtomicUsize>,
     close: Option<oneshot::Sender<Option<Frame>>>,
@@ -420,9 +420,10 @@ impl CoreTask {
                 lines.extend(engine_lines(engine, now, runtime));
                 let mut text = lines.join("\n");
                 text.truncate(usize::from(u16::MAX));
-                let reply = Frame::StatusReply { text };
-                queued.fetch_add(frame_cost(&reply), Ordering::Relaxed);
-                let _ = frames.send(reply);
+                if let Ok(reply) = (Frame::StatusReply { text }).to_vec() {
+                    queued.fetch_add(reply.len(), Ordering::Relaxed);
+                    let _ = frames.send(Bytes::from(reply));
+                }
             }));
         if sent.is_err() {
             self.core.closed(id, Reason::Disconnect);
@@ -437,6 +438,23 @@ impl CoreTask {
         }
     }
 
+    /// Queues an encoded frame to a client, or disconnects it as slow when
+    /// its queue would pass `limits.client_queue` bytes.
+    fn queue(&mut self, id: SessionId, bytes: Bytes) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        if conn.queued.load(Ordering::Relaxed) + bytes.len() > self.queue_limit {
+            self.core.slow(id);
+            return;
+        }
+        conn.queued.fetch_add(bytes.len(), Ordering::Relaxed);
+        if conn.frames.send(bytes).is_err() {
+            self.core.closed(id, Reason::Disconnect);
+            self.conns.remove(&id);
+        }
+    }
+
     /// Hands the core's outputs to the connections.
     fn dispatch(&mut self) {
         loop {
@@ -447,18 +465,13 @@ impl CoreTask {
             for out in outputs {
                 match out {
                     Output::Send(id, frame) => {
-                        let Some(conn) = self.conns.get(&id) else {
-                            continue;
-                        };
-                        let cost = frame_cost(&frame);
-                        if conn.queued.load(Ordering::Relaxed) + cost > self.queue_limit {
-                            self.core.slow(id);
-                            continue;
+                        if let Ok(bytes) = frame.to_vec() {
+                            self.queue(id, Bytes::from(bytes));
                         }
-                        conn.queued.fetch_add(cost, Ordering::Relaxed);
-                        if conn.frames.send(frame).is_err() {
-                            self.core.closed(id, Reason::Disconnect);
-                            self.conns.remove(&id);
+                    }
+                    Output::Deliver(ids, bytes) => {
+                        for id in ids {
+                            self.queue(id, bytes.clone());
                         }
                     }
                     Output::Close(id, frame) => self.close(id, frame),
@@ -657,27 +670,9 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(
 
 /// Writes queued frames, batching what is ready into one write; on close,
 /// writes the last frame (if any) and shuts the connection.
-/// Bytes a frame is charged against its client's queue (about its encoded
-/// size; cheap to compute).
-fn frame_cost(frame: &Frame) -> usize {
-    64 + match frame {
-        Frame::Message {
-            sender,
-            groups,
-            payload,
-            ..
-        } => sender.len() + payload.len() + groups.iter().map(|g| 2 + g.len()).sum::<usize>(),
-        Frame::Membership { group, members, .. } => {
-            group.len() + members.iter().map(|m| 2 + m.len()).sum::<usize>()
-        }
-        Frame::StatusReply { text } | Frame::Error { text, .. } => text.len(),
-        _ => 0,
-    }
-}
-
 async fn writer<W: tokio::io::AsyncWrite + Unpin>(
     mut write: W,
-    mut frames: mpsc::UnboundedReceiver<Frame>,
+    mut frames: mpsc::UnboundedReceiver<Bytes>,
     mut close: oneshot::Receiver<Option<Frame>>,
     queued: Arc<AtomicUsize>,
 ) {
@@ -689,7 +684,7 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                 out.clear();
                 // Frames queued before the close still go first.
                 while let Ok(f) = frames.try_recv() {
-                    let _ = f.encode(&mut out);
+                    out.extend_from_slice(&f);
                 }
                 if let Ok(Some(f)) = last {
                     let _ = f.encode(&mut out);
@@ -704,17 +699,14 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                     return;
                 };
                 out.clear();
-                let mut cost = frame_cost(&frame);
-                let _ = frame.encode(&mut out);
+                out.extend_from_slice(&frame);
                 while out.len() < 256 * 1024 {
                     match frames.try_recv() {
-                        Ok(f) => {
-                            cost += frame_cost(&f);
-                            let _ = f.encode(&mut out);
-                        }
+                        Ok(f) => out.extend_from_slice(&f),
                         Err(_) => break,
                     }
                 }
+                let cost = out.len();
                 // A client that does not read must not keep this task in
                 // write_all after the core gave up on it.
                 tokio::select! {

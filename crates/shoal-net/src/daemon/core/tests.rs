@@ -103,6 +103,15 @@ impl Cluster {
                     Output::Close(s, f) => {
                         self.closed.insert((d, s), f);
                     }
+                    Output::Deliver(sessions, bytes) => {
+                        let (frame, used) = shoal_wire::client::decode(&bytes, &Default::default())
+                            .unwrap()
+                            .unwrap();
+                        assert_eq!(used, bytes.len());
+                        for s in sessions {
+                            self.frames.entry((d, s)).or_default().push(frame.clone());
+                        }
+                    }
                 }
             }
         }
