@@ -388,6 +388,10 @@ fn status(socket: &Path) -> String {
 fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     let dir = temp_dir("key");
     let files = cluster_files(&dir, [KEY, KEY, OTHER_KEY]);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut text = std::fs::read_to_string(&files[0].0).unwrap();
+    text.push_str(&format!("\n[metrics]\naddress = \"{metrics}\"\n"));
+    std::fs::write(&files[0].0, text).unwrap();
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
     let mut clients: Vec<Client> = files
         .iter()
@@ -416,5 +420,22 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
         .and_then(|n| n.trim().parse().ok())
         .expect("status names authentication drops");
     assert!(dropped > 0, "{text}");
+
+    // The Prometheus endpoint says the same.
+    let mut http = std::net::TcpStream::connect(metrics).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let value = |name: &str| -> u64 {
+        page.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {page}"))
+    };
+    assert!(value("shoal_drops_total{reason=\"failed_authentication\"}") > 0);
+    assert_eq!(value("shoal_clients"), 1);
+    assert_eq!(value("shoal_view_members"), 2);
+    assert!(value("shoal_packets_sent_total{kind=\"gossip\"}") > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -69,6 +69,17 @@ pub struct DaemonConfig {
     /// The cluster key that authenticates datagrams between daemons.
     #[serde(default)]
     pub auth: Option<AuthConfig>,
+    /// The Prometheus endpoint (`GET /metrics`).
+    #[serde(default)]
+    pub metrics: Option<MetricsConfig>,
+}
+
+/// `[metrics]`: where to serve the Prometheus text endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// A TCP address on loopback, e.g. "127.0.0.1:9464".
+    pub address: SocketAddr,
 }
 
 /// `[auth]`: the cluster key (64 hex digits, inline or in a file) and
@@ -208,6 +219,7 @@ impl Default for DaemonConfig {
             limits: Limits::default(),
             cluster: default_cluster(),
             auth: None,
+            metrics: None,
         }
     }
 }
@@ -300,6 +312,11 @@ impl DaemonConfig {
                 "peers",
                 &format!("at most {} daemons", shoal_core::cluster::MAX_SLOTS),
             ));
+        }
+        if let Some(m) = &self.metrics {
+            if !m.address.ip().is_loopback() {
+                return Err(invalid("metrics.address", "must be a loopback address"));
+            }
         }
         if let Some(auth) = &self.auth {
             auth.cluster_key()?;

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod core;
+pub mod metrics;
 pub mod server;
 
 pub use server::{run, DaemonError};

@@ -213,6 +213,16 @@ async fn serve(
         ..client::Limits::default()
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, inputs_tx, limits));
+    let (scrapes_tx, scrapes_rx) = mpsc::channel(16);
+    let metrics = match &config.metrics {
+        Some(m) => {
+            let listener = TcpListener::bind(m.address)
+                .await
+                .map_err(io_error(format!("bind metrics {}", m.address)))?;
+            Some(tokio::spawn(super::metrics::serve(listener, scrapes_tx)))
+        }
+        None => None,
+    };
     let events = node.take_events().expect("taken once");
     let mut task = CoreTask {
         core,
@@ -224,8 +234,11 @@ async fn serve(
         phase: Phase::Running,
         left: false,
     };
-    let result = task.run(inputs_rx, events, &node, stop).await;
+    let result = task.run(inputs_rx, events, scrapes_rx, &node, stop).await;
     accept.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     let _ = std::fs::remove_file(&config.socket);
     // Give writers a moment to flush their last frames.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -264,6 +277,7 @@ impl CoreTask {
         &mut self,
         mut inputs: mpsc::Receiver<Input>,
         mut events: mpsc::UnboundedReceiver<EventBatch<ClusterEvent>>,
+        mut scrapes: mpsc::Receiver<super::metrics::Scrape>,
         node: &Node<Cluster>,
         stop: Option<oneshot::Receiver<()>>,
     ) -> Result<(), DaemonError> {
@@ -315,6 +329,7 @@ impl CoreTask {
                         permit.send(Command::Multicast(batch));
                     }
                 }
+                Some(scrape) = scrapes.recv() => self.scrape(scrape),
                 input = inputs.recv(), if take_inputs => {
                     match input {
                         Some(input) => self.input(input),
@@ -403,6 +418,25 @@ impl CoreTask {
                 self.conns.remove(&id);
             }
         }
+    }
+
+    /// Answers a metrics scrape: the core's figures here, the engine's on
+    /// the node thread, which renders and answers.
+    fn scrape(&mut self, answer: super::metrics::Scrape) {
+        let figures = super::metrics::CoreFigures {
+            stats: self.core.stats().clone(),
+            clients: self.core.clients() as u64,
+            groups: self.core.groups() as u64,
+            pending_bytes: self.core.pending_bytes() as u64,
+            client_queue_bytes: self
+                .conns
+                .values()
+                .map(|c| c.queued.load(Ordering::Relaxed) as u64)
+                .sum(),
+        };
+        let _ = self.controls.send(Box::new(move |engine: &mut Cluster, _now, runtime| {
+            let _ = answer.send(super::metrics::render(&figures, engine, runtime));
+        }));
     }
 
     /// Answers `Status` with the core's lines and the engine's, gathered on
