@@ -388,7 +388,10 @@ fn status(socket: &Path) -> String {
 fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     let dir = temp_dir("key");
     let files = cluster_files(&dir, [KEY, KEY, OTHER_KEY]);
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let mut text = std::fs::read_to_string(&files[0].0).unwrap();
     text.push_str(&format!("\n[metrics]\naddress = \"{metrics}\"\n"));
     std::fs::write(&files[0].0, text).unwrap();
@@ -423,7 +426,8 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
 
     // The Prometheus endpoint says the same.
     let mut http = std::net::TcpStream::connect(metrics).unwrap();
-    http.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
     let mut page = String::new();
     http.read_to_string(&mut page).unwrap();
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");

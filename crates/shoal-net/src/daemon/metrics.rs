@@ -69,10 +69,25 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
     let v = engine.vsync();
     let s = v.stats();
     let rt = runtime;
-    counter(&mut r, "datagrams_sent", "UDP datagrams sent to peer daemons", rt.datagrams_sent);
-    counter(&mut r, "datagrams_received", "UDP datagrams received", rt.datagrams_received);
+    counter(
+        &mut r,
+        "datagrams_sent",
+        "UDP datagrams sent to peer daemons",
+        rt.datagrams_sent,
+    );
+    counter(
+        &mut r,
+        "datagrams_received",
+        "UDP datagrams received",
+        rt.datagrams_received,
+    );
     counter(&mut r, "bytes_sent", "UDP bytes sent", rt.bytes_sent);
-    counter(&mut r, "bytes_received", "UDP bytes received", rt.bytes_received);
+    counter(
+        &mut r,
+        "bytes_received",
+        "UDP bytes received",
+        rt.bytes_received,
+    );
     if let Some(p) = v.pbcast_stats() {
         let sent = Family::<KindLabel, Counter<u64>>::default();
         let received = Family::<KindLabel, Counter<u64>>::default();
@@ -80,21 +95,68 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
             let label = KindLabel {
                 kind: kind.name().to_string(),
             };
-            sent.get_or_create(&label).inc_by(p.packets_sent[kind.index()]);
-            received.get_or_create(&label).inc_by(p.packets_received[kind.index()]);
+            sent.get_or_create(&label)
+                .inc_by(p.packets_sent[kind.index()]);
+            received
+                .get_or_create(&label)
+                .inc_by(p.packets_received[kind.index()]);
         }
         r.register("packets_sent", "pbcast packets sent, by kind", sent);
-        r.register("packets_received", "pbcast packets received, by kind", received);
-        counter(&mut r, "pbcast_recovered", "messages pbcast recovered by gossip repair", p.recovered);
-        counter(&mut r, "pbcast_lost", "messages pbcast declared lost", p.lost);
+        r.register(
+            "packets_received",
+            "pbcast packets received, by kind",
+            received,
+        );
+        counter(
+            &mut r,
+            "pbcast_recovered",
+            "messages pbcast recovered by gossip repair",
+            p.recovered,
+        );
+        counter(
+            &mut r,
+            "pbcast_lost",
+            "messages pbcast declared lost",
+            p.lost,
+        );
     }
-    counter(&mut r, "vsync_datagrams_sent", "vsync control datagrams sent", s.vsync_datagrams_sent);
-    counter(&mut r, "deliveries", "daemon messages delivered in the total order", s.delivered);
+    counter(
+        &mut r,
+        "vsync_datagrams_sent",
+        "vsync control datagrams sent",
+        s.vsync_datagrams_sent,
+    );
+    counter(
+        &mut r,
+        "deliveries",
+        "daemon messages delivered in the total order",
+        s.delivered,
+    );
     counter(&mut r, "repairs_sent", "vsync repairs sent", s.repairs_sent);
-    counter(&mut r, "repair_requests_sent", "vsync repair requests sent", s.repair_requests_sent);
-    counter(&mut r, "view_changes", "daemon views installed", s.views_installed);
-    counter(&mut r, "takeovers", "committee takeovers by this daemon", s.takeovers);
-    gauge(&mut r, "view_members", "daemons in the current view", v.members().len() as u64);
+    counter(
+        &mut r,
+        "repair_requests_sent",
+        "vsync repair requests sent",
+        s.repair_requests_sent,
+    );
+    counter(
+        &mut r,
+        "view_changes",
+        "daemon views installed",
+        s.views_installed,
+    );
+    counter(
+        &mut r,
+        "takeovers",
+        "committee takeovers by this daemon",
+        s.takeovers,
+    );
+    gauge(
+        &mut r,
+        "view_members",
+        "daemons in the current view",
+        v.members().len() as u64,
+    );
     let drops = Family::<ReasonLabel, Counter<u64>>::default();
     for (reason, n) in [
         ("unknown_source", rt.unknown_source),
@@ -114,14 +176,24 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
     }
     r.register("drops", "things dropped or refused, by reason", drops);
     let c = &core.stats;
-    counter(&mut r, "client_messages_sent", "messages clients of this daemon sent", c.messages_sent);
+    counter(
+        &mut r,
+        "client_messages_sent",
+        "messages clients of this daemon sent",
+        c.messages_sent,
+    );
     counter(
         &mut r,
         "client_messages_delivered",
         "messages delivered to clients of this daemon",
         c.messages_delivered,
     );
-    counter(&mut r, "group_changes", "lightweight group membership changes", c.group_changes);
+    counter(
+        &mut r,
+        "group_changes",
+        "lightweight group membership changes",
+        c.group_changes,
+    );
     gauge(&mut r, "clients", "connected clients", core.clients);
     gauge(&mut r, "groups", "groups in the cluster", core.groups);
     gauge(
@@ -136,7 +208,12 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         "bytes queued to clients, all clients",
         core.client_queue_bytes,
     );
-    gauge(&mut r, "resident_bytes", "resident memory of the daemon process", resident_bytes());
+    gauge(
+        &mut r,
+        "resident_bytes",
+        "resident memory of the daemon process",
+        resident_bytes(),
+    );
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = encode(&mut out, &r);
@@ -170,7 +247,8 @@ pub async fn serve(listener: TcpListener, scrapes: mpsc::Sender<Scrape>) {
                     body.len()
                 )
             } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    .to_string()
             };
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;

@@ -434,9 +434,11 @@ impl CoreTask {
                 .map(|c| c.queued.load(Ordering::Relaxed) as u64)
                 .sum(),
         };
-        let _ = self.controls.send(Box::new(move |engine: &mut Cluster, _now, runtime| {
-            let _ = answer.send(super::metrics::render(&figures, engine, runtime));
-        }));
+        let _ = self
+            .controls
+            .send(Box::new(move |engine: &mut Cluster, _now, runtime| {
+                let _ = answer.send(super::metrics::render(&figures, engine, runtime));
+            }));
     }
 
     /// Answers `Status` with the core's lines and the engine's, gathered on
