@@ -1,0 +1,615 @@
+//! The Shoal client library: how an application talks to its local
+//! `shoal daemon` (DESIGN.md, "What a user sees"; the wire format is
+//! `docs/client-protocol.md`, the codec [`shoal_wire::client`]).
+//!
+//! An application connects under a private name, joins groups, multicasts
+//! to one or several groups with a [`Service`] (the delivery guarantee), and
+//! receives [`Message`]s and [`Membership`] views of the groups it joined:
+//!
+//! ```no_run
+//! use shoal_client::{Client, Received, Service};
+//!
+//! # fn main() -> Result<(), shoal_client::ClientError> {
+//! // The daemon's Unix socket at its default path; see `Endpoint` for TCP.
+//! let mut client = Client::connect("alice")?;
+//! println!("I am {}", client.private_group());
+//! client.join("chat")?;
+//! client.multicast(Service::Agreed, &["chat"], b"hello")?;
+//! loop {
+//!     match client.receive()? {
+//!         Received::Message(m) => {
+//!             println!("{} [{}]: {}", m.sender, m.service.name(), String::from_utf8_lossy(&m.payload));
+//!             if m.payload == b"bye" {
+//!                 break;
+//!             }
+//!         }
+//!         Received::Membership(v) => println!("{} #{}: {:?}", v.group, v.view_id, v.members),
+//!     }
+//! }
+//! client.disconnect()
+//! # }
+//! ```
+//!
+//! - [`Client`] is blocking (one `std` socket). [`Client::split`] gives a
+//!   [`SendHalf`] and a [`RecvHalf`], so one thread can multicast while
+//!   another receives.
+//! - [`tokio::Client`] (feature `tokio`, on by default) has the same
+//!   operations as `async fn`s, and splits into owned halves.
+//!
+//! Errors: an `Error` frame from the daemon comes back as
+//! [`ClientError::Daemon`] from `connect` (the daemon refused the
+//! connection) or from the next `receive` (it refused an earlier request,
+//! such as a multicast with a service it does not implement). The
+//! connection survives such an error unless the daemon closes it, in which
+//! case the receive after it returns [`ClientError::Disconnected`].
+//!
+//! Requests are checked against the client's [`Limits`] (the daemon's
+//! defaults unless given with `connect_with_limits`) before anything is
+//! sent: a daemon would answer an empty or overlong name with a
+//! malformed-frame error and close the connection.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shoal_wire::client::{decode, Frame, LENGTH_LEN, TOKEN_MAX};
+
+pub use shoal_wire::client::{code, default_socket_path, FrameError, Limits, Reason, Service};
+
+mod blocking;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+
+pub use blocking::{Client, RecvHalf, SendHalf};
+
+/// How long `disconnect` waits for the daemon to close the connection
+/// (reporting any error it still had for this client) before giving up.
+pub const DISCONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// Where the daemon serves clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The daemon's Unix socket (no token: the socket's permissions decide
+    /// who may connect).
+    Unix(PathBuf),
+    /// A daemon's TCP listener, with the token it requires.
+    Tcp { addr: SocketAddr, token: String },
+}
+
+impl Default for Endpoint {
+    /// The Unix socket at [`default_socket_path`], where a daemon listens
+    /// when not configured otherwise.
+    fn default() -> Self {
+        Endpoint::Unix(default_socket_path())
+    }
+}
+
+impl Endpoint {
+    /// The token a `Connect` carries: empty over the Unix socket.
+    pub fn token(&self) -> &str {
+        match self {
+            Endpoint::Unix(_) => "",
+            Endpoint::Tcp { token, .. } => token,
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Unix(path) => write!(f, "{}", path.display()),
+            Endpoint::Tcp { addr, .. } => write!(f, "tcp {addr}"),
+        }
+    }
+}
+
+/// A message delivered to a group this client joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The sender's private group (its address, e.g. `#alice#host`).
+    pub sender: String,
+    /// The guarantee it was sent with.
+    pub service: Service,
+    /// Every group it was addressed to that this client is a member of.
+    pub groups: Vec<String>,
+    pub payload: Vec<u8>,
+}
+
+/// A new view of a group this client joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub group: String,
+    /// Grows with each view of the group.
+    pub view_id: u64,
+    /// Why the membership changed.
+    pub reason: Reason,
+    /// The members' private groups.
+    pub members: Vec<String>,
+}
+
+/// What `receive` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    Message(Message),
+    Membership(Membership),
+}
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No daemon answers at the endpoint (no socket, connection refused).
+    #[error("cannot reach the daemon at {endpoint}: {source}")]
+    Unreachable {
+        endpoint: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The daemon sent an `Error` frame (codes in [`code`]).
+    #[error("{text} (code {code})")]
+    Daemon { code: u16, text: String },
+    /// The daemon closed the connection or said `Disconnect`.
+    #[error("disconnected from the daemon")]
+    Disconnected,
+    /// The daemon sent bytes that are not a valid frame.
+    #[error("bad frame from the daemon: {0}")]
+    Protocol(#[from] FrameError),
+    /// The daemon sent a valid frame that has no business here (such as a
+    /// second `ConnectOk`).
+    #[error("unexpected {0} frame from the daemon")]
+    Unexpected(&'static str),
+    /// A request this client refused to send (empty or overlong name,
+    /// no groups, payload over the limit); nothing was sent.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("client socket: {0}")]
+    Io(#[source] io::Error),
+}
+
+impl ClientError {
+    /// The code of a [`ClientError::Daemon`] error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClientError::Daemon { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether the connection is gone.
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, ClientError::Disconnected)
+    }
+}
+
+impl From<io::Error> for ClientError {
+    /// A closed or reset connection is [`ClientError::Disconnected`].
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::UnexpectedEof => ClientError::Disconnected,
+            _ => ClientError::Io(e),
+        }
+    }
+}
+
+// ---- shared by the blocking and async clients ----
+
+/// Bytes read for each `read` call at least.
+const CHUNK: usize = 64 * 1024;
+
+/// An outgoing buffer larger than this is given back after its frame is
+/// written (it grew for one large payload).
+const KEEP_OUT: usize = 4 * CHUNK;
+
+/// Assembles frames from what the socket gives: one buffer with the
+/// unconsumed bytes in `start..end`. It grows to the largest frame seen
+/// (bounded by the limits, which `decode` checks before any growth).
+pub(crate) struct ReadBuf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+    limits: Limits,
+}
+
+impl ReadBuf {
+    pub(crate) fn new(limits: Limits) -> ReadBuf {
+        ReadBuf {
+            data: Vec::new(),
+            start: 0,
+            end: 0,
+            limits,
+        }
+    }
+
+    /// The next whole frame in the buffer, if one is there.
+    pub(crate) fn frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        match decode(&self.data[self.start..self.end], &self.limits)? {
+            Some((frame, used)) => {
+                self.start += used;
+                if self.start == self.end {
+                    self.start = 0;
+                    self.end = 0;
+                }
+                Ok(Some(frame))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Room to read into, enough for the whole frame being assembled when
+    /// its length is known (only call after `frame` returned `Ok(None)`, so
+    /// that length passed the limits).
+    pub(crate) fn spare(&mut self) -> &mut [u8] {
+        let pending = self.end - self.start;
+        let whole = match self.data[self.start..self.end].first_chunk::<LENGTH_LEN>() {
+            Some(prefix) => LENGTH_LEN + u32::from_be_bytes(*prefix) as usize,
+            None => LENGTH_LEN,
+        };
+        let need = whole.max(pending + 1);
+        if self.data.len() - self.start < need || self.end == self.data.len() {
+            self.data.copy_within(self.start..self.end, 0);
+            self.start = 0;
+            self.end = pending;
+            if self.data.len() < need.max(CHUNK) {
+                self.data.resize(need.max(CHUNK), 0);
+            }
+        }
+        &mut self.data[self.end..]
+    }
+
+    /// `n` bytes were read into [`ReadBuf::spare`].
+    pub(crate) fn filled(&mut self, n: usize) {
+        self.end += n;
+    }
+}
+
+/// The frames a client sends, encoded into a reused buffer after the
+/// arguments are checked against the limits.
+pub(crate) struct Encoder {
+    pub(crate) out: Vec<u8>,
+    limits: Limits,
+}
+
+impl Encoder {
+    pub(crate) fn new(limits: Limits) -> Encoder {
+        Encoder {
+            out: Vec::new(),
+            limits,
+        }
+    }
+
+    /// Called once the buffer's frame is written.
+    pub(crate) fn written(&mut self) {
+        self.out.clear();
+        if self.out.capacity() > KEEP_OUT {
+            self.out = Vec::new();
+        }
+    }
+
+    fn check_name(&self, what: &str, name: &str) -> Result<(), ClientError> {
+        if name.is_empty() {
+            return Err(ClientError::Invalid(format!("an empty {what}")));
+        }
+        if name.len() > self.limits.name_max {
+            return Err(ClientError::Invalid(format!(
+                "{what} {name:?} is {} bytes; the limit is {}",
+                name.len(),
+                self.limits.name_max
+            )));
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, frame: &Frame) -> Result<&[u8], ClientError> {
+        self.out.clear();
+        frame
+            .encode(&mut self.out)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        Ok(&self.out)
+    }
+
+    pub(crate) fn connect(&mut self, name: &str, token: &str) -> Result<&[u8], ClientError> {
+        self.check_name("private name", name)?;
+        if token.len() > TOKEN_MAX {
+            return Err(ClientError::Invalid(format!(
+                "the token is {} bytes; the limit is {TOKEN_MAX}",
+                token.len()
+            )));
+        }
+        self.frame(&Frame::Connect {
+            name: name.to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    pub(crate) fn join(&mut self, group: &str) -> Result<&[u8], ClientError> {
+        self.check_name("group name", group)?;
+        self.frame(&Frame::Join {
+            group: group.to_owned(),
+        })
+    }
+
+    pub(crate) fn leave(&mut self, group: &str) -> Result<&[u8], ClientError> {
+        self.check_name("group name", group)?;
+        self.frame(&Frame::Leave {
+            group: group.to_owned(),
+        })
+    }
+
+    pub(crate) fn disconnect(&mut self) -> Result<&[u8], ClientError> {
+        self.frame(&Frame::Disconnect)
+    }
+
+    /// A `Multicast` frame without first copying the payload into a
+    /// [`Frame`]: the frame is encoded with an empty payload, whose length
+    /// field (the body's last field) is then patched and the payload
+    /// appended.
+    pub(crate) fn multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+    ) -> Result<&[u8], ClientError> {
+        if groups.is_empty() {
+            return Err(ClientError::Invalid(
+                "a multicast names at least one group".into(),
+            ));
+        }
+        if groups.len() > self.limits.groups_max {
+            return Err(ClientError::Invalid(format!(
+                "{} groups; the limit is {}",
+                groups.len(),
+                self.limits.groups_max
+            )));
+        }
+        for g in groups {
+            self.check_name("group name", g.as_ref())?;
+        }
+        if payload.len() > self.limits.payload_max {
+            return Err(ClientError::Invalid(format!(
+                "a payload of {} bytes; the limit is {}",
+                payload.len(),
+                self.limits.payload_max
+            )));
+        }
+        let head = Frame::Multicast {
+            service,
+            groups: groups.iter().map(|g| g.as_ref().to_owned()).collect(),
+            payload: Vec::new(),
+        };
+        self.frame(&head)?;
+        let too_long = |_| ClientError::Invalid("the frame is too long".into());
+        let len = u32::try_from(payload.len()).map_err(too_long)?;
+        let at = self.out.len() - 4;
+        self.out[at..].copy_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(payload);
+        let frame_len = u32::try_from(self.out.len() - LENGTH_LEN).map_err(too_long)?;
+        self.out[..LENGTH_LEN].copy_from_slice(&frame_len.to_be_bytes());
+        Ok(&self.out)
+    }
+}
+
+impl std::fmt::Debug for ReadBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadBuf")
+            .field("buffered", &(self.end - self.start))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder").finish_non_exhaustive()
+    }
+}
+
+/// The daemon's answer to `Connect`: the private group, or why not.
+pub(crate) fn connect_answer(frame: Frame) -> Result<String, ClientError> {
+    match frame {
+        Frame::ConnectOk { private_group } => Ok(private_group),
+        other => Err(unwanted(other)),
+    }
+}
+
+/// A frame after the handshake, as `receive` returns it.
+pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
+    match frame {
+        Frame::Message {
+            sender,
+            service,
+            groups,
+            payload,
+        } => Ok(Received::Message(Message {
+            sender,
+            service,
+            groups,
+            payload,
+        })),
+        Frame::Membership {
+            group,
+            view_id,
+            reason,
+            members,
+        } => Ok(Received::Membership(Membership {
+            group,
+            view_id,
+            reason,
+            members,
+        })),
+        other => Err(unwanted(other)),
+    }
+}
+
+/// The error a frame other than the one expected stands for.
+fn unwanted(frame: Frame) -> ClientError {
+    match frame {
+        Frame::Error { code, text } => ClientError::Daemon { code, text },
+        Frame::Disconnect => ClientError::Disconnected,
+        Frame::Connect { .. } => ClientError::Unexpected("Connect"),
+        Frame::ConnectOk { .. } => ClientError::Unexpected("ConnectOk"),
+        Frame::Join { .. } => ClientError::Unexpected("Join"),
+        Frame::Leave { .. } => ClientError::Unexpected("Leave"),
+        Frame::Multicast { .. } => ClientError::Unexpected("Multicast"),
+        Frame::Message { .. } => ClientError::Unexpected("Message"),
+        Frame::Membership { .. } => ClientError::Unexpected("Membership"),
+        Frame::Status => ClientError::Unexpected("Status"),
+        Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
+    }
+}
+
+/// What `disconnect` makes of a frame arriving while it waits for the
+/// daemon to close: `Some` ends the wait with that result.
+pub(crate) fn after_disconnect(
+    frame: Result<Frame, ClientError>,
+) -> Option<Result<(), ClientError>> {
+    match frame {
+        Ok(Frame::Error { code, text }) => Some(Err(ClientError::Daemon { code, text })),
+        Ok(Frame::Disconnect) => Some(Ok(())),
+        // Deliveries after the goodbye are dropped.
+        Ok(_) => None,
+        Err(ClientError::Io(e)) => Some(Err(ClientError::Io(e))),
+        // Closed (the expected end), or garbage: either way it is over.
+        Err(_) => Some(Ok(())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames() -> Vec<Frame> {
+        vec![
+            Frame::ConnectOk {
+                private_group: "#a#h".into(),
+            },
+            Frame::Message {
+                sender: "#b#h".into(),
+                service: Service::Fifo,
+                groups: vec!["g1".into(), "g2".into()],
+                payload: (0..200_000u32).map(|i| i as u8).collect(),
+            },
+            Frame::Membership {
+                group: "g1".into(),
+                view_id: 7,
+                reason: Reason::Network,
+                members: vec!["#a#h".into(), "#b#h".into()],
+            },
+            Frame::Error {
+                code: code::BAD_GROUP,
+                text: "no".into(),
+            },
+            Frame::Message {
+                sender: "#b#h".into(),
+                service: Service::Safe,
+                groups: vec!["g".into()],
+                payload: Vec::new(),
+            },
+            Frame::Disconnect,
+        ]
+    }
+
+    /// Feeds a stream of frames through `ReadBuf` in pieces of `step`
+    /// bytes (at most what `spare` offers) and checks they come out whole
+    /// and in order.
+    fn reassemble(step: usize) {
+        let want = frames();
+        let mut stream = Vec::new();
+        for f in &want {
+            f.encode(&mut stream).unwrap();
+        }
+        let mut buf = ReadBuf::new(Limits::default());
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at < stream.len() {
+            while let Some(f) = buf.frame().unwrap() {
+                got.push(f);
+            }
+            let spare = buf.spare();
+            let n = step.min(spare.len()).min(stream.len() - at);
+            spare[..n].copy_from_slice(&stream[at..at + n]);
+            buf.filled(n);
+            at += n;
+        }
+        while let Some(f) = buf.frame().unwrap() {
+            got.push(f);
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn read_buf_reassembles_frames_from_any_piece_size() {
+        for step in [1, 2, 3, 5, 7, 64, 1000, 4096, 65_535, 65_536, 1 << 20] {
+            reassemble(step);
+        }
+    }
+
+    #[test]
+    fn read_buf_reports_garbage() {
+        let mut buf = ReadBuf::new(Limits::default());
+        let garbage = [0, 0, 0, 3, 9, 9, 9];
+        buf.spare()[..garbage.len()].copy_from_slice(&garbage);
+        buf.filled(garbage.len());
+        assert_eq!(buf.frame(), Err(FrameError::BadVersion(9)));
+    }
+
+    #[test]
+    fn multicast_encoding_matches_the_codec() {
+        let mut enc = Encoder::new(Limits::default());
+        for payload in [Vec::new(), b"hi".to_vec(), vec![7u8; 100_000]] {
+            let bytes = enc
+                .multicast(Service::Causal, &["a", "bb"], &payload)
+                .unwrap()
+                .to_vec();
+            let want = Frame::Multicast {
+                service: Service::Causal,
+                groups: vec!["a".into(), "bb".into()],
+                payload,
+            }
+            .to_vec()
+            .unwrap();
+            assert_eq!(bytes, want);
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_before_sending() {
+        let mut enc = Encoder::new(Limits::default());
+        let none: [&str; 0] = [];
+        assert!(matches!(
+            enc.multicast(Service::Agreed, &none, b"x"),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(
+            enc.multicast(Service::Agreed, &["g", ""], b"x"),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(
+            enc.multicast(Service::Agreed, &["g"], &vec![0; (1 << 20) + 1]),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(enc.join(""), Err(ClientError::Invalid(_))));
+        assert!(matches!(
+            enc.leave(&"x".repeat(129)),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(
+            enc.connect("me", &"t".repeat(256)),
+            Err(ClientError::Invalid(_))
+        ));
+        assert!(matches!(enc.connect("", ""), Err(ClientError::Invalid(_))));
+    }
+
+    #[test]
+    fn daemon_error_displays_text_and_code() {
+        let e = ClientError::Daemon {
+            code: 5,
+            text: "service safe is not implemented".into(),
+        };
+        assert_eq!(e.to_string(), "service safe is not implemented (code 5)");
+        assert_eq!(e.code(), Some(5));
+    }
+}

@@ -1,0 +1,295 @@
+//! The async client, on tokio sockets: the operations of the blocking
+//! [`Client`](crate::Client) as `async fn`s.
+//!
+//! ```no_run
+//! use shoal_client::{tokio::Client, Received, Service};
+//!
+//! # async fn run() -> Result<(), shoal_client::ClientError> {
+//! let mut client = Client::connect("echo").await?;
+//! client.join("chat").await?;
+//! loop {
+//!     let Received::Message(m) = client.receive().await? else { continue };
+//!     if m.payload == b"bye" {
+//!         break;
+//!     }
+//!     // Echo to the sender's private group.
+//!     client.multicast(Service::Fifo, &[m.sender.as_str()], &m.payload).await?;
+//! }
+//! client.disconnect().await
+//! # }
+//! ```
+//!
+//! [`Client::receive`] is cancel-safe: used in `tokio::select!`, a branch
+//! that loses loses no bytes. The `send` side is not (a request cut short
+//! by cancellation may leave half a frame on the connection).
+
+use std::time::Duration;
+
+use ::tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use ::tokio::net::{TcpStream, UnixStream};
+use shoal_wire::client::Frame;
+
+use crate::{
+    after_disconnect, connect_answer, received, ClientError, Encoder, Endpoint, Limits, ReadBuf,
+    Received, Service, DISCONNECT_WAIT,
+};
+
+type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Sync + Unpin>;
+
+async fn open(endpoint: &Endpoint) -> Result<(Reader, Writer), ClientError> {
+    let unreachable = |source| ClientError::Unreachable {
+        endpoint: endpoint.to_string(),
+        source,
+    };
+    Ok(match endpoint {
+        Endpoint::Unix(path) => {
+            let stream = UnixStream::connect(path).await.map_err(unreachable)?;
+            let (r, w) = stream.into_split();
+            (Box::new(r), Box::new(w))
+        }
+        Endpoint::Tcp { addr, .. } => {
+            let stream = TcpStream::connect(addr).await.map_err(unreachable)?;
+            stream.set_nodelay(true)?;
+            let (r, w) = stream.into_split();
+            (Box::new(r), Box::new(w))
+        }
+    })
+}
+
+/// An async connection to the daemon (see the blocking
+/// [`Client`](crate::Client) for what each operation does).
+pub struct Client {
+    send: SendHalf,
+    recv: RecvHalf,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("private_group", &self.recv.private_group)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the daemon's Unix socket at its default path under the
+    /// private `name`.
+    pub async fn connect(name: &str) -> Result<Client, ClientError> {
+        Client::connect_to(&Endpoint::default(), name).await
+    }
+
+    /// Connects to the daemon at `endpoint` under the private `name`.
+    pub async fn connect_to(endpoint: &Endpoint, name: &str) -> Result<Client, ClientError> {
+        Client::connect_with_limits(endpoint, name, Limits::default()).await
+    }
+
+    /// As [`Client::connect_to`], with other limits than the defaults.
+    pub async fn connect_with_limits(
+        endpoint: &Endpoint,
+        name: &str,
+        limits: Limits,
+    ) -> Result<Client, ClientError> {
+        let mut enc = Encoder::new(limits);
+        enc.connect(name, endpoint.token())?;
+        let (read, write) = open(endpoint).await?;
+        let mut send = SendHalf {
+            write,
+            enc,
+            private_group: String::new(),
+        };
+        send.write_out().await?;
+        let mut recv = RecvHalf {
+            read,
+            buf: ReadBuf::new(limits),
+            private_group: String::new(),
+        };
+        let private_group = connect_answer(recv.next_frame().await?)?;
+        send.private_group.clone_from(&private_group);
+        recv.private_group = private_group;
+        Ok(Client { send, recv })
+    }
+
+    /// This client's private group (its address).
+    pub fn private_group(&self) -> &str {
+        &self.recv.private_group
+    }
+
+    /// Joins `group`.
+    pub async fn join(&mut self, group: &str) -> Result<(), ClientError> {
+        self.send.join(group).await
+    }
+
+    /// Leaves `group`.
+    pub async fn leave(&mut self, group: &str) -> Result<(), ClientError> {
+        self.send.leave(group).await
+    }
+
+    /// Sends `payload` to every member of `groups` with the guarantee
+    /// `service`.
+    pub async fn multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
+        self.send.multicast(service, groups, payload).await
+    }
+
+    /// Waits for the next message or view. Cancel-safe.
+    pub async fn receive(&mut self) -> Result<Received, ClientError> {
+        self.recv.receive().await
+    }
+
+    /// As [`Client::receive`], giving up after `timeout`: `Ok(None)`.
+    pub async fn receive_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Received>, ClientError> {
+        self.recv.receive_timeout(timeout).await
+    }
+
+    /// Says goodbye and waits (at most [`DISCONNECT_WAIT`]) for the daemon
+    /// to close; returns an `Error` it still had for this client.
+    pub async fn disconnect(self) -> Result<(), ClientError> {
+        let Client { mut send, mut recv } = self;
+        match send.send_disconnect().await {
+            Ok(()) | Err(ClientError::Disconnected) => {}
+            Err(e) => return Err(e),
+        }
+        let drain = async {
+            loop {
+                if let Some(result) = after_disconnect(recv.next_frame().await) {
+                    return result;
+                }
+            }
+        };
+        ::tokio::time::timeout(DISCONNECT_WAIT, drain)
+            .await
+            .unwrap_or(Ok(()))
+    }
+
+    /// Splits the client into owned halves, for two tasks.
+    pub fn split(self) -> (SendHalf, RecvHalf) {
+        (self.send, self.recv)
+    }
+}
+
+/// The sending half of an async [`Client`].
+pub struct SendHalf {
+    write: Writer,
+    enc: Encoder,
+    private_group: String,
+}
+
+impl std::fmt::Debug for SendHalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendHalf")
+            .field("private_group", &self.private_group)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendHalf {
+    /// This client's private group.
+    pub fn private_group(&self) -> &str {
+        &self.private_group
+    }
+
+    /// See [`Client::join`].
+    pub async fn join(&mut self, group: &str) -> Result<(), ClientError> {
+        self.enc.join(group)?;
+        self.write_out().await
+    }
+
+    /// See [`Client::leave`].
+    pub async fn leave(&mut self, group: &str) -> Result<(), ClientError> {
+        self.enc.leave(group)?;
+        self.write_out().await
+    }
+
+    /// See [`Client::multicast`].
+    pub async fn multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
+        self.enc.multicast(service, groups, payload)?;
+        self.write_out().await
+    }
+
+    /// Says goodbye and stops sending; the [`RecvHalf`] then receives what
+    /// was still on its way, then [`ClientError::Disconnected`].
+    pub async fn disconnect(mut self) -> Result<(), ClientError> {
+        self.send_disconnect().await
+    }
+
+    async fn send_disconnect(&mut self) -> Result<(), ClientError> {
+        self.enc.disconnect()?;
+        self.write_out().await?;
+        let _ = self.write.shutdown().await;
+        Ok(())
+    }
+
+    async fn write_out(&mut self) -> Result<(), ClientError> {
+        let result = self.write.write_all(&self.enc.out).await;
+        self.enc.written();
+        result.map_err(ClientError::from)
+    }
+}
+
+/// The receiving half of an async [`Client`].
+pub struct RecvHalf {
+    read: Reader,
+    buf: ReadBuf,
+    private_group: String,
+}
+
+impl std::fmt::Debug for RecvHalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvHalf")
+            .field("private_group", &self.private_group)
+            .field("buf", &self.buf)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecvHalf {
+    /// This client's private group.
+    pub fn private_group(&self) -> &str {
+        &self.private_group
+    }
+
+    /// See [`Client::receive`]. Cancel-safe.
+    pub async fn receive(&mut self) -> Result<Received, ClientError> {
+        received(self.next_frame().await?)
+    }
+
+    /// See [`Client::receive_timeout`].
+    pub async fn receive_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Received>, ClientError> {
+        match ::tokio::time::timeout(timeout, self.receive()).await {
+            Ok(result) => result.map(Some),
+            Err(_elapsed) => Ok(None),
+        }
+    }
+
+    /// The next frame. Cancel-safe: the buffer changes only after a read
+    /// completed.
+    async fn next_frame(&mut self) -> Result<Frame, ClientError> {
+        loop {
+            if let Some(frame) = self.buf.frame()? {
+                return Ok(frame);
+            }
+            match self.read.read(self.buf.spare()).await {
+                Ok(0) => return Err(ClientError::Disconnected),
+                Ok(n) => self.buf.filled(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The blocking client against a fake daemon.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{message, FakeDaemon, BOUND};
+use shoal_client::{
+    code, Client, ClientError, Endpoint, FrameError, Limits, Membership, Message, Reason, Received,
+    Service,
+};
+use shoal_wire::client::Frame;
+
+#[test]
+fn connect_handshake() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        let (name, token) = peer.accept("#alice#h1");
+        assert_eq!(name, "alice");
+        assert_eq!(token, "", "no token over the Unix socket");
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let client = Client::connect_to(&daemon.endpoint(), "alice").unwrap();
+    assert_eq!(client.private_group(), "#alice#h1");
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn connect_refused_with_an_error() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        assert!(matches!(peer.read_frame(), Frame::Connect { .. }));
+        peer.send(&Frame::Error {
+            code: code::NAME_TAKEN,
+            text: "name alice is taken".into(),
+        });
+    });
+    match Client::connect_to(&daemon.endpoint(), "alice") {
+        Err(ClientError::Daemon { code, text }) => {
+            assert_eq!(code, code::NAME_TAKEN);
+            assert_eq!(text, "name alice is taken");
+        }
+        other => panic!("expected a daemon error, got {other:?}"),
+    }
+    daemon.finish();
+}
+
+#[test]
+fn connect_closed_before_answering() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        assert!(matches!(peer.read_frame(), Frame::Connect { .. }));
+    });
+    let result = Client::connect_to(&daemon.endpoint(), "alice");
+    assert!(
+        matches!(result, Err(ClientError::Disconnected)),
+        "{result:?}"
+    );
+    daemon.finish();
+}
+
+#[test]
+fn connect_to_no_daemon() {
+    let path = std::env::temp_dir().join(format!("shoal-client-none-{}.sock", std::process::id()));
+    let result = Client::connect_to(&Endpoint::Unix(path), "alice");
+    assert!(
+        matches!(result, Err(ClientError::Unreachable { .. })),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn tcp_sends_the_token() {
+    let (daemon, addr) = FakeDaemon::tcp(|mut peer| {
+        let (name, token) = peer.accept("#bob#h1");
+        assert_eq!(name, "bob");
+        assert_eq!(token, "s3cret");
+        assert_eq!(peer.read_frame(), Frame::Join { group: "g".into() });
+        peer.send(&message("#x#h", &["g"], b"over tcp"));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let endpoint = Endpoint::Tcp {
+        addr,
+        token: "s3cret".into(),
+    };
+    let mut client = Client::connect_to(&endpoint, "bob").unwrap();
+    client.join("g").unwrap();
+    match client.receive().unwrap() {
+        Received::Message(m) => assert_eq!(m.payload, b"over tcp"),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn requests_arrive_encoded() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert_eq!(peer.read_frame(), Frame::Join { group: "g1".into() });
+        assert_eq!(peer.read_frame(), Frame::Join { group: "g2".into() });
+        assert_eq!(
+            peer.read_frame(),
+            Frame::Multicast {
+                service: Service::Causal,
+                groups: vec!["g1".into(), "g2".into()],
+                payload: b"to both".to_vec(),
+            }
+        );
+        assert_eq!(
+            peer.read_frame(),
+            Frame::Multicast {
+                service: Service::Unreliable,
+                groups: vec!["g1".into()],
+                payload: Vec::new(),
+            }
+        );
+        assert_eq!(
+            peer.read_frame(),
+            Frame::Multicast {
+                service: Service::Safe,
+                groups: vec!["g2".into()],
+                payload: vec![0xab; 1 << 20],
+            }
+        );
+        assert_eq!(peer.read_frame(), Frame::Leave { group: "g1".into() });
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    client.join("g1").unwrap();
+    client.join("g2").unwrap();
+    client
+        .multicast(Service::Causal, &["g1", "g2"], b"to both")
+        .unwrap();
+    // Refused locally, nothing sent.
+    let none: [&str; 0] = [];
+    assert!(matches!(
+        client.multicast(Service::Agreed, &none, b"x"),
+        Err(ClientError::Invalid(_))
+    ));
+    assert!(matches!(client.join(""), Err(ClientError::Invalid(_))));
+    let owned = vec!["g1".to_string()];
+    client.multicast(Service::Unreliable, &owned, b"").unwrap();
+    client
+        .multicast(Service::Safe, &["g2"], &vec![0xab; 1 << 20])
+        .unwrap();
+    client.leave("g1").unwrap();
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn messages_and_views_are_received() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        peer.send(&Frame::Membership {
+            group: "g".into(),
+            view_id: 3,
+            reason: Reason::Join,
+            members: vec!["#a#h".into(), "#b#h".into()],
+        });
+        peer.send(&Frame::Message {
+            sender: "#b#h".into(),
+            service: Service::Fifo,
+            groups: vec!["g".into(), "h".into()],
+            payload: b"hi".to_vec(),
+        });
+        // Two frames in one write.
+        let mut both = message("#b#h", &["g"], b"one").to_vec().unwrap();
+        both.extend(message("#b#h", &["g"], b"two").to_vec().unwrap());
+        peer.send_raw(&both);
+        // A large one.
+        peer.send(&message("#b#h", &["g"], &vec![7; 1 << 20]));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert_eq!(
+        client.receive().unwrap(),
+        Received::Membership(Membership {
+            group: "g".into(),
+            view_id: 3,
+            reason: Reason::Join,
+            members: vec!["#a#h".into(), "#b#h".into()],
+        })
+    );
+    assert_eq!(
+        client.receive().unwrap(),
+        Received::Message(Message {
+            sender: "#b#h".into(),
+            service: Service::Fifo,
+            groups: vec!["g".into(), "h".into()],
+            payload: b"hi".to_vec(),
+        })
+    );
+    for want in [&b"one"[..], b"two"] {
+        match client.receive().unwrap() {
+            Received::Message(m) => assert_eq!(m.payload, want),
+            other => panic!("{other:?}"),
+        }
+    }
+    match client.receive_timeout(BOUND).unwrap() {
+        Some(Received::Message(m)) => assert_eq!(m.payload, vec![7; 1 << 20]),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn a_frame_in_many_small_writes_is_reassembled() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        // Byte by byte with pauses, so the client sees many short reads.
+        let small = message("#b#h", &["g"], b"slowly").to_vec().unwrap();
+        peer.send_in_pieces(&small, 1, Duration::from_millis(2));
+        // A large frame in 1000-byte writes.
+        let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let large = message("#b#h", &["g"], &payload).to_vec().unwrap();
+        peer.send_in_pieces(&large, 1000, Duration::ZERO);
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    match client.receive().unwrap() {
+        Received::Message(m) => assert_eq!(m.payload, b"slowly"),
+        other => panic!("{other:?}"),
+    }
+    match client.receive().unwrap() {
+        Received::Message(m) => {
+            let want: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            assert_eq!(m.payload, want);
+        }
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn eof_is_disconnected() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        // Dropping the peer closes the connection.
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    daemon.finish();
+    assert!(matches!(client.receive(), Err(ClientError::Disconnected)));
+    assert!(matches!(client.receive(), Err(ClientError::Disconnected)));
+}
+
+#[test]
+fn disconnect_frame_is_disconnected() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        peer.send(&Frame::Disconnect);
+        assert_eq!(peer.try_read_frame(), None);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert!(matches!(client.receive(), Err(ClientError::Disconnected)));
+    drop(client);
+    daemon.finish();
+}
+
+#[test]
+fn daemon_errors_come_from_receive_and_the_connection_goes_on() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert!(matches!(peer.read_frame(), Frame::Multicast { .. }));
+        peer.send(&Frame::Error {
+            code: code::UNSUPPORTED_SERVICE,
+            text: "service safe is not implemented yet".into(),
+        });
+        peer.send(&message("#b#h", &["g"], b"still here"));
+        peer.send(&Frame::Error {
+            code: code::SHUTDOWN,
+            text: "the daemon is shutting down".into(),
+        });
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    client.multicast(Service::Safe, &["g"], b"x").unwrap();
+    let e = client.receive().unwrap_err();
+    assert_eq!(e.code(), Some(code::UNSUPPORTED_SERVICE));
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "service safe is not implemented yet (code {})",
+            code::UNSUPPORTED_SERVICE
+        )
+    );
+    assert!(matches!(client.receive(), Ok(Received::Message(_))));
+    assert_eq!(client.receive().unwrap_err().code(), Some(code::SHUTDOWN));
+    assert!(client.receive().unwrap_err().is_disconnected());
+    daemon.finish();
+}
+
+#[test]
+fn disconnect_reports_an_error_still_pending() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert!(matches!(peer.read_frame(), Frame::Multicast { .. }));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+        // The daemon answers frames in order: the refusal, then the close.
+        peer.send(&message("#b#h", &["g"], b"dropped"));
+        peer.send(&Frame::Error {
+            code: code::UNSUPPORTED_SERVICE,
+            text: "no safe".into(),
+        });
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    client.multicast(Service::Safe, &["g"], b"x").unwrap();
+    let e = client.disconnect().unwrap_err();
+    assert_eq!(e.code(), Some(code::UNSUPPORTED_SERVICE));
+    daemon.finish();
+}
+
+#[test]
+fn garbage_is_a_protocol_error() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        // A frame of version 9.
+        peer.send_raw(&[0, 0, 0, 3, 9, 9, 9]);
+        assert_eq!(peer.try_read_frame(), None);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    match client.receive() {
+        Err(ClientError::Protocol(FrameError::BadVersion(9))) => {}
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    drop(client);
+    daemon.finish();
+}
+
+#[test]
+fn an_unexpected_frame_is_reported() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        peer.send(&Frame::ConnectOk {
+            private_group: "#a#h".into(),
+        });
+        assert_eq!(peer.try_read_frame(), None);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert!(matches!(
+        client.receive(),
+        Err(ClientError::Unexpected("ConnectOk"))
+    ));
+    drop(client);
+    daemon.finish();
+}
+
+#[test]
+fn limits_apply_to_what_is_received() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        peer.send(&message("#b#h", &["g"], &[1; 100]));
+        assert_eq!(peer.try_read_frame(), None);
+    });
+    let limits = Limits {
+        payload_max: 10,
+        ..Limits::default()
+    };
+    let mut client = Client::connect_with_limits(&daemon.endpoint(), "a", limits).unwrap();
+    assert!(matches!(
+        client.multicast(Service::Agreed, &["g"], &[0; 11]),
+        Err(ClientError::Invalid(_))
+    ));
+    assert!(matches!(client.receive(), Err(ClientError::Protocol(_))));
+    drop(client);
+    daemon.finish();
+}
+
+#[test]
+fn receive_timeout_returns_none_on_silence() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        // Half a frame, then silence until the client joins.
+        let frame = message("#b#h", &["g"], b"after the join").to_vec().unwrap();
+        peer.send_raw(&frame[..7]);
+        assert_eq!(peer.read_frame(), Frame::Join { group: "g".into() });
+        peer.send_raw(&frame[7..]);
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert_eq!(
+        client.receive_timeout(Duration::from_millis(50)).unwrap(),
+        None
+    );
+    assert_eq!(client.receive_timeout(Duration::ZERO).unwrap(), None);
+    client.join("g").unwrap();
+    match client.receive_timeout(BOUND).unwrap() {
+        Some(Received::Message(m)) => assert_eq!(m.payload, b"after the join"),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn split_halves_send_and_receive_on_two_threads() {
+    const N: usize = 200;
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        // Echo each multicast back as a message; then the client's goodbye.
+        loop {
+            match peer.read_frame() {
+                Frame::Multicast {
+                    groups, payload, ..
+                } => {
+                    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+                    peer.send(&message("#a#h", &groups, &payload));
+                }
+                Frame::Disconnect => return,
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    let client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    let (mut send, mut recv) = client.split();
+    assert_eq!(send.private_group(), "#a#h");
+    assert_eq!(recv.private_group(), "#a#h");
+    let receiver = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        loop {
+            match recv.receive() {
+                Ok(Received::Message(m)) => got.push(m.payload),
+                Err(ClientError::Disconnected) => return got,
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    for i in 0..N {
+        send.multicast(Service::Fifo, &["g"], i.to_string().as_bytes())
+            .unwrap();
+    }
+    send.disconnect().unwrap();
+    let got = receiver.join().unwrap();
+    let want: Vec<Vec<u8>> = (0..N).map(|i| i.to_string().into_bytes()).collect();
+    assert_eq!(got, want);
+    daemon.finish();
+}
