@@ -443,3 +443,113 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     assert!(value("shoal_packets_sent_total{kind=\"gossip\"}") > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One daemon, no peers, with a TCP listener and a small client queue.
+fn single_daemon(dir: &Path, tcp: SocketAddr) -> (PathBuf, PathBuf) {
+    let socket = dir.join("solo.sock");
+    let config = dir.join("solo.toml");
+    let text = format!(
+        "node = \"solo\"\nsocket = \"{}\"\nlisten = \"{}\"\n\n[tcp]\naddress = \"{tcp}\"\ntoken = \"sesame\"\n\n[limits]\nclient_queue = 200000\n\n[cluster]\nfound_after = 300\n",
+        socket.display(),
+        free_udp_port(),
+    );
+    std::fs::write(&config, text).unwrap();
+    (config, socket)
+}
+
+#[test]
+fn a_slow_reader_is_disconnected_with_its_reason_and_nothing_more_is_buffered_for_it() {
+    let dir = temp_dir("slow");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (config, socket) = single_daemon(&dir, tcp);
+    let _daemon = Daemon::start(&config, &socket);
+    let mut slow = Client::connect(&socket, "slow");
+    slow.join("flood");
+    slow.until_members("flood", 1);
+    // The sender is not a member (open group), so only `slow` receives.
+    let mut fast = Client::connect(&socket, "fast");
+    let payload = vec![7u8; 1024];
+    for _ in 0..5_000 {
+        fast.multicast(Service::Fifo, "flood", &payload);
+    }
+    // Now read: some messages, then the reason, then the end.
+    let frames = slow.until("the slow-client error", |f| {
+        matches!(f, Frame::Error { .. })
+    });
+    assert!(matches!(
+        frames.last(),
+        Some(Frame::Error {
+            code: code::SLOW_CLIENT,
+            ..
+        })
+    ));
+    // What reached it is what its 200 KB queue and the socket buffers held
+    // when the daemon gave up (a few hundred 1 KB messages), not the 5 MB
+    // sent: the daemon does not keep buffering for a reader that does not
+    // read.
+    let delivered = frames
+        .iter()
+        .filter(|f| matches!(f, Frame::Message { .. }))
+        .count();
+    assert!(delivered < 2_000, "{delivered}");
+    assert!(
+        slow.recv(Duration::from_secs(5)).is_none(),
+        "closed after the reason"
+    );
+    // The daemon serves on.
+    let mut other = Client::connect(&socket, "other");
+    other.join("g2");
+    other.until_members("g2", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tcp_clients_need_the_token() {
+    let dir = temp_dir("tcp");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (config, socket) = single_daemon(&dir, tcp);
+    let _daemon = Daemon::start(&config, &socket);
+    // Wait until the daemon serves (over the Unix socket).
+    Client::connect(&socket, "probe");
+    let ask = |token: &str| -> Frame {
+        let mut s = std::net::TcpStream::connect(tcp).unwrap();
+        let hello = Frame::Connect {
+            name: "remote".into(),
+            token: token.into(),
+        };
+        s.write_all(&hello.to_vec().unwrap()).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((f, _)) = decode(&buf, &Limits::default()).unwrap() {
+                return f;
+            }
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed without an answer");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    assert!(matches!(
+        ask("wrong"),
+        Frame::Error {
+            code: code::AUTH,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ask(""),
+        Frame::Error {
+            code: code::AUTH,
+            ..
+        }
+    ));
+    assert!(matches!(ask("sesame"), Frame::ConnectOk { .. }));
+    let _ = std::fs::remove_dir_all(&dir);
+}

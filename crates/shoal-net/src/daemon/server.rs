@@ -39,6 +39,9 @@ use crate::{
 /// Bytes of client items the core holds for the daemons' group before it
 /// stops reading clients.
 const PENDING_MAX: usize = 4 << 20;
+/// How long a connection being closed (a slow client) may take to read what
+/// was already being written and the reason it is closed.
+const CLOSE_GRACE: Duration = Duration::from_secs(30);
 /// How long a graceful shutdown waits for its goodbye and its leave.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
@@ -744,10 +747,23 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                 }
                 let cost = out.len();
                 // A client that does not read must not keep this task in
-                // write_all after the core gave up on it.
+                // write_all forever after the core gave up on it: on close,
+                // finish this buffer and write the reason if the client
+                // reads within CLOSE_GRACE, else drop the connection. Memory
+                // stays bounded: nothing more is queued for it.
                 tokio::select! {
                     r = write.write_all(&out) => if r.is_err() { return },
-                    _ = &mut close => return,
+                    last = &mut close => {
+                        let finish = async {
+                            write.write_all(&out).await?;
+                            if let Ok(Some(f)) = last {
+                                write.write_all(&f.to_vec().unwrap_or_default()).await?;
+                            }
+                            write.shutdown().await
+                        };
+                        let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+                        return;
+                    }
                 }
                 queued.fetch_sub(cost, Ordering::Relaxed);
             }
