@@ -21,9 +21,9 @@ enum Stream {
 
 impl Stream {
     fn open(endpoint: &Endpoint) -> Result<Stream, ClientError> {
-        let unreachable = |source| ClientError::Unreachable {
+        let unreachable = |error| ClientError::Unreachable {
             endpoint: endpoint.to_string(),
-            source,
+            error,
         };
         match endpoint {
             Endpoint::Unix(path) => UnixStream::connect(path)

@@ -136,17 +136,14 @@ pub enum Received {
     Membership(Membership),
 }
 
-/// What can go wrong.
+/// What can go wrong. Each message includes its cause (no error here has
+/// a `source`), so printing one says it all.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
     /// No daemon answers at the endpoint (no socket, connection refused).
-    #[error("cannot reach the daemon at {endpoint}: {source}")]
-    Unreachable {
-        endpoint: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("cannot reach the daemon at {endpoint}: {error}")]
+    Unreachable { endpoint: String, error: io::Error },
     /// The daemon sent an `Error` frame (codes in [`code`]).
     #[error("{text} (code {code})")]
     Daemon { code: u16, text: String },
@@ -155,7 +152,7 @@ pub enum ClientError {
     Disconnected,
     /// The daemon sent bytes that are not a valid frame.
     #[error("bad frame from the daemon: {0}")]
-    Protocol(#[from] FrameError),
+    Protocol(FrameError),
     /// The daemon sent a valid frame that has no business here (such as a
     /// second `ConnectOk`).
     #[error("unexpected {0} frame from the daemon")]
@@ -165,7 +162,7 @@ pub enum ClientError {
     #[error("invalid request: {0}")]
     Invalid(String),
     #[error("client socket: {0}")]
-    Io(#[source] io::Error),
+    Io(io::Error),
 }
 
 impl ClientError {
@@ -180,6 +177,12 @@ impl ClientError {
     /// Whether the connection is gone.
     pub fn is_disconnected(&self) -> bool {
         matches!(self, ClientError::Disconnected)
+    }
+}
+
+impl From<FrameError> for ClientError {
+    fn from(e: FrameError) -> Self {
+        ClientError::Protocol(e)
     }
 }
 

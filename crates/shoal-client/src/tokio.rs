@@ -38,9 +38,9 @@ type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
 type Writer = Box<dyn AsyncWrite + Send + Sync + Unpin>;
 
 async fn open(endpoint: &Endpoint) -> Result<(Reader, Writer), ClientError> {
-    let unreachable = |source| ClientError::Unreachable {
+    let unreachable = |error| ClientError::Unreachable {
         endpoint: endpoint.to_string(),
-        source,
+        error,
     };
     Ok(match endpoint {
         Endpoint::Unix(path) => {
