@@ -2,6 +2,7 @@
 //! module (mini-redis style). `anyhow` lives only at this level.
 
 mod bench_cmd;
+mod client_cmd;
 mod daemon_cmd;
 mod demo;
 mod sim;
@@ -23,6 +24,10 @@ struct Cli {
 enum Command {
     /// The per-host daemon: serves clients, joins its peer daemons.
     Daemon(daemon_cmd::DaemonArgs),
+    /// Multicast a message (or each line of stdin) to a group.
+    Send(client_cmd::SendArgs),
+    /// Join groups and print the messages and views that arrive.
+    Listen(client_cmd::ListenArgs),
     /// Throughput and latency through daemons on loopback.
     Bench(bench_cmd::BenchArgs),
     /// The local daemon's view, peers, clients, groups and counters.
@@ -36,6 +41,8 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Daemon(args) => daemon_cmd::run(args),
+        Command::Send(args) => client_cmd::run_send(args),
+        Command::Listen(args) => client_cmd::run_listen(args),
         Command::Status(args) => daemon_cmd::status(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
