@@ -3,14 +3,15 @@
 //! ```text
 //! shoal daemon &
 //! cargo run -p shoal-client --example async_echo -- echo
-//! shoal listen me &                      # (or any client) then:
-//! shoal send echo "hello"                # the echo goes to the sender's private group
+//! shoal listen echo &
+//! shoal send echo "hello"     # listen prints "hello", then "echo: hello"
 //! ```
 //!
-//! Joins the group and answers every message with the same payload, sent
-//! back to the sender's private group (its address) with service fifo. It
-//! stops on Ctrl-C (disconnecting cleanly) or when the daemon goes away.
-//! The daemon's socket is the default one, or `$SHOAL_SOCKET`.
+//! Joins the group and answers every message from someone else with
+//! `echo: <payload>`, multicast to the groups it came to (service fifo).
+//! It does not answer echoes, so two of them do not ping-pong. It stops on
+//! Ctrl-C (disconnecting cleanly) or when the daemon goes away. The
+//! daemon's socket is the default one, or `$SHOAL_SOCKET`.
 
 use shoal_client::tokio::Client;
 use shoal_client::{ClientError, Endpoint, Received, Service};
@@ -34,9 +35,12 @@ async fn main() -> Result<(), ClientError> {
             _ = tokio::signal::ctrl_c() => break,
         };
         match received {
-            Ok(Received::Message(m)) if m.sender != client.private_group() => {
-                let to = [m.sender.as_str()];
-                client.multicast(Service::Fifo, &to, &m.payload).await?;
+            Ok(Received::Message(m))
+                if m.sender != client.private_group() && !m.payload.starts_with(b"echo: ") =>
+            {
+                let mut echo = b"echo: ".to_vec();
+                echo.extend_from_slice(&m.payload);
+                client.multicast(Service::Fifo, &m.groups, &echo).await?;
             }
             Ok(Received::Message(_)) => {}
             Ok(Received::Membership(v)) => {

@@ -112,7 +112,8 @@ pub struct Message {
     pub sender: String,
     /// The guarantee it was sent with.
     pub service: Service,
-    /// Every group it was addressed to that this client is a member of.
+    /// Every group it was addressed to (it is delivered once to a member
+    /// of several).
     pub groups: Vec<String>,
     pub payload: Vec<u8>,
 }
