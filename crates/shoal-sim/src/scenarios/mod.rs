@@ -3,7 +3,9 @@
 pub mod figure;
 pub mod p000;
 pub mod p000_fig10_scale;
+pub mod p000_fig11_large;
 pub mod p000_fig12_perturbed;
+pub mod p000_fig13_waves;
 pub mod p000_fig14_load;
 pub mod p000_fig1_traditional;
 pub mod p000_fig6_analysis;
@@ -56,6 +58,8 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_table2_committee::NAME, p000_table2_committee::run),
     (p000_fig14_load::NAME, p000_fig14_load::run),
     (p000_fig10_scale::NAME, p000_fig10_scale::run),
+    (p000_fig11_large::NAME, p000_fig11_large::run),
+    (p000_fig13_waves::NAME, p000_fig13_waves::run),
 ];
 
 /// The figure called `name`.
