@@ -747,22 +747,30 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                 }
                 let cost = out.len();
                 // A client that does not read must not keep this task in
-                // write_all forever after the core gave up on it: on close,
+                // a write forever after the core gave up on it: on close,
                 // finish this buffer and write the reason if the client
                 // reads within CLOSE_GRACE, else drop the connection. Memory
-                // stays bounded: nothing more is queued for it.
-                tokio::select! {
-                    r = write.write_all(&out) => if r.is_err() { return },
-                    last = &mut close => {
-                        let finish = async {
-                            write.write_all(&out).await?;
-                            if let Ok(Some(f)) = last {
-                                write.write_all(&f.to_vec().unwrap_or_default()).await?;
-                            }
-                            write.shutdown().await
-                        };
-                        let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
-                        return;
+                // stays bounded: nothing more is queued for it. (`write` is
+                // cancel-safe: a dropped write wrote nothing.)
+                let mut written = 0;
+                while written < out.len() {
+                    tokio::select! {
+                        r = write.write(&out[written..]) => match r {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => written += n,
+                        },
+                        last = &mut close => {
+                            let rest = &out[written..];
+                            let finish = async {
+                                write.write_all(rest).await?;
+                                if let Ok(Some(f)) = last {
+                                    write.write_all(&f.to_vec().unwrap_or_default()).await?;
+                                }
+                                write.shutdown().await
+                            };
+                            let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+                            return;
+                        }
                     }
                 }
                 queued.fetch_sub(cost, Ordering::Relaxed);
