@@ -50,10 +50,11 @@ pub enum Kind {
     Heartbeat = 7,
     Vsync = 8,
     Presence = 9,
+    Relay = 10,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 9;
+pub const KIND_COUNT: usize = 10;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -66,6 +67,7 @@ impl Kind {
         Kind::Heartbeat,
         Kind::Vsync,
         Kind::Presence,
+        Kind::Relay,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -87,6 +89,7 @@ impl Kind {
             Kind::Heartbeat => "heartbeat",
             Kind::Vsync => "vsync",
             Kind::Presence => "presence",
+            Kind::Relay => "relay",
         }
     }
 
@@ -222,6 +225,16 @@ pub enum Packet<'a> {
     /// `member: true` and its view id, so the joiner knows a group exists and
     /// whom to ask. Body: `member u8` (0 or 1), `view u64`.
     Presence { member: bool, view: u64 },
+    /// A new message passed on by a member of the source's relay tree
+    /// (pbcast's first phase without IP multicast; P000 §3 footnote ‖: "a
+    /// very lightweight unicast-based tree"). The receiver passes it on to
+    /// its own children. Body: `source u32, seq u64`, payload (as
+    /// `Retransmit`).
+    Relay {
+        source: u32,
+        seq: u64,
+        payload: &'a [u8],
+    },
 }
 
 /// One member's heartbeat in a [`Packet::Heartbeat`].
@@ -269,6 +282,7 @@ impl Packet<'_> {
             Packet::Heartbeat { .. } => Kind::Heartbeat,
             Packet::Vsync { .. } => Kind::Vsync,
             Packet::Presence { .. } => Kind::Presence,
+            Packet::Relay { .. } => Kind::Relay,
         }
     }
 
@@ -280,7 +294,9 @@ impl Packet<'_> {
                 ranges_list_len(digest) + ranges_list_len(repaired)
             }
             Packet::Solicit { wanted } => ranges_list_len(wanted),
-            Packet::Retransmit { payload, .. } => 12 + payload.len(),
+            Packet::Retransmit { payload, .. } | Packet::Relay { payload, .. } => {
+                12 + payload.len()
+            }
             Packet::Status { .. } => 12,
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
@@ -320,6 +336,11 @@ impl Packet<'_> {
             }
             Packet::Solicit { wanted } => encode_ranges_list(wanted, out)?,
             Packet::Retransmit {
+                source,
+                seq,
+                payload,
+            }
+            | Packet::Relay {
                 source,
                 seq,
                 payload,
@@ -528,6 +549,11 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             wanted: reader.ranges_list()?,
         },
         Kind::Retransmit => Packet::Retransmit {
+            source: reader.u32()?,
+            seq: reader.u64()?,
+            payload: reader.rest(),
+        },
+        Kind::Relay => Packet::Relay {
             source: reader.u32()?,
             seq: reader.u64()?,
             payload: reader.rest(),

@@ -240,6 +240,7 @@ enum Owned {
     Heartbeat(Vec<HeartbeatEntry>),
     Vsync(Vec<u8>),
     Presence(bool, u64),
+    Relay(u32, u64, Vec<u8>),
 }
 
 impl Owned {
@@ -272,6 +273,11 @@ impl Owned {
                 member: *member,
                 view: *view,
             },
+            Owned::Relay(s, seq, p) => Packet::Relay {
+                source: *s,
+                seq: *seq,
+                payload: p,
+            },
         }
     }
 }
@@ -282,7 +288,9 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
         (any::<u64>(), payload.clone()).prop_map(|(s, p)| Owned::Data(s, p)),
         (arb_list(), arb_list()).prop_map(|(d, r)| Owned::Gossip(d, r)),
         arb_list().prop_map(Owned::Solicit),
-        (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
+        (any::<u32>(), any::<u64>(), payload.clone())
+            .prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
+        (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Relay(a, s, p)),
         (any::<u32>(), any::<u64>()).prop_map(|(s, n)| Owned::Status(s, n)),
         (
             any::<u64>(),

@@ -116,8 +116,9 @@ pub enum Message<'a> {
     },
     /// Tag 2: `local_id u64, gseq u64, view u64`.
     GseqAck { local_id: u64, gseq: u64, view: u64 },
-    /// Tag 3: `next u64, upto u64`: send me entries from `next` (up to
-    /// `upto`, a hint).
+    /// Tag 3: `next u64, upto u64`: send me the committed entries from
+    /// `next` to `upto` inclusive (at most a batch), then the committed
+    /// frontier. `upto < next` asks for the frontier only.
     RepairReq { next: u64, upto: u64 },
     /// Tag 4: `gseq u64`, entry: a repair, or a joiner's welcome.
     Entry { gseq: u64, entry: Entry<'a> },

@@ -98,6 +98,20 @@ pub struct Config {
     /// The transport offers IP multicast: the first phase uses it. Otherwise
     /// the first phase is a unicast fan-out to every member.
     pub ip_multicast: bool,
+    /// Without IP multicast, the first phase goes down a unicast tree rooted
+    /// at the source, each member passing a new message on to this many
+    /// children (P000 §3 footnote ‖: pbcast "more often" runs over "a very
+    /// lightweight unicast-based tree management and multicasting
+    /// mechanism"). The tree is the member list rotated to start at the
+    /// source, in heap order, so every member computes it alone; a group of
+    /// at most `relay_fanout + 1` members is a flat fan-out. 0 is always the
+    /// flat fan-out: the source sends every member a copy, O(n) datagrams per
+    /// message, which caps throughput by the source's CPU and link as n grows
+    /// (P000 Fig 10 in `docs/reproduction.md`). A member that misses a
+    /// relayed message, or whose parent is asleep, recovers it by gossip or
+    /// vsync repair like any other loss. Ignored with `ip_multicast`.
+    /// Default 16 (Shoal's choice; the papers give no number).
+    pub relay_fanout: u32,
     /// Plain pbcast, pbcast-IPMC or pbcast-grb.
     pub multicast_repair: MulticastRepair,
     /// Solicitations of one message within `multicast_repair_window_rounds`
@@ -148,6 +162,7 @@ impl Default for Config {
             lost_after_rounds: NonZeroU32::new(20).unwrap(),
             delivery: Delivery::Fifo,
             ip_multicast: false,
+            relay_fanout: 16,
             multicast_repair: MulticastRepair::Off,
             multicast_repair_threshold: NonZeroU32::new(2).unwrap(),
             multicast_repair_window_rounds: NonZeroU32::new(5).unwrap(),

@@ -6,7 +6,9 @@
 //!
 //! 1. **Unreliable dissemination.** A new message goes out once, by IP
 //!    multicast when the transport offers it (`Config::ip_multicast`),
-//!    otherwise by a unicast fan-out to every member. Receivers buffer it.
+//!    otherwise by a unicast fan-out to every member, or down a unicast
+//!    relay tree rooted at the source (`Config::relay_fanout`). Receivers
+//!    buffer it.
 //! 2. **Anti-entropy gossip.** Every round (100 ms, not synchronised across
 //!    members) a member picks one member at random and sends it a *digest* of
 //!    its buffer: per source, the ranges of sequence numbers it holds. The
@@ -133,6 +135,9 @@ pub struct Pbcast {
     /// Recently retransmitted messages (pbcast-grb's repair bits): when, and
     /// whether another member did it.
     repair_bits: BTreeMap<Key, RepairBit>,
+    /// First-phase messages new to this member in the datagram being
+    /// handled, to pass on down their source's relay tree.
+    relay_new: Vec<Key>,
 }
 
 /// (source index, sequence number).
@@ -186,6 +191,7 @@ impl Pbcast {
             solicitations: BTreeMap::new(),
             multicast_recently: BTreeMap::new(),
             repair_bits: BTreeMap::new(),
+            relay_new: Vec::new(),
             config,
         })
     }
@@ -391,10 +397,56 @@ impl Pbcast {
                 }
                 _ => {
                     self.stats.malformed += 1;
-                    return;
+                    break;
                 }
             }
         }
+        self.queue_relays();
+    }
+
+    /// Whether first-phase messages go down a relay tree.
+    fn relaying(&self) -> bool {
+        !self.config.ip_multicast && self.config.relay_fanout > 0
+    }
+
+    /// This member's children in the relay tree of `source`: the member list
+    /// rotated to start at the source, in heap order with `relay_fanout`
+    /// children per position.
+    fn relay_children(&self, source: usize) -> Vec<NodeId> {
+        let n = self.members.len();
+        let fanout = self.config.relay_fanout as usize;
+        if fanout == 0 {
+            return Vec::new();
+        }
+        let position = (self.my_index + n - source) % n;
+        let first = position.saturating_mul(fanout).saturating_add(1);
+        (first..first.saturating_add(fanout).min(n))
+            .map(|child| self.members[(source + child) % n])
+            .collect()
+    }
+
+    /// Passes the datagram's new first-phase messages on to this member's
+    /// children, one child at a time so that each child's copies pack.
+    fn queue_relays(&mut self) {
+        if self.relay_new.is_empty() {
+            return;
+        }
+        let mut new = std::mem::take(&mut self.relay_new);
+        new.sort_unstable();
+        for group in new.chunk_by(|a, b| a.0 == b.0) {
+            let source = group[0].0;
+            for child in self.relay_children(source) {
+                self.outbox
+                    .relays
+                    .extend(group.iter().map(|&(_, seq)| outbox::RelayCopy {
+                        to: child,
+                        source: source as u32,
+                        seq,
+                    }));
+            }
+        }
+        new.clear();
+        self.relay_new = new;
     }
 
     /// `shared`, when the caller has one, is the datagram the packet was
@@ -407,7 +459,17 @@ impl Pbcast {
         match packet {
             Packet::Data { seq, payload } => {
                 let payload = own(payload);
-                self.on_message(now, from, seq, payload, false);
+                self.on_first_phase(now, from, seq, payload);
+            }
+            Packet::Relay {
+                source,
+                seq,
+                payload,
+            } => {
+                if let Some(source) = self.index_of(NodeId(source)) {
+                    let payload = own(payload);
+                    self.on_first_phase(now, source, seq, payload);
+                }
             }
             Packet::Retransmit {
                 source,
@@ -439,15 +501,35 @@ impl Pbcast {
         }
     }
 
-    fn on_message(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes, rx: bool) {
+    /// A message of the first phase: from its source or down its relay tree.
+    fn on_first_phase(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes) {
+        let new = self.on_message(now, source, seq, payload, false);
+        if new && self.relaying() && source != self.my_index {
+            self.relay_new.push((source, seq));
+        }
+    }
+
+    /// Returns whether the message was new.
+    fn on_message(
+        &mut self,
+        now: Instant,
+        source: usize,
+        seq: u64,
+        payload: Bytes,
+        rx: bool,
+    ) -> bool {
         let log = &mut self.logs[source];
         let inserted = log.insert(seq, payload, now, rx, LOG_EXTENSION_MAX);
         self.track(source);
         match inserted {
-            Inserted::Duplicate => self.stats.duplicates += 1,
+            Inserted::Duplicate => {
+                self.stats.duplicates += 1;
+                false
+            }
             Inserted::New => {
                 self.deliver_ready(source, Some(seq));
                 self.maybe_report_progress(source);
+                true
             }
         }
     }

@@ -51,17 +51,30 @@ pub(super) struct Retransmit {
     pub seq: u64,
 }
 
-/// A data datagram being sent to each member in turn (no IP multicast).
+/// A new message passed on to a child in its source's relay tree.
+#[derive(Debug)]
+pub(super) struct RelayCopy {
+    pub to: NodeId,
+    /// Index of the source in the member list.
+    pub source: u32,
+    pub seq: u64,
+}
+
+/// A data datagram being sent to each target in turn (no IP multicast):
+/// every other member, or this member's children in its own relay tree.
 #[derive(Debug)]
 struct Fanout {
     payload: Bytes,
-    next_member: usize,
+    targets: Vec<NodeId>,
+    next: usize,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Outbox {
     pub control: VecDeque<Control>,
     pub retransmits: VecDeque<Retransmit>,
+    /// First-phase messages to pass on down relay trees.
+    pub relays: VecDeque<RelayCopy>,
     /// This member's own messages not yet sent in the first phase.
     pub fresh: VecDeque<u64>,
     fanout: Option<Fanout>,
@@ -80,6 +93,9 @@ pub(super) fn assemble(engine: &mut Pbcast, _now: Instant) -> Option<Transmit> {
         .or_else(|| outbox.retransmits.front().map(|r| r.destination));
     if let Some(destination) = destination {
         return Some(pack_repairs(engine, destination));
+    }
+    if let Some(to) = engine.outbox.relays.front().map(|r| r.to) {
+        return Some(pack_relays(engine, to));
     }
     if engine.outbox.fresh.is_empty() {
         return None;
@@ -151,6 +167,34 @@ fn pack_retransmits(engine: &mut Pbcast, destination: Destination, buf: &mut Vec
     }
 }
 
+/// Relayed messages for one child, packed.
+fn pack_relays(engine: &mut Pbcast, to: NodeId) -> Transmit {
+    let mut buf = Vec::with_capacity(engine.config.max_datagram_size.min(64 * 1024));
+    while let Some(front) = engine.outbox.relays.front() {
+        if front.to != to {
+            break;
+        }
+        let (source, seq) = (front.source as usize, front.seq);
+        let Some(payload) = engine.logs[source].payload(seq).cloned() else {
+            engine.outbox.relays.pop_front();
+            continue;
+        };
+        let packet = Packet::Relay {
+            source: engine.members[source].0,
+            seq,
+            payload: &payload,
+        };
+        if !append(engine, &packet, &mut buf) {
+            break;
+        }
+        engine.outbox.relays.pop_front();
+    }
+    Transmit {
+        destination: Destination::Node(to),
+        payload: Bytes::from(buf),
+    }
+}
+
 /// Encodes `packet` into `buf` if it fits (an empty buffer always takes one
 /// packet). Returns whether it was appended.
 fn append(engine: &mut Pbcast, packet: &Packet<'_>, buf: &mut Vec<u8>) -> bool {
@@ -203,29 +247,30 @@ fn pack_fresh(engine: &mut Pbcast) -> Option<Transmit> {
             payload,
         });
     }
-    let copies = engine.members.len().saturating_sub(1) as u64;
-    engine.stats.packets_sent[data] += packets * copies;
+    let targets: Vec<NodeId> = if engine.relaying() {
+        engine.relay_children(me)
+    } else {
+        let others = engine.members.iter().enumerate().filter(|(i, _)| *i != me);
+        others.map(|(_, m)| *m).collect()
+    };
+    engine.stats.packets_sent[data] += packets * targets.len() as u64;
     engine.outbox.fanout = Some(Fanout {
         payload,
-        next_member: 0,
+        targets,
+        next: 0,
     });
     next_fanout_copy(engine)
 }
 
 fn next_fanout_copy(engine: &mut Pbcast) -> Option<Transmit> {
     let fanout = engine.outbox.fanout.as_mut()?;
-    if fanout.next_member == engine.my_index {
-        fanout.next_member += 1;
-    }
-    let Some(&to) = engine.members.get(fanout.next_member) else {
+    let Some(&to) = fanout.targets.get(fanout.next) else {
         engine.outbox.fanout = None;
         return None;
     };
-    fanout.next_member += 1;
+    fanout.next += 1;
     let payload = fanout.payload.clone();
-    if fanout.next_member >= engine.members.len()
-        || (fanout.next_member == engine.my_index && fanout.next_member + 1 >= engine.members.len())
-    {
+    if fanout.next >= fanout.targets.len() {
         engine.outbox.fanout = None;
     }
     Some(Transmit {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::engine::Destination;
 use crate::testnet;
+use shoal_wire::Kind;
 
 type Net = testnet::Net<Pbcast>;
 
@@ -564,4 +565,73 @@ fn a_shared_datagram_is_delivered_as_a_slice_not_a_copy() {
     let inside = datagram.as_ptr_range();
     assert!(inside.contains(&b.as_ptr()), "shared path keeps a slice");
     assert!(!inside.contains(&a.as_ptr()), "plain path copies");
+}
+
+fn relay_config(fanout: u32) -> Config {
+    Config {
+        ip_multicast: false,
+        relay_fanout: fanout,
+        ..paper_config()
+    }
+}
+
+/// Without loss the relay tree alone reaches everyone: nothing is
+/// recovered, every member delivers in order, and each source and relay
+/// sends at most `fanout` first-phase copies per message instead of n - 1.
+#[test]
+fn a_relay_tree_reaches_every_member_with_bounded_fanout() {
+    let (n, fanout, count) = (40, 3, 50);
+    for source in [0, 17] {
+        let mut net = net(n, relay_config(fanout), 7);
+        for i in 0..count {
+            net.run_until(i * 5);
+            net.multicast(source, &i.to_be_bytes()).unwrap();
+        }
+        net.run_until(3_000);
+        for member in 0..n {
+            assert_eq!(
+                net.delivered_seqs(member, source as u32),
+                (0..count).collect::<Vec<_>>(),
+                "source {source} member {member}"
+            );
+            assert_eq!(net.engines[member].stats().recovered, 0, "member {member}");
+        }
+        let first_phase = |e: &Pbcast| {
+            e.stats().packets_sent[Kind::Data.index()] + e.stats().packets_sent[Kind::Relay.index()]
+        };
+        for member in 0..n {
+            let sent = first_phase(&net.engines[member]);
+            assert!(
+                sent <= u64::from(fanout) * count,
+                "member {member} sent {sent}"
+            );
+        }
+        let total: u64 = net.engines.iter().map(first_phase).sum();
+        assert_eq!(
+            total,
+            (n as u64 - 1) * count,
+            "one first-phase copy per member"
+        );
+    }
+}
+
+/// Losses in the tree cut off a relay's whole subtree for a message; gossip
+/// repairs them like any other loss.
+#[test]
+fn gossip_repairs_what_a_relay_tree_loses() {
+    for seed in 0..5 {
+        let mut net = net(30, relay_config(2), seed);
+        net.loss = 0.05;
+        send_stream(&mut net, 100, 5);
+        net.run_until(8_000);
+        let recovered: u64 = net.engines.iter().map(|e| e.stats().recovered).sum();
+        assert!(recovered > 0, "seed {seed}");
+        for member in 0..30 {
+            assert_eq!(
+                net.delivered_seqs(member, 0),
+                (0..100).collect::<Vec<_>>(),
+                "seed {seed} member {member}"
+            );
+        }
+    }
 }

@@ -623,7 +623,8 @@ impl Srm {
             | Packet::Status { .. }
             | Packet::Heartbeat { .. }
             | Packet::Vsync { .. }
-            | Packet::Presence { .. } => {}
+            | Packet::Presence { .. }
+            | Packet::Relay { .. } => {}
         }
     }
 }

@@ -497,10 +497,16 @@ impl Vsync {
             self.send(from, &Message::Removed { view });
             return;
         }
-        // `upto` is only a hint: answer the whole batch, the gap may be wider.
-        let _ = upto;
+        // `upto` is the last entry the member knows it lacks (the end of its
+        // gap), or a batch ahead when it knows of none. Sending more would
+        // re-send what pbcast is still delivering: under load, with many
+        // members, that was most of the leader's traffic (P000 Fig 10 at
+        // n >= 250, docs/reproduction.md).
         let batch = u64::from(self.config.repair_batch_max.get());
-        let end = c.committed.min(next.saturating_add(batch));
+        let end = c
+            .committed
+            .min(next.saturating_add(batch))
+            .min(upto.saturating_add(1));
         let start = next.max(c.base);
         let mut encoded =
             bodies(

@@ -33,10 +33,17 @@ pub(super) struct MemberState {
     /// When the last repair request left, or progress was last made.
     repair_last: Instant,
     repair_attempt: u32,
+    /// The repair timeout is stretched by this many percent (100 to 199),
+    /// drawn anew at each request and each progress: members that lost the
+    /// same message (a relay's whole subtree) must not ask the committee in
+    /// the same instant (the randomised request timers of SRM, P001 §B).
+    repair_jitter: u32,
     repair_target: usize,
     repair_paused_until: Instant,
-    /// A request is outstanding and its answer said more is committed.
-    behind: bool,
+    /// The highest committed frontier a repair answer reported. Below it,
+    /// a member that makes no progress for a repair timeout asks again;
+    /// at or above it, it only solicits once per idle interval.
+    committed_known: u64,
     ack: Option<AckPlan>,
     /// The highest (view, epoch) this member acknowledged a Prefreshview for.
     /// It never acknowledges a lower one again, even once that ack's plan is
@@ -62,10 +69,11 @@ impl MemberState {
             last_arrival: now,
             repair_last: now,
             repair_attempt: 0,
+            repair_jitter: 100,
             promised: (0, 0),
             repair_target: 0,
             repair_paused_until: now,
-            behind: false,
+            committed_known: 0,
             ack: None,
         }
     }
@@ -118,6 +126,7 @@ impl Vsync {
         if progressed {
             self.member.repair_last = now;
             self.member.repair_attempt = 0;
+            self.member.repair_jitter = self.repair_rng.random_range(100..200);
         }
     }
 
@@ -210,10 +219,17 @@ impl Vsync {
 
     /// The end of a repair answer: ask again at once if more is committed.
     pub(super) fn on_repair_done(&mut self, now: Instant, committed: u64) {
-        self.member.behind = committed > self.member.next;
-        if self.member.behind {
-            self.member.repair_last = now.saturating_sub(self.repair_timeout() * 4);
-            self.member.repair_attempt = 0;
+        let timeout = self.repair_timeout();
+        let m = &mut self.member;
+        m.committed_known = m.committed_known.max(committed);
+        // A gap left after the answer (it was cut at `repair_batch_max`):
+        // ask for the rest at once. Committed entries beyond what this member
+        // holds, with no gap, are usually still on their way by pbcast: they
+        // get a repair timeout to arrive (a request for them now would make
+        // every repair fetch the whole in-flight window again).
+        if !m.pending.is_empty() && committed > m.next {
+            m.repair_last = now.saturating_sub(timeout * 4);
+            m.repair_attempt = 0;
         }
     }
 
@@ -252,7 +268,13 @@ impl Vsync {
             at: now + defer,
             retries_left: self.config.ack_retries,
         });
-        self.member.repair_paused_until = now + self.config.ack_wait;
+        // Every member paused at about the same moment: resuming at once,
+        // their idle probes (due after a second without progress) would
+        // reach the committee together, hundreds at n = 500, and overflow
+        // its socket buffer while it collects acks. Spread them as the acks
+        // are spread.
+        let spread = Duration::from_nanos(self.repair_rng.random_range(0..=max));
+        self.member.repair_paused_until = now + self.config.ack_wait + spread;
     }
 
     /// The current repair timeout (see the module docs).
@@ -261,7 +283,7 @@ impl Vsync {
         let base = (self.member.gap * c.repair_gap_factor.get())
             .clamp(c.repair_timeout_min, c.repair_timeout_max);
         let backoff = 1u32 << self.member.repair_attempt.min(10);
-        (base * backoff).min(c.repair_timeout_max)
+        (base * backoff * self.member.repair_jitter / 100).min(c.repair_timeout_max)
     }
 
     fn repair_due(&self) -> Option<Instant> {
@@ -269,7 +291,7 @@ impl Vsync {
             return None;
         }
         let m = &self.member;
-        let wait = if m.pending.is_empty() && !m.behind {
+        let wait = if m.pending.is_empty() && m.next >= m.committed_known {
             self.config.idle_solicit_interval
         } else {
             self.repair_timeout()
@@ -315,12 +337,18 @@ impl Vsync {
         let m = &mut self.member;
         m.repair_last = now;
         m.repair_attempt = m.repair_attempt.saturating_add(1);
+        m.repair_jitter = self.repair_rng.random_range(100..200);
         let batch = u64::from(self.config.repair_batch_max.get());
-        let upto = m
-            .pending
-            .keys()
-            .next()
-            .map_or(m.next + batch, |first| first.saturating_sub(1));
+        // `upto`: the end of the gap this member knows of; a batch when an
+        // earlier answer reported committed entries that have not come since;
+        // otherwise (the idle probe of P000 §6.4) nothing but the committed
+        // frontier, so that a probe does not fetch what pbcast is still
+        // delivering.
+        let upto = match m.pending.keys().next() {
+            Some(first) => first.saturating_sub(1),
+            None if m.next < m.committed_known => m.next + batch - 1,
+            None => m.next.saturating_sub(1),
+        };
         let message = Message::RepairReq { next: m.next, upto };
         let Some(target) = self.repair_target() else {
             return;

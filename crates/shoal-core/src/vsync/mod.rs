@@ -196,6 +196,9 @@ pub struct Vsync {
     me: NodeId,
     config: Config,
     rng: Xoshiro256PlusPlus,
+    /// A separate stream for the repair timers' jitter, so that adding it
+    /// left every other random choice (ack deferral) as it was.
+    repair_rng: Xoshiro256PlusPlus,
     seed: u64,
     last_now: Instant,
     status: Status,
@@ -290,6 +293,7 @@ impl Vsync {
         Ok(Vsync {
             me,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5653_594e_4300),
+            repair_rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5245_5041_4952),
             seed,
             last_now: now,
             status: Status::Joining,

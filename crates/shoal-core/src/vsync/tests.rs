@@ -433,9 +433,15 @@ fn seed_152_dropped_backup_never_told_cannot_form_a_second_primary() {
 /// members and both sides decide V+1. The cut heals at 4 s.
 #[test]
 fn a_dropped_backup_cannot_win_acks_for_a_view_the_primary_proposed() {
+    let (takeovers, result) = dropped_backup_during_a_cut(7);
+    assert_eq!(takeovers, 1);
+    result.unwrap();
+}
+
+fn dropped_backup_during_a_cut(seed: u64) -> (u64, Result<(), String>) {
     let config = fast_config(3);
     let n = 6usize;
-    let mut sim = group(n, n, 7, &config);
+    let mut sim = group(n, n, seed, &config);
     let side = |i: usize| i < 2;
     sim.drop_if = Some(Box::new(move |now, from, to, _| {
         let cut = (1_450 * MS..4_000 * MS).contains(&now) && side(from) != side(to);
@@ -460,9 +466,24 @@ fn a_dropped_backup_cannot_win_acks_for_a_view_the_primary_proposed() {
     }
     sim.run_until(15_000);
     let sleeper = sim.nodes[2].as_ref().unwrap().stats().clone();
-    // The scenario happened: the dropped backup took over during the cut.
-    assert_eq!(sleeper.takeovers, 1, "{sleeper:?}");
-    checker::check(&sim, &sent).unwrap();
+    (sleeper.takeovers, checker::check(&sim, &sent))
+}
+
+/// Known liveness bug (issue 4, found 2026-11-23): the scenario above with
+/// other seeds. In most of them the group never converges after the cut
+/// heals: the survivors end in views {0, 1}. Members 0 and 1 installed V1
+/// (committee [0, 1, 3]) during the cut; 3, 4 and 5 never learn it; and
+/// both 0 and 1 give up the primary role after `QUORUM_ATTEMPTS_MAX` view
+/// changes without a majority, so no committee member of V1 is left to
+/// answer repairs or change the view. Seed 7 (the test above) is one of the
+/// few that converge. Run with `--ignored` to see it fail.
+#[test]
+#[ignore = "known liveness bug: a cut during a view change can leave no primary (issue 4)"]
+fn a_cut_during_a_view_change_converges_for_every_seed() {
+    let wedged: Vec<u64> = (0..20)
+        .filter(|seed| dropped_backup_during_a_cut(*seed).1.is_err())
+        .collect();
+    assert!(wedged.is_empty(), "seeds that never converge: {wedged:?}");
 }
 
 /// A backup told by the primary's heartbeat that records up to `committed`
