@@ -10,7 +10,7 @@
 //! point of that order (Spread's lightweight groups over daemon membership,
 //! P-Spread §2). A client's join is one item, not a daemon view change.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
 use shoal_core::vsync::{Event, RemovedReason, View};
@@ -58,6 +58,12 @@ struct Partial {
     total: usize,
 }
 
+/// A batch being filled: the count, then the items.
+struct PendingBatch {
+    bytes: Vec<u8>,
+    count: u16,
+}
+
 /// Counters shown by `shoal status` and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CoreStats {
@@ -90,8 +96,12 @@ pub struct Core {
     table: BTreeMap<String, BTreeSet<Member>>,
     partials: HashMap<(NodeId, u64), Partial>,
     next_message_id: u64,
-    /// Items waiting to be batched, already encoded (without the count).
-    pending: Vec<(u16, Vec<u8>)>,
+    /// Batches waiting for the daemons' group, oldest first: items are
+    /// encoded straight into the last one (after its 2-byte count) while
+    /// it has room, so an item is copied once on its way to the engine.
+    pending: VecDeque<PendingBatch>,
+    /// Bytes of items in `pending`.
+    pending_bytes: usize,
     outputs: Vec<Output>,
     shutting_down: bool,
     goodbye_delivered: bool,
@@ -113,7 +123,8 @@ impl Core {
             table: BTreeMap::new(),
             partials: HashMap::new(),
             next_message_id: 0,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
             outputs: Vec::new(),
             shutting_down: false,
             goodbye_delivered: false,
@@ -155,37 +166,48 @@ impl Core {
 
     /// The next batch to multicast to the daemons, if any item waits.
     pub fn take_batch(&mut self) -> Option<Bytes> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        let mut out = vec![0, 0];
-        let mut count: u16 = 0;
-        let mut taken = 0;
-        for (n, bytes) in &self.pending {
-            if count > 0
-                && (out.len() + bytes.len() > self.batch_max || count.checked_add(*n).is_none())
-            {
-                break;
-            }
-            out.extend_from_slice(bytes);
-            count += n;
-            taken += 1;
-        }
-        self.pending.drain(..taken);
-        out[..2].copy_from_slice(&count.to_be_bytes());
+        let PendingBatch { mut bytes, count } = self.pending.pop_front()?;
+        self.pending_bytes -= bytes.len() - 2;
+        bytes[..2].copy_from_slice(&count.to_be_bytes());
         self.stats.batches_sent += 1;
-        Some(Bytes::from(out))
+        // A batch that used little of its buffer is copied out, so that
+        // the engine does not hold (up to `batch_max`) unused bytes per
+        // message in flight.
+        Some(if bytes.len() * 4 < bytes.capacity() {
+            Bytes::copy_from_slice(&bytes)
+        } else {
+            Bytes::from(bytes)
+        })
     }
 
     /// Bytes of items waiting to be batched.
     pub fn pending_bytes(&self) -> usize {
-        self.pending.iter().map(|(_, b)| b.len()).sum()
+        self.pending_bytes
     }
 
     fn push_item(&mut self, item: &Item<'_>) {
-        let mut bytes = Vec::with_capacity(item.encoded_len());
-        if item.encode(&mut bytes).is_ok() {
-            self.pending.push((1, bytes));
+        let len = item.encoded_len();
+        let fits = self
+            .pending
+            .back()
+            .is_some_and(|b| b.count < u16::MAX && b.bytes.len() + len <= self.batch_max);
+        if !fits {
+            // Room for a whole batch: items are copied in without regrowing.
+            let capacity = self.batch_max.max(2 + len);
+            let mut bytes = Vec::with_capacity(capacity);
+            bytes.extend_from_slice(&[0, 0]);
+            self.pending.push_back(PendingBatch { bytes, count: 0 });
+        }
+        let batch = self.pending.back_mut().expect("pushed above");
+        let before = batch.bytes.len();
+        if item.encode(&mut batch.bytes).is_ok() {
+            batch.count += 1;
+            self.pending_bytes += batch.bytes.len() - before;
+        } else {
+            batch.bytes.truncate(before);
+            if batch.count == 0 {
+                self.pending.pop_back();
+            }
         }
     }
 
@@ -801,6 +823,7 @@ impl Core {
         self.table.clear();
         self.partials.clear();
         self.pending.clear();
+        self.pending_bytes = 0;
         let (code, text) = match reason {
             RemovedReason::Left => (code::SHUTDOWN, "the daemon left its cluster"),
             RemovedReason::Dropped => (
