@@ -69,6 +69,10 @@ pub struct BenchArgs {
     /// Append a CSV row with the results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Start the daemons from this `shoal` executable instead of this one
+    /// (to compare two builds with the same clients).
+    #[arg(long)]
+    daemon_exe: Option<PathBuf>,
 }
 
 /// A blocking connection speaking the client frames.
@@ -180,7 +184,11 @@ struct LocalCluster {
 }
 
 impl LocalCluster {
-    fn start(n: usize) -> anyhow::Result<LocalCluster> {
+    fn start(n: usize, exe: Option<&Path>) -> anyhow::Result<LocalCluster> {
+        let exe = match exe {
+            Some(e) => e.to_path_buf(),
+            None => std::env::current_exe()?,
+        };
         let dir = std::env::temp_dir().join(format!("shoal-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let addrs: Vec<std::net::SocketAddr> = (0..n)
@@ -212,7 +220,7 @@ impl LocalCluster {
                     peers.join(", ")
                 ),
             )?;
-            let child = std::process::Command::new(std::env::current_exe()?)
+            let child = std::process::Command::new(&exe)
                 .args(["daemon", "--log", "error", "--config"])
                 .arg(&config)
                 .stderr(std::process::Stdio::null())
@@ -294,20 +302,60 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         return memory(&args);
     }
     let _cluster;
+    let mut pids = Vec::new();
     let sockets = if args.sockets.is_empty() {
-        let c = LocalCluster::start(args.daemons)?;
+        let c = LocalCluster::start(args.daemons, args.daemon_exe.as_deref())?;
         let s = c.sockets.clone();
+        pids = c.children.iter().map(|c| c.id()).collect();
         _cluster = c;
         s
     } else {
         args.sockets.clone()
     };
     wait_for_committee(&sockets)?;
-    match args.mode {
+    let cpu_before = cpu_seconds(&pids);
+    let result = match args.mode {
         Mode::Stream => stream(&args, &sockets),
         Mode::Echo => echo(&args, &sockets),
         Mode::Memory => unreachable!("handled above"),
+    };
+    // CPU time is steadier than wall time on a shared machine: the daemons'
+    // and this process's CPU per message multicast.
+    if let (Some((d0, b0)), Some((d1, b1))) = (cpu_before, cpu_seconds(&pids)) {
+        let per = |s: f64| s * 1e6 / (args.count * args.senders as u64).max(1) as f64;
+        println!(
+            "cpu: daemons {:.2} s ({:.2} µs per message), bench clients {:.2} s ({:.2} µs per message)",
+            d1 - d0,
+            per(d1 - d0),
+            b1 - b0,
+            per(b1 - b0)
+        );
     }
+    result
+}
+
+/// CPU seconds (user + system, every thread) used so far by the daemons
+/// `pids` together and by this process; `None` without daemons of our own.
+fn cpu_seconds(pids: &[u32]) -> Option<(f64, f64)> {
+    fn of(pid: &str) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may contain spaces).
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, in clock ticks
+        // (USER_HZ, 100 on Linux).
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(ticks as f64 / 100.0)
+    }
+    if pids.is_empty() {
+        return None;
+    }
+    let daemons = pids
+        .iter()
+        .map(|p| of(&p.to_string()))
+        .sum::<Option<f64>>()?;
+    Some((daemons, of("self")?))
 }
 
 fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
