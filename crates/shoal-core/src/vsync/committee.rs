@@ -679,6 +679,7 @@ impl Vsync {
             // A newer primary exists: step down; its heartbeat re-admits us
             // (with a fresh store) if its committee still lists us.
             self.committee = None;
+            self.stats.stepped_down += 1;
             return;
         }
         let Role::Primary(p) = &mut c.role else {

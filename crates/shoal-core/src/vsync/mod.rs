@@ -124,7 +124,8 @@ pub struct Stats {
     pub acks_prefreshview_sent: u64,
     pub views_installed: u64,
     pub takeovers: u64,
-    /// Times this member gave up the primary role for want of a majority.
+    /// Times this member left the committee on hearing a higher epoch from
+    /// a backup (a newer primary exists).
     pub stepped_down: u64,
     /// Takeovers this backup declined because its store lacked records the
     /// primary had announced committed.
