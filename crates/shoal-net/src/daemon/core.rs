@@ -35,6 +35,16 @@ pub enum Output {
     Deliver(Vec<SessionId>, Bytes),
 }
 
+/// An output not yet taken: a delivery is a range of the arena until then.
+#[derive(Debug)]
+enum Pending {
+    Output(Output),
+    Deliver(Vec<SessionId>, std::ops::Range<usize>),
+}
+
+/// Initial capacity of the buffer delivered frames are encoded into.
+const ARENA_CAPACITY: usize = 64 * 1024;
+
 /// A group member: a client of some daemon.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Member {
@@ -102,7 +112,9 @@ pub struct Core {
     pending: VecDeque<PendingBatch>,
     /// Bytes of items in `pending`.
     pending_bytes: usize,
-    outputs: Vec<Output>,
+    outputs: Vec<Pending>,
+    /// Encoded `Message` frames of the outputs not yet taken.
+    arena: Vec<u8>,
     shutting_down: bool,
     goodbye_delivered: bool,
     stats: CoreStats,
@@ -126,6 +138,7 @@ impl Core {
             pending: VecDeque::new(),
             pending_bytes: 0,
             outputs: Vec::new(),
+            arena: Vec::new(),
             shutting_down: false,
             goodbye_delivered: false,
             stats: CoreStats::default(),
@@ -159,9 +172,22 @@ impl Core {
         self.goodbye_delivered
     }
 
-    /// Frames and closes for the server, in order.
+    /// Frames and closes for the server, in order. Delivered frames are
+    /// slices of one buffer: the server copies them to its clients' queues
+    /// and drops them, so the buffer does not outlive the round.
     pub fn take_outputs(&mut self) -> Vec<Output> {
-        std::mem::take(&mut self.outputs)
+        let arena = Bytes::from(std::mem::take(&mut self.arena));
+        self.outputs
+            .drain(..)
+            .map(|p| match p {
+                Pending::Output(o) => o,
+                Pending::Deliver(ids, range) => Output::Deliver(ids, arena.slice(range)),
+            })
+            .collect()
+    }
+
+    fn push_output(&mut self, output: Output) {
+        self.outputs.push(Pending::Output(output));
     }
 
     /// The next batch to multicast to the daemons, if any item waits.
@@ -213,7 +239,7 @@ impl Core {
 
     fn send(&mut self, session: SessionId, frame: Frame) {
         self.stats.frames_to_clients += 1;
-        self.outputs.push(Output::Send(session, frame));
+        self.push_output(Output::Send(session, frame));
     }
 
     fn error(code: u16, text: impl Into<String>) -> Frame {
@@ -257,7 +283,7 @@ impl Core {
             None
         };
         if let Some(error) = refusal {
-            self.outputs.push(Output::Close(session, Some(error)));
+            self.push_output(Output::Close(session, Some(error)));
             return;
         }
         self.by_name.insert(private_group.clone(), session);
@@ -282,7 +308,7 @@ impl Core {
                     "the first frame must be Connect",
                 )),
             };
-            self.outputs.push(Output::Close(session, error));
+            self.push_output(Output::Close(session, error));
             return;
         }
         match frame {
@@ -298,7 +324,7 @@ impl Core {
             } => self.multicast(session, service, groups, payload),
             Frame::Disconnect => {
                 self.closed(session, Reason::Disconnect);
-                self.outputs.push(Output::Close(session, None));
+                self.push_output(Output::Close(session, None));
             }
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
@@ -308,7 +334,7 @@ impl Core {
             | Frame::Error { .. } => {
                 let error = Core::error(code::PROTOCOL, "a daemon-to-client frame from a client");
                 self.closed(session, Reason::Disconnect);
-                self.outputs.push(Output::Close(session, Some(error)));
+                self.push_output(Output::Close(session, Some(error)));
             }
         }
     }
@@ -339,7 +365,7 @@ impl Core {
                     self.limits.client_queue
                 ),
             );
-            self.outputs.push(Output::Close(session, Some(error)));
+            self.push_output(Output::Close(session, Some(error)));
         }
     }
 
@@ -673,16 +699,23 @@ impl Core {
         if recipients.is_empty() {
             return;
         }
-        let mut frame = Vec::new();
-        if shoal_wire::client::encode_message(client, service, groups, payload, &mut frame).is_err()
+        // Encoded into the arena shared by this round's deliveries: one
+        // buffer for all of them instead of one allocation per message.
+        if self.arena.capacity() == 0 {
+            self.arena.reserve(ARENA_CAPACITY);
+        }
+        let start = self.arena.len();
+        if shoal_wire::client::encode_message(client, service, groups, payload, &mut self.arena)
+            .is_err()
         {
+            self.arena.truncate(start);
             return;
         }
         let recipients: Vec<SessionId> = recipients.into_iter().collect();
         self.stats.messages_delivered += recipients.len() as u64;
         self.stats.frames_to_clients += recipients.len() as u64;
         self.outputs
-            .push(Output::Deliver(recipients, Bytes::from(frame)));
+            .push(Pending::Deliver(recipients, start..self.arena.len()));
     }
 
     fn remove_member(&mut self, group: &str, member: &Member) -> bool {
@@ -833,8 +866,7 @@ impl Core {
         };
         let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
         for session in sessions {
-            self.outputs
-                .push(Output::Close(session, Some(Core::error(code, text))));
+            self.push_output(Output::Close(session, Some(Core::error(code, text))));
         }
         self.sessions.clear();
         self.by_name.clear();
@@ -859,7 +891,7 @@ impl Core {
         let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
         for session in sessions {
             let error = Core::error(code::SHUTDOWN, "the daemon is shutting down");
-            self.outputs.push(Output::Close(session, Some(error)));
+            self.push_output(Output::Close(session, Some(error)));
         }
         self.sessions.clear();
         self.by_name.clear();

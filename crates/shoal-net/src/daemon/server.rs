@@ -17,7 +17,7 @@
 //! buffered without bound. A slow *receiver* is disconnected when its
 //! outgoing queue (`limits.client_queue` bytes) is full.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -91,10 +91,14 @@ enum Input {
 /// The core task's handle on one connection.
 struct Conn {
     frames: mpsc::UnboundedSender<Bytes>,
-    /// Bytes queued and not yet written (the writer subtracts).
+    /// Bytes queued and not yet written (the writer subtracts), `out`
+    /// included.
     queued: Arc<AtomicUsize>,
     close: Option<oneshot::Sender<Option<Frame>>>,
     tcp: bool,
+    /// Frames of this round of outputs, handed to the writer as one chunk
+    /// when the round ends (one hand-over and one write for many frames).
+    out: BytesMut,
 }
 
 /// Where the daemon stands; `shoal status` and tests read it from the log.
@@ -247,6 +251,7 @@ async fn serve(
         token: config.tcp.as_ref().map(|t| t.token.clone()),
         phase: Phase::Running,
         left: false,
+        dirty: Vec::new(),
     };
     let result = task.run(inputs_rx, events, scrapes_rx, &node, stop).await;
     accept.abort();
@@ -271,6 +276,8 @@ struct CoreTask {
     token: Option<String>,
     phase: Phase,
     left: bool,
+    /// Connections with frames in `out` (handed over when a round ends).
+    dirty: Vec<SessionId>,
 }
 
 async fn signal() -> io::Result<()> {
@@ -405,6 +412,7 @@ impl CoreTask {
                         queued,
                         close: Some(close),
                         tcp,
+                        out: BytesMut::new(),
                     },
                 );
             }
@@ -489,6 +497,7 @@ impl CoreTask {
     }
 
     fn close(&mut self, id: SessionId, frame: Option<Frame>) {
+        self.flush(id);
         if let Some(mut conn) = self.conns.remove(&id) {
             if let Some(close) = conn.close.take() {
                 let _ = close.send(frame);
@@ -498,8 +507,8 @@ impl CoreTask {
 
     /// Queues an encoded frame to a client, or disconnects it as slow when
     /// its queue would pass `limits.client_queue` bytes.
-    fn queue(&mut self, id: SessionId, bytes: Bytes) {
-        let Some(conn) = self.conns.get(&id) else {
+    fn queue(&mut self, id: SessionId, bytes: &[u8]) {
+        let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
         if conn.queued.load(Ordering::Relaxed) + bytes.len() > self.queue_limit {
@@ -507,7 +516,24 @@ impl CoreTask {
             return;
         }
         conn.queued.fetch_add(bytes.len(), Ordering::Relaxed);
-        if conn.frames.send(bytes).is_err() {
+        if conn.out.is_empty() {
+            self.dirty.push(id);
+        }
+        conn.out.extend_from_slice(bytes);
+    }
+
+    /// Hands a connection's frames of this round to its writer.
+    fn flush(&mut self, id: SessionId) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.out.is_empty() {
+            return;
+        }
+        // The writer drops the chunk once written; the rest of `out`'s
+        // buffer is reused for the next rounds' frames.
+        let chunk = conn.out.split().freeze();
+        if conn.frames.send(chunk).is_err() {
             self.core.closed(id, Reason::Disconnect);
             self.conns.remove(&id);
         }
@@ -518,23 +544,26 @@ impl CoreTask {
         loop {
             let outputs = self.core.take_outputs();
             if outputs.is_empty() {
-                return;
+                break;
             }
             for out in outputs {
                 match out {
                     Output::Send(id, frame) => {
                         if let Ok(bytes) = frame.to_vec() {
-                            self.queue(id, Bytes::from(bytes));
+                            self.queue(id, &bytes);
                         }
                     }
                     Output::Deliver(ids, bytes) => {
                         for id in ids {
-                            self.queue(id, bytes.clone());
+                            self.queue(id, &bytes);
                         }
                     }
                     Output::Close(id, frame) => self.close(id, frame),
                 }
             }
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            self.flush(id);
         }
     }
 }
@@ -736,28 +765,28 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-/// Writes queued frames, batching what is ready into one write; on close,
-/// writes the last frame (if any) and shuts the connection.
+/// Writes queued frames, as many as are ready in one vectored write (no
+/// copy into a write buffer); on close, writes the last frame (if any) and
+/// shuts the connection.
 async fn writer<W: tokio::io::AsyncWrite + Unpin>(
     mut write: W,
     mut frames: mpsc::UnboundedReceiver<Bytes>,
     mut close: oneshot::Receiver<Option<Frame>>,
     queued: Arc<AtomicUsize>,
 ) {
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut chunks: VecDeque<Bytes> = VecDeque::new();
     loop {
         tokio::select! {
             biased;
             last = &mut close => {
-                out.clear();
                 // Frames queued before the close still go first.
                 while let Ok(f) = frames.try_recv() {
-                    out.extend_from_slice(&f);
+                    chunks.push_back(f);
                 }
                 if let Ok(Some(f)) = last {
-                    let _ = f.encode(&mut out);
+                    chunks.push_back(Bytes::from(f.to_vec().unwrap_or_default()));
                 }
-                let _ = write.write_all(&out).await;
+                let _ = write_chunks(&mut write, &mut chunks).await;
                 let _ = write.shutdown().await;
                 return;
             }
@@ -766,35 +795,48 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                     let _ = write.shutdown().await;
                     return;
                 };
-                out.clear();
-                out.extend_from_slice(&frame);
-                while out.len() < 256 * 1024 {
+                let mut cost = frame.len();
+                chunks.push_back(frame);
+                while cost < 256 * 1024 {
                     match frames.try_recv() {
-                        Ok(f) => out.extend_from_slice(&f),
+                        Ok(f) => {
+                            cost += f.len();
+                            chunks.push_back(f);
+                        }
                         Err(_) => break,
                     }
                 }
-                let cost = out.len();
                 // A client that does not read must not keep this task in
                 // a write forever after the core gave up on it: on close,
-                // finish this buffer and write the reason if the client
+                // finish these chunks and write the reason if the client
                 // reads within CLOSE_GRACE, else drop the connection. Memory
-                // stays bounded: nothing more is queued for it. (`write` is
-                // cancel-safe: a dropped write wrote nothing.)
-                let mut written = 0;
-                while written < out.len() {
+                // stays bounded: nothing more is queued for it.
+                // (`write_vectored` is cancel-safe: a dropped write wrote
+                // nothing, and `chunks` only advances by what was written.)
+                while !chunks.is_empty() {
+                    let slices: Vec<io::IoSlice<'_>> = chunks
+                        .iter()
+                        .take(IOV_MAX)
+                        .map(|c| io::IoSlice::new(c))
+                        .collect();
                     tokio::select! {
-                        r = write.write(&out[written..]) => match r {
+                        r = write.write_vectored(&slices) => match r {
                             Ok(0) | Err(_) => return,
-                            Ok(n) => written += n,
+                            Ok(n) => {
+                                drop(slices);
+                                advance(&mut chunks, n);
+                            }
                         },
                         last = &mut close => {
-                            let rest = &out[written..];
+                            drop(slices);
+                            while let Ok(f) = frames.try_recv() {
+                                chunks.push_back(f);
+                            }
+                            if let Ok(Some(f)) = last {
+                                chunks.push_back(Bytes::from(f.to_vec().unwrap_or_default()));
+                            }
                             let finish = async {
-                                write.write_all(rest).await?;
-                                if let Ok(Some(f)) = last {
-                                    write.write_all(&f.to_vec().unwrap_or_default()).await?;
-                                }
+                                write_chunks(&mut write, &mut chunks).await?;
                                 write.shutdown().await
                             };
                             let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
@@ -806,4 +848,44 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// Slices per vectored write (the kernel's IOV_MAX is 1024).
+const IOV_MAX: usize = 64;
+
+/// Drops the first `n` bytes of `chunks`.
+fn advance(chunks: &mut VecDeque<Bytes>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = chunks.front_mut() else {
+            return;
+        };
+        if n >= front.len() {
+            n -= front.len();
+            chunks.pop_front();
+        } else {
+            bytes::Buf::advance(front, n);
+            n = 0;
+        }
+    }
+}
+
+/// Writes every chunk.
+async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
+    write: &mut W,
+    chunks: &mut VecDeque<Bytes>,
+) -> io::Result<()> {
+    while !chunks.is_empty() {
+        let slices: Vec<io::IoSlice<'_>> = chunks
+            .iter()
+            .take(IOV_MAX)
+            .map(|c| io::IoSlice::new(c))
+            .collect();
+        let n = write.write_vectored(&slices).await?;
+        drop(slices);
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        advance(chunks, n);
+    }
+    Ok(())
 }
