@@ -38,22 +38,31 @@ const BIN_S: f64 = 0.1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
-    /// Unicast fan-out, one message per datagram.
+    /// Flat unicast fan-out, one message per datagram.
     Unpacked,
-    /// Unicast fan-out, datagrams up to 65,507 bytes.
+    /// Flat unicast fan-out, datagrams up to 65,507 bytes.
     Packed,
     /// IP multicast first phase, one message per datagram.
     IpmcUnpacked,
+    /// Unicast relay tree (16 children per node, the default), one message
+    /// per datagram.
+    TreeUnpacked,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 3] = [Variant::Unpacked, Variant::Packed, Variant::IpmcUnpacked];
+    pub const ALL: [Variant; 4] = [
+        Variant::Unpacked,
+        Variant::Packed,
+        Variant::IpmcUnpacked,
+        Variant::TreeUnpacked,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Variant::Unpacked => "vsync-4k-unpacked",
             Variant::Packed => "vsync-4k-packed",
             Variant::IpmcUnpacked => "vsync-4k-ipmc-unpacked",
+            Variant::TreeUnpacked => "vsync-4k-tree-unpacked",
         }
     }
 
@@ -64,10 +73,13 @@ impl Variant {
         let overhead = config.pbcast.max_datagram_size - config.max_payload();
         let one_message = SIZE as usize + overhead;
         config.pbcast.max_datagram_size = match self {
-            Variant::Unpacked | Variant::IpmcUnpacked => one_message,
+            Variant::Unpacked | Variant::IpmcUnpacked | Variant::TreeUnpacked => one_message,
             Variant::Packed => 65_507,
         };
         config.pbcast.ip_multicast = self == Variant::IpmcUnpacked;
+        if matches!(self, Variant::Unpacked | Variant::Packed) {
+            config.pbcast.relay_fanout = 0;
+        }
         config
     }
 }
