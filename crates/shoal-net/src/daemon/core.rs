@@ -30,16 +30,26 @@ pub enum Output {
     Send(SessionId, Frame),
     /// Send this frame (if any) to the client, then close its connection.
     Close(SessionId, Option<Frame>),
-    /// Queue this encoded `Message` frame to each of these clients (a
-    /// message is encoded once for all its local recipients).
-    Deliver(Vec<SessionId>, Bytes),
+    /// Queue this encoded `Message` frame (a range of [`Outputs::frames`])
+    /// to each of these clients: a message is encoded once for all its
+    /// local recipients.
+    Deliver(Vec<SessionId>, std::ops::Range<usize>),
 }
 
-/// An output not yet taken: a delivery is a range of the arena until then.
-#[derive(Debug)]
-enum Pending {
-    Output(Output),
-    Deliver(Vec<SessionId>, std::ops::Range<usize>),
+/// What [`Core::take_outputs`] returns: the outputs in order, and the
+/// buffer the delivered frames were encoded into (give it back with
+/// [`Core::recycle`], so that it is not allocated afresh each round).
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub list: Vec<Output>,
+    pub frames: Vec<u8>,
+}
+
+impl Outputs {
+    /// The bytes of a delivered frame.
+    pub fn frame(&self, range: &std::ops::Range<usize>) -> &[u8] {
+        &self.frames[range.clone()]
+    }
 }
 
 /// Initial capacity of the buffer delivered frames are encoded into.
@@ -112,7 +122,7 @@ pub struct Core {
     pending: VecDeque<PendingBatch>,
     /// Bytes of items in `pending`.
     pending_bytes: usize,
-    outputs: Vec<Pending>,
+    outputs: Vec<Output>,
     /// Encoded `Message` frames of the outputs not yet taken.
     arena: Vec<u8>,
     shutting_down: bool,
@@ -172,22 +182,29 @@ impl Core {
         self.goodbye_delivered
     }
 
-    /// Frames and closes for the server, in order. Delivered frames are
-    /// slices of one buffer: the server copies them to its clients' queues
-    /// and drops them, so the buffer does not outlive the round.
-    pub fn take_outputs(&mut self) -> Vec<Output> {
-        let arena = Bytes::from(std::mem::take(&mut self.arena));
-        self.outputs
-            .drain(..)
-            .map(|p| match p {
-                Pending::Output(o) => o,
-                Pending::Deliver(ids, range) => Output::Deliver(ids, arena.slice(range)),
-            })
-            .collect()
+    /// Frames and closes for the server, in order.
+    pub fn take_outputs(&mut self) -> Outputs {
+        Outputs {
+            list: std::mem::take(&mut self.outputs),
+            frames: std::mem::take(&mut self.arena),
+        }
+    }
+
+    /// Takes back the buffer of outputs the server is done with.
+    pub fn recycle(&mut self, outputs: Outputs) {
+        let mut frames = outputs.frames;
+        // (A buffer grown by a very large message is let go.)
+        if self.arena.is_empty()
+            && frames.capacity() >= self.arena.capacity()
+            && frames.capacity() <= 16 * ARENA_CAPACITY
+        {
+            frames.clear();
+            self.arena = frames;
+        }
     }
 
     fn push_output(&mut self, output: Output) {
-        self.outputs.push(Pending::Output(output));
+        self.outputs.push(output);
     }
 
     /// The next batch to multicast to the daemons, if any item waits.
@@ -699,8 +716,8 @@ impl Core {
         if recipients.is_empty() {
             return;
         }
-        // Encoded into the arena shared by this round's deliveries: one
-        // buffer for all of them instead of one allocation per message.
+        // Encoded into the buffer shared by this round's deliveries (and
+        // reused round after round) instead of one allocation per message.
         if self.arena.capacity() == 0 {
             self.arena.reserve(ARENA_CAPACITY);
         }
@@ -715,7 +732,7 @@ impl Core {
         self.stats.messages_delivered += recipients.len() as u64;
         self.stats.frames_to_clients += recipients.len() as u64;
         self.outputs
-            .push(Pending::Deliver(recipients, start..self.arena.len()));
+            .push(Output::Deliver(recipients, start..self.arena.len()));
     }
 
     fn remove_member(&mut self, group: &str, member: &Member) -> bool {

@@ -46,6 +46,8 @@ const PENDING_MAX: usize = 4 << 20;
 /// How long a connection being closed (a slow client) may take to read what
 /// was already being written and the reason it is closed.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// Size of the buffers a client's frames are gathered in.
+const OUT_CHUNK: usize = 64 * 1024;
 /// How long a graceful shutdown waits for its goodbye and its leave.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
@@ -519,6 +521,11 @@ impl CoreTask {
         if conn.out.is_empty() {
             self.dirty.push(id);
         }
+        if conn.out.capacity() - conn.out.len() < bytes.len() {
+            // Whole chunks of one size: the allocator reuses freed ones
+            // (or `out` takes its own back once the writer dropped it).
+            conn.out.reserve(bytes.len().max(OUT_CHUNK));
+        }
         conn.out.extend_from_slice(bytes);
     }
 
@@ -542,25 +549,27 @@ impl CoreTask {
     /// Hands the core's outputs to the connections.
     fn dispatch(&mut self) {
         loop {
-            let outputs = self.core.take_outputs();
-            if outputs.is_empty() {
+            let mut outputs = self.core.take_outputs();
+            if outputs.list.is_empty() {
+                self.core.recycle(outputs);
                 break;
             }
-            for out in outputs {
+            for out in std::mem::take(&mut outputs.list) {
                 match out {
                     Output::Send(id, frame) => {
                         if let Ok(bytes) = frame.to_vec() {
                             self.queue(id, &bytes);
                         }
                     }
-                    Output::Deliver(ids, bytes) => {
+                    Output::Deliver(ids, range) => {
                         for id in ids {
-                            self.queue(id, &bytes);
+                            self.queue(id, outputs.frame(&range));
                         }
                     }
                     Output::Close(id, frame) => self.close(id, frame),
                 }
             }
+            self.core.recycle(outputs);
         }
         for id in std::mem::take(&mut self.dirty) {
             self.flush(id);

@@ -97,14 +97,17 @@ impl Cluster {
 
     fn collect(&mut self) {
         for d in 0..self.cores.len() {
-            for out in self.cores[d].take_outputs() {
+            let outs = self.cores[d].take_outputs();
+            for out in &outs.list {
+                let out = out.clone();
                 match out {
                     Output::Send(s, f) => self.frames.entry((d, s)).or_default().push(f),
                     Output::Close(s, f) => {
                         self.closed.insert((d, s), f);
                     }
-                    Output::Deliver(sessions, bytes) => {
-                        let (frame, used) = shoal_wire::client::decode(&bytes, &Default::default())
+                    Output::Deliver(sessions, range) => {
+                        let bytes = outs.frame(&range);
+                        let (frame, used) = shoal_wire::client::decode(bytes, &Default::default())
                             .unwrap()
                             .unwrap();
                         assert_eq!(used, bytes.len());
@@ -383,7 +386,7 @@ fn bad_requests_get_errors_and_limits_hold() {
     for g in ["g1", "g2", "g3"] {
         core.frame(1, join(g));
     }
-    let outs = core.take_outputs();
+    let outs = core.take_outputs().list;
     let errors: Vec<(SessionId, u16)> = outs
         .iter()
         .filter_map(|o| match o {
