@@ -17,6 +17,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -252,22 +253,7 @@ fn wait_for_committee(sockets: &[PathBuf]) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     for socket in sockets {
         loop {
-            let text = match UnixStream::connect(socket) {
-                Ok(stream) => {
-                    let mut c = Conn {
-                        stream,
-                        buf: Vec::new(),
-                        at: 0,
-                        chunk: vec![0; 65536],
-                    };
-                    c.send(&Frame::Status)?;
-                    match c.recv()? {
-                        Frame::StatusReply { text } => text,
-                        other => bail!("status: {other:?}"),
-                    }
-                }
-                Err(_) => String::new(),
-            };
+            let text = status(socket)?;
             if text.contains(&want) {
                 break;
             }
@@ -279,6 +265,30 @@ fn wait_for_committee(sockets: &[PathBuf]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A daemon's `shoal status` text; empty if it does not answer yet.
+fn status(socket: &Path) -> anyhow::Result<String> {
+    let Ok(stream) = UnixStream::connect(socket) else {
+        return Ok(String::new());
+    };
+    let mut c = Conn {
+        stream,
+        buf: Vec::new(),
+        at: 0,
+        chunk: vec![0; 65536],
+    };
+    c.send(&Frame::Status)?;
+    match c.recv()? {
+        Frame::StatusReply { text } => Ok(text),
+        other => bail!("status: {other:?}"),
+    }
+}
+
+/// Whether the daemon at `socket` is the committee's primary (its clients'
+/// messages are sequenced without a round trip to another daemon).
+fn is_primary(socket: &Path) -> bool {
+    status(socket).is_ok_and(|t| t.contains("this daemon is the primary"))
 }
 
 fn payload(size: usize, seq: u64, sent_ns: u64) -> Vec<u8> {
@@ -388,15 +398,38 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     );
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
+    // Deliveries so far at each receiver. The daemons do not slow a sender
+    // down for a receiver that falls behind: they disconnect the receiver
+    // once `client_queue` bytes (32 MiB) wait for it. So the senders stay
+    // within half of that of the slowest receiver, as an application
+    // that wants every receiver to keep up would; this measures what every
+    // receiver sustains.
+    let delivered: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let window = (16u64 << 20) / (args.size as u64 + 64);
     for (i, mut conn) in conns.into_iter().enumerate() {
         if i < args.senders {
             let mut out = conn.try_clone()?;
             let barrier = barrier.clone();
+            let delivered = delivered.clone();
+            let senders_n = args.senders as u64;
             let (count, rate, size, service) = (args.count, args.rate, args.size, args.service);
             senders.push(std::thread::spawn(move || -> anyhow::Result<()> {
                 barrier.wait();
                 let start = Instant::now();
                 for seq in 0..count {
+                    if seq % 64 == 0 {
+                        loop {
+                            let slowest = delivered
+                                .iter()
+                                .map(|d| d.load(Ordering::Relaxed))
+                                .min()
+                                .unwrap_or(0);
+                            if (seq * senders_n).saturating_sub(slowest) <= window {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
                     if rate > 0 {
                         let due = start + Duration::from_secs_f64(seq as f64 / rate as f64);
                         if let Some(wait) = due.checked_duration_since(Instant::now()) {
@@ -415,6 +448,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
         }
         let barrier = barrier.clone();
         let progress = progress.clone();
+        let delivered = delivered.clone();
         receivers.push(std::thread::spawn(
             move || -> anyhow::Result<(u64, Histogram<u64>, u64)> {
                 let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -428,6 +462,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                             let (_, sent) = stamp(&payload);
                             hist.record(now.saturating_sub(sent).max(1))?;
                             got += 1;
+                            delivered[i].store(got, Ordering::Relaxed);
                             last = now;
                             if got.is_multiple_of(1024) {
                                 progress.inc(1024);
@@ -457,14 +492,15 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     let rate = expected as f64 / secs;
     let us = |q: f64| all.value_at_quantile(q) as f64 / 1e3;
     println!(
-        "stream: {} daemons, {n} receivers, {} sender(s), {} B, {}: {expected} messages to every receiver in {secs:.2} s = {rate:.0} msgs/s per receiver; latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
+        "stream: {} daemons, {n} receivers, {} sender(s), {} B, {}: {expected} messages to every receiver in {secs:.2} s = {rate:.0} msgs/s per receiver; latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; the first sender's daemon is {}the committee's primary",
         sockets.len(),
         args.senders,
         args.size,
         args.service.name(),
         us(0.5),
         us(0.99),
-        us(0.999)
+        us(0.999),
+        if is_primary(&sockets[0]) { "" } else { "not " }
     );
     write_row(
         args,
@@ -528,12 +564,17 @@ fn echo(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     echoer.join().expect("echo thread")?;
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
     println!(
-        "echo: {} B {} round trip between two daemons over {rounds} rounds: p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
+        "echo: {} B {} round trip between two daemons over {rounds} rounds: p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; primary: {}",
         args.size,
         args.service.name(),
         us(0.5),
         us(0.99),
-        us(0.999)
+        us(0.999),
+        match (is_primary(&sockets[0]), is_primary(&sockets[1])) {
+            (true, _) => "the pinger's daemon",
+            (_, true) => "the ponger's daemon",
+            _ => "a third daemon",
+        }
     );
     write_row(
         args,
