@@ -855,7 +855,7 @@ impl Vsync {
     }
 
     /// This backup becomes the primary (the ones ahead of it are silent).
-    fn take_over(&mut self, now: Instant) {
+    pub(super) fn take_over(&mut self, now: Instant) {
         let me = self.me;
         let config = self.config.clone();
         let view = self.view.clone();

@@ -184,6 +184,20 @@ impl Vsync {
             self.committee = None;
         }
         self.events.push_back(Event::View(event));
+        if self.succeeds_leaving_primary(&v) {
+            self.take_over(now);
+        }
+    }
+
+    /// This backup is first in the committee of a view that its primary
+    /// left by request: it takes over now rather than after a silence.
+    fn succeeds_leaving_primary(&self, v: &NewView) -> bool {
+        let Some(c) = self.committee.as_ref() else {
+            return false;
+        };
+        !c.is_primary()
+            && v.committee.first() == Some(&self.me.0)
+            && c.list.first().is_some_and(|p| v.left.contains(&p.0))
     }
 
     fn attach_pbcast(

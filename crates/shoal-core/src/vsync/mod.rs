@@ -521,7 +521,13 @@ impl Vsync {
             return;
         }
         self.status = Status::Removed;
-        self.pbcast = None;
+        // What pbcast still has to send leaves first: a primary that let
+        // itself go has just given it the Newview that says so.
+        if let Some(mut pb) = self.pbcast.take() {
+            while let Some(t) = pb.poll_transmit(self.last_now) {
+                self.outbox.push_back(t);
+            }
+        }
         self.committee = None;
         self.sender = sender::SenderState::new(self.last_now);
         self.member.pending.clear();

@@ -231,7 +231,7 @@ impl Vsync {
         let joins = std::mem::take(&mut p.joins);
         let leaves: BTreeSet<NodeId> = std::mem::take(&mut p.leaves)
             .into_iter()
-            .filter(|l| *l != me && old.contains(l))
+            .filter(|l| old.contains(l))
             .collect();
         let mut members: BTreeSet<NodeId> = old
             .iter()
@@ -239,7 +239,9 @@ impl Vsync {
             .filter(|m| vc.acks.contains_key(m) || list.contains(m))
             .filter(|m| !leaves.contains(m))
             .collect();
-        members.insert(me);
+        if !leaves.contains(&me) {
+            members.insert(me);
+        }
         members.extend(joins.iter().copied().filter(|j| !old.contains(j)));
         let committee = choose_committee(&list, &members, &joins, k);
         let mut reasons = vc.reasons;
@@ -327,7 +329,11 @@ impl Vsync {
             }
             self.send_heartbeats();
         }
-        self.assign_held(now);
+        // A primary that let itself go sequences nothing more: its
+        // successor assigns the held requests when senders retry.
+        if v.members.contains(&me.0) {
+            self.assign_held(now);
+        }
     }
 
     pub(super) fn on_join(&mut self, now: Instant, from: NodeId, joiner: NodeId) {
@@ -358,12 +364,19 @@ impl Vsync {
 
     pub(super) fn on_leave(&mut self, now: Instant, from: NodeId, member: NodeId) {
         let me = self.me;
+        // The primary itself may leave when a backup can succeed it: the
+        // Newview that lets it go names that backup first, and the backup,
+        // which holds every committed record, takes over as soon as it
+        // installs that view (`install_view`). With no backup (k = 1) nobody
+        // holds the records, so the primary cannot leave by request and is
+        // seen as failed (docs/vsync.md).
+        let has_successor = self.committee.as_ref().is_some_and(|c| c.list.len() >= 2);
         let Some(p) = self.primary_mut() else {
             self.forward_to_primary(from, &Message::Leave { member: member.0 });
             return;
         };
-        // The primary cannot leave by request (docs/vsync.md).
-        if member != me && p.cview.members.contains(&member.0) {
+        let allowed = member != me || has_successor;
+        if allowed && p.cview.members.contains(&member.0) {
             p.leaves.insert(member);
             self.request_view_change(now, wire::REASON_LEAVE);
         }
