@@ -153,61 +153,66 @@ fn chaos(seed: u64) -> Result<(), String> {
     sim.loss = 0.0;
     sim.run_until(22_000);
     if std::env::var("VSYNC_DEBUG").is_ok() {
-        for (i, sent_i) in sent.iter().enumerate() {
-            let Some(e) = sim.nodes[i].as_ref() else {
-                continue;
-            };
-            let views: Vec<String> = sim.events[i]
-                .iter()
-                .filter_map(|(t, ev)| match ev {
-                    Event::View(v) => Some(format!(
-                        "{}@{}ms:{:?}{:?}",
-                        v.id,
-                        t / MS,
-                        v.members.iter().map(|m| m.0).collect::<Vec<_>>(),
-                        v.reason
-                    )),
-                    Event::Removed { view, reason } => Some(format!("REMOVED {view} {reason:?}")),
-                    _ => None,
-                })
-                .collect();
-            if let Some(c) = e.committee.as_ref() {
-                let role = match &c.role {
-                    super::committee::Role::Primary(p) => format!(
-                        "PRIMARY next_gseq={} vc={:?} backups={:?} joins={:?} next_view_at={:?} change_at={:?}",
-                        p.next_gseq,
-                        p.vc.as_ref().map(|v| (v.view, v.decided, v.deadline)),
-                        p.backups.iter().map(|(k, r)| (k.0, r.acked, r.sent)).collect::<Vec<_>>(),
-                        p.joins,
-                        p.next_view_at,
-                        p.change_at
-                    ),
-                    super::committee::Role::Backup(b) => format!("backup confirmed={}", b.confirmed),
-                };
-                eprintln!(
-                    "n{i} committee epoch={} list={:?} base={} committed={} store={:?} {role}",
-                    c.epoch,
-                    c.list,
-                    c.base,
-                    c.committed,
-                    (
-                        c.store.keys().next(),
-                        c.store.keys().next_back(),
-                        c.store.len()
-                    )
-                );
-            }
-            eprintln!(
-                "n{i} alive={} next={} sent={} stats={:?}\n   {}",
-                sim.alive(i),
-                e.next_gseq(),
-                sent_i.len(),
-                e.stats(),
-                views.join(" ")
-            );
-        }
+        debug_dump(&sim, &sent);
     }
     checker::check(&sim, &sent).map_err(|e| format!("seed {seed} (k={k}): {e}"))
+}
+
+/// Every member's views, committee state and counters (`VSYNC_DEBUG=1`).
+fn debug_dump(sim: &Sim<Vsync>, sent: &[Vec<u64>]) {
+    for (i, sent_i) in sent.iter().enumerate() {
+        let Some(e) = sim.nodes[i].as_ref() else {
+            continue;
+        };
+        let views: Vec<String> = sim.events[i]
+            .iter()
+            .filter_map(|(t, ev)| match ev {
+                Event::View(v) => Some(format!(
+                    "{}@{}ms:{:?}{:?}",
+                    v.id,
+                    t / MS,
+                    v.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    v.reason
+                )),
+                Event::Removed { view, reason } => Some(format!("REMOVED {view} {reason:?}")),
+                _ => None,
+            })
+            .collect();
+        if let Some(c) = e.committee.as_ref() {
+            let role = match &c.role {
+                super::committee::Role::Primary(p) => format!(
+                    "PRIMARY next_gseq={} vc={:?} backups={:?} joins={:?} next_view_at={:?} change_at={:?}",
+                    p.next_gseq,
+                    p.vc.as_ref().map(|v| (v.view, v.decided, v.deadline)),
+                    p.backups.iter().map(|(k, r)| (k.0, r.acked, r.sent)).collect::<Vec<_>>(),
+                    p.joins,
+                    p.next_view_at,
+                    p.change_at
+                ),
+                super::committee::Role::Backup(b) => format!("backup confirmed={}", b.confirmed),
+            };
+            eprintln!(
+                "n{i} committee epoch={} list={:?} base={} committed={} store={:?} {role}",
+                c.epoch,
+                c.list,
+                c.base,
+                c.committed,
+                (
+                    c.store.keys().next(),
+                    c.store.keys().next_back(),
+                    c.store.len()
+                )
+            );
+        }
+        eprintln!(
+            "n{i} alive={} next={} sent={} stats={:?}\n   {}",
+            sim.alive(i),
+            e.next_gseq(),
+            sent_i.len(),
+            e.stats(),
+            views.join(" ")
+        );
+    }
 }
 
 /// A chaotic run with a network cut: loss, jitter, one backup asleep on
@@ -262,6 +267,9 @@ fn partition_chaos(seed: u64, k: u32) -> Result<(), String> {
     }
     sim.loss = 0.0;
     sim.run_until(25_000);
+    if std::env::var("VSYNC_DEBUG").is_ok() {
+        debug_dump(&sim, &sent);
+    }
     checker::check(&sim, &sent).map_err(|e| {
         format!("partition seed {seed} (k={k}, cut {cut_at}+{cut_len} ms {minority:?}, sleep {sleep:?}): {e}")
     })
