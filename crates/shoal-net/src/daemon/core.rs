@@ -122,6 +122,8 @@ pub struct Core {
     pending: VecDeque<PendingBatch>,
     /// Bytes of items in `pending`.
     pending_bytes: usize,
+    /// See [`Core::in_flight`].
+    in_flight: u64,
     outputs: Vec<Output>,
     /// Encoded `Message` frames of the outputs not yet taken.
     arena: Vec<u8>,
@@ -147,6 +149,7 @@ impl Core {
             next_message_id: 0,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            in_flight: 0,
             outputs: Vec::new(),
             arena: Vec::new(),
             shutting_down: false,
@@ -213,6 +216,7 @@ impl Core {
         self.pending_bytes -= bytes.len() - 2;
         bytes[..2].copy_from_slice(&count.to_be_bytes());
         self.stats.batches_sent += 1;
+        self.in_flight += 1;
         // A batch that used little of its buffer is copied out, so that
         // the engine does not hold (up to `batch_max`) unused bytes per
         // message in flight.
@@ -226,6 +230,18 @@ impl Core {
     /// Bytes of items waiting to be batched.
     pub fn pending_bytes(&self) -> usize {
         self.pending_bytes
+    }
+
+    /// Whether a batch is full (another one has been started after it).
+    pub fn full_batch(&self) -> bool {
+        self.pending.len() > 1
+    }
+
+    /// Batches taken with [`Core::take_batch`] that have not come back in
+    /// the total order yet (as far as this daemon knows: a view change
+    /// resets it).
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
     }
 
     fn push_item(&mut self, item: &Item<'_>) {
@@ -552,6 +568,9 @@ impl Core {
 
     fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: &[u8]) {
         self.stats.batches_received += 1;
+        if Some(sender) == self.me {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
         let items = match groups::decode(payload) {
             Ok(items) => items,
             Err(e) => {
@@ -810,6 +829,9 @@ impl Core {
     }
 
     fn view(&mut self, me: NodeId, view: View) {
+        // Batches sent before a view change may come back in it or not at
+        // all: stop waiting for them (`in_flight` only paces batching).
+        self.in_flight = 0;
         let me_first = view.first;
         let gone: BTreeSet<NodeId> = self
             .daemons
@@ -868,6 +890,7 @@ impl Core {
     }
 
     fn removed(&mut self, reason: RemovedReason) {
+        self.in_flight = 0;
         self.me = None;
         self.daemons.clear();
         self.table.clear();

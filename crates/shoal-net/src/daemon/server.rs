@@ -46,6 +46,12 @@ const PENDING_MAX: usize = 4 << 20;
 /// How long a connection being closed (a slow client) may take to read what
 /// was already being written and the reason it is closed.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// Under load, items wait for a fuller batch while one of this daemon's
+/// batches is being ordered (sequenced, replicated, disseminated), at most
+/// this long: a batch per round trip instead of one per client frame. At
+/// low load nothing is being ordered and a frame goes at once; a full
+/// batch always goes at once.
+const HOLD_MAX: Duration = Duration::from_millis(1);
 /// Size of the buffers a client's frames are gathered in.
 const OUT_CHUNK: usize = 64 * 1024;
 /// How long a graceful shutdown waits for its goodbye and its leave.
@@ -314,9 +320,30 @@ impl CoreTask {
         let signals = signal();
         tokio::pin!(signals);
         let mut deadline: Option<tokio::time::Instant> = None;
+        // When the oldest item waiting for a batch arrived.
+        let mut pending_since: Option<tokio::time::Instant> = None;
         loop {
             let take_inputs = self.core.pending_bytes() < PENDING_MAX;
-            let have_batch = self.core.pending_bytes() > 0;
+            // Batching under load (see HOLD_MAX): a batch that is not full
+            // goes when none of ours is being ordered, or when its first
+            // item has waited HOLD_MAX.
+            let pending = self.core.pending_bytes() > 0;
+            if !pending {
+                pending_since = None;
+            } else if pending_since.is_none() {
+                pending_since = Some(tokio::time::Instant::now());
+            }
+            let hold_until = pending_since.map(|t| t + HOLD_MAX);
+            let have_batch = pending
+                && (self.core.full_batch()
+                    || self.core.in_flight() == 0
+                    || hold_until.is_some_and(|t| t <= tokio::time::Instant::now()));
+            let hold = async move {
+                match hold_until {
+                    Some(at) if !have_batch => tokio::time::sleep_until(at).await,
+                    _ => std::future::pending().await,
+                }
+            };
             let commands = self.commands.clone();
             let wait_deadline = async move {
                 match deadline {
@@ -348,8 +375,10 @@ impl CoreTask {
                 permit = commands.reserve(), if have_batch => {
                     if let (Ok(permit), Some(batch)) = (permit, self.core.take_batch()) {
                         permit.send(Command::Multicast(batch));
+                        pending_since = None;
                     }
                 }
+                _ = hold => {}
                 Some(scrape) = scrapes.recv() => self.scrape(scrape),
                 input = inputs.recv(), if take_inputs => {
                     match input {
