@@ -144,6 +144,15 @@ pub enum Message<'a> {
     /// Tag 12: `epoch u64, next u64`: the backup holds every entry below
     /// `next` written in `epoch`.
     ReplicaAck { epoch: u64, next: u64 },
+    /// Tag 13: `requester u32, next u64, upto u64`: a RepairReq that a member
+    /// outside the committee passes on to its primary for `requester`, whose
+    /// view (and so whose idea of the committee) may be stale. The answer
+    /// goes to `requester`.
+    RepairFor {
+        requester: u32,
+        next: u64,
+        upto: u64,
+    },
 }
 
 // ---- encoding -------------------------------------------------------------
@@ -274,6 +283,16 @@ impl Message<'_> {
                 put_u32s(&h.committee, out)?;
             }
             Message::ReplicaAck { epoch, next } => u64s(out, 12, &[*epoch, *next]),
+            Message::RepairFor {
+                requester,
+                next,
+                upto,
+            } => {
+                out.push(13);
+                out.extend_from_slice(&requester.to_be_bytes());
+                out.extend_from_slice(&next.to_be_bytes());
+                out.extend_from_slice(&upto.to_be_bytes());
+            }
         }
         Ok(())
     }
@@ -330,6 +349,11 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
         12 => Message::ReplicaAck {
             epoch: r.u64()?,
             next: r.u64()?,
+        },
+        13 => Message::RepairFor {
+            requester: r.u32()?,
+            next: r.u64()?,
+            upto: r.u64()?,
         },
         tag => return Err(VsyncError::UnknownTag(tag)),
     };
@@ -551,6 +575,11 @@ mod tests {
             },
             Message::Heartbeat(hb),
             Message::ReplicaAck { epoch: 1, next: 2 },
+            Message::RepairFor {
+                requester: 5,
+                next: 6,
+                upto: 7,
+            },
         ];
         for m in messages {
             let bytes = m.to_vec().unwrap();

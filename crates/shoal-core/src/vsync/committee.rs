@@ -485,6 +485,46 @@ impl Vsync {
 
     pub(super) fn on_repair_req(&mut self, from: NodeId, next: u64, upto: u64) {
         self.stats.repair_requests_received += 1;
+        if self.committee.is_some() {
+            self.answer_repair(from, next, upto);
+        } else {
+            self.pass_repair_on(from, next, upto);
+        }
+    }
+
+    /// A repair request passed on by a member for `requester`: answered by
+    /// a committee member, never passed on again.
+    pub(super) fn on_repair_for(&mut self, requester: NodeId, next: u64, upto: u64) {
+        self.stats.repair_requests_received += 1;
+        if self.committee.is_some() && requester != self.me {
+            self.answer_repair(requester, next, upto);
+        }
+    }
+
+    /// A member outside the committee got a repair request: its sender's
+    /// view is stale (its committee left or was dropped, so it asks whoever
+    /// it can). The current primary answers it, with `Removed` if it is no
+    /// longer a member (docs/vsync.md, cut seed 121).
+    fn pass_repair_on(&mut self, requester: NodeId, next: u64, upto: u64) {
+        if self.status != super::Status::Member {
+            return;
+        }
+        let Some(primary) = self.view.committee.first().copied() else {
+            return;
+        };
+        if primary != requester && primary != self.me {
+            let message = Message::RepairFor {
+                requester: requester.0,
+                next,
+                upto,
+            };
+            self.send(primary, &message);
+        }
+    }
+
+    /// Committed entries `next..=upto` (at most a batch) to `to`, then the
+    /// committed frontier; `Removed` to a non-member whose gap was collected.
+    fn answer_repair(&mut self, from: NodeId, next: u64, upto: u64) {
         let Some(c) = self.committee.as_ref() else {
             return;
         };

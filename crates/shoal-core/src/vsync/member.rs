@@ -39,6 +39,11 @@ pub(super) struct MemberState {
     /// the same instant (the randomised request timers of SRM, P001 §B).
     repair_jitter: u32,
     repair_target: usize,
+    /// Repair requests sent since the last answer. After
+    /// `STALE_AFTER_UNANSWERED` this member's committee may be gone (its
+    /// view is stale): it asks any member of its view, who passes the
+    /// request on to its own primary (`Message::RepairFor`).
+    unanswered: u32,
     repair_paused_until: Instant,
     /// The highest committed frontier a repair answer reported. Below it,
     /// a member that makes no progress for a repair timeout asks again;
@@ -60,6 +65,10 @@ struct AckPlan {
     retries_left: u32,
 }
 
+/// Unanswered repair requests after which a member suspects its view's
+/// committee is gone and asks other members instead (see `unanswered`).
+const STALE_AFTER_UNANSWERED: u32 = 4;
+
 impl MemberState {
     pub fn new(now: Instant) -> MemberState {
         MemberState {
@@ -72,6 +81,7 @@ impl MemberState {
             repair_jitter: 100,
             promised: (0, 0),
             repair_target: 0,
+            unanswered: 0,
             repair_paused_until: now,
             committed_known: 0,
             ack: None,
@@ -235,6 +245,7 @@ impl Vsync {
     pub(super) fn on_repair_done(&mut self, now: Instant, committed: u64) {
         let timeout = self.repair_timeout();
         let m = &mut self.member;
+        m.unanswered = 0;
         m.committed_known = m.committed_known.max(committed);
         // A gap left after the answer (it was cut at `repair_batch_max`):
         // ask for the rest at once. Committed entries beyond what this member
@@ -364,11 +375,34 @@ impl Vsync {
             None => m.next.saturating_sub(1),
         };
         let message = Message::RepairReq { next: m.next, upto };
-        let Some(target) = self.repair_target() else {
+        let stale = m.unanswered >= STALE_AFTER_UNANSWERED;
+        m.unanswered = m.unanswered.saturating_add(1);
+        let target = if stale {
+            self.any_other_member()
+        } else {
+            self.repair_target()
+        };
+        let Some(target) = target else {
             return;
         };
         self.stats.repair_requests_sent += 1;
         self.send(target, &message);
+    }
+
+    /// Members of this member's view in turn, not this member.
+    fn any_other_member(&mut self) -> Option<NodeId> {
+        let others: Vec<NodeId> = self
+            .view
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != self.me)
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        self.member.repair_target = self.member.repair_target.wrapping_add(1);
+        Some(others[self.member.repair_target % others.len()])
     }
 
     /// Committee members in turn, not this member.

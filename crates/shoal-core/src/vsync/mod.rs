@@ -485,6 +485,11 @@ impl Vsync {
             }
             Message::Heartbeat(hb) => self.on_heartbeat(now, from, hb),
             Message::ReplicaAck { epoch, next } => self.on_replica_ack(now, from, epoch, next),
+            Message::RepairFor {
+                requester,
+                next,
+                upto,
+            } => self.on_repair_for(NodeId(requester), next, upto),
         }
     }
 

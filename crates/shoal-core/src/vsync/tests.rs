@@ -625,3 +625,14 @@ fn the_primary_leaves_by_request_and_its_backup_takes_over() {
         }
     }
 }
+
+/// Cut seed 121, k = 2 (docs/vsync.md): the cut isolates {0, 5} with 0 the
+/// primary, the majority drops both, then backup 1 sleeps and is dropped
+/// too. Member 5's view still names the committee [0, 1], now out of the
+/// group: its repair requests went nowhere and it never learned it was
+/// removed. After four unanswered requests it asks other members, who pass
+/// the request on to their primary (`RepairFor`), which answers `Removed`.
+#[test]
+fn a_member_whose_committee_is_gone_still_learns_it_was_removed() {
+    partition_chaos(121, 2).unwrap();
+}
