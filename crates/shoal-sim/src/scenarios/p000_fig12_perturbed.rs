@@ -126,4 +126,28 @@ mod tests {
             "with a sleeper: {perturbed_calm} vs {calm}"
         );
     }
+
+    /// With the relay tree (the default) member 2 relays the sender's
+    /// messages to members 18-33. Asleep with p = 0.6 it does not slow its
+    /// children: they get what it did not pass on by repair.
+    #[test]
+    fn a_sleeping_relay_does_not_slow_its_children() {
+        let child_rate = |p: f64| {
+            let n = 66;
+            let mut sim = vsync_group(n, &vsync::Config::default(), 1, BIN_S);
+            let (start, seconds) = (0.5, 12.0);
+            let messages = (OFFERED * seconds) as u64;
+            sim.schedule_stream(1, ns(start), ns(1.0 / OFFERED), messages, SIZE);
+            perturb(&mut sim, 2, p, (start, seconds), 1);
+            let end = ns(start + seconds);
+            sim.run_until(end + ns(3.0));
+            let (_, child) = sim.hosts().nth(20).expect("n = 66");
+            child.delivery_rate(ns(start + 1.0), end)
+        };
+        let (calm, perturbed) = (child_rate(0.0), child_rate(0.6));
+        assert!(
+            perturbed >= 0.95 * calm,
+            "child of a sleeping relay: {perturbed} vs {calm}"
+        );
+    }
 }
