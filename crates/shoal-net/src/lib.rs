@@ -2,7 +2,8 @@
 //! sockets with tokio (DESIGN.md, "The sans-IO contract" and "Pack and batch").
 //!
 //! One [`Node`] is one member: an OS thread running a current-thread tokio
-//! runtime that owns the engine outright (no `Arc<Mutex<Engine>>`), a unicast
+//! runtime (or, with [`Node::spawn_task`], a task of the caller's runtime)
+//! that owns the engine outright (no `Arc<Mutex<Engine>>`), a unicast
 //! UDP socket on loopback and, when configured, an IP multicast receive
 //! socket. Its core loop follows QSM's lessons: received datagrams are handled
 //! before timers, and timers before new application sends; sockets are drained

@@ -1,5 +1,7 @@
 //! One member's core loop: an OS thread with a current-thread tokio runtime
-//! that owns the engine.
+//! that owns the engine ([`Node::spawn`]), or a task of the caller's runtime
+//! ([`Node::spawn_task`]; the daemon runs it so, beside its sessions, on one
+//! thread).
 //!
 //! Each turn, in this order (QSM: I/O first):
 //!

@@ -12,6 +12,13 @@
 //!   daemon answers it, and the first measures the round trip; one message
 //!   outstanding at a time (low load).
 //!
+//! In stream mode the senders stay within 16 MiB of the slowest receiver
+//! (the daemons disconnect a receiver 32 MiB behind rather than slow the
+//! sender). With daemons of its own, the bench also prints the CPU time
+//! they and its clients used per message (steadier than wall time on a
+//! shared machine), and whether the sender's daemon is the committee's
+//! primary.
+//!
 //! Figures go to stdout and, with `--out`, to a CSV row appended to a file.
 
 use std::io::{Read, Write};
