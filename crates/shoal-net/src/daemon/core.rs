@@ -501,21 +501,28 @@ impl Core {
             self.send(session, error);
             return;
         }
-        let client = self.sessions[&session].private_group.clone();
+        // Borrowed out of the session for the moment (no copy per message).
+        let client = match self.sessions.get_mut(&session) {
+            Some(s) => std::mem::take(&mut s.private_group),
+            None => return,
+        };
         let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
         self.stats.messages_sent += 1;
         let whole = Item::Message {
             client: &client,
             service: service as u8,
-            groups: groups.clone(),
+            groups,
             payload: &payload,
         };
         // The batch count takes 2 bytes.
         if whole.encoded_len() + 2 <= self.batch_max {
             self.push_item(&whole);
-            return;
+        } else if let Item::Message { groups, .. } = &whole {
+            self.fragment(&client, service as u8, groups, &payload);
         }
-        self.fragment(&client, service as u8, &groups, &payload);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.private_group = client;
+        }
     }
 
     /// Cuts a message too large for one batch into fragments, each in a
@@ -721,7 +728,7 @@ impl Core {
         let Some(service) = Service::from_u8(service) else {
             return;
         };
-        let mut recipients = BTreeSet::new();
+        let mut recipients = Vec::new();
         for g in groups {
             if let Some(members) = self.table.get(*g) {
                 recipients.extend(
@@ -735,6 +742,9 @@ impl Core {
         if recipients.is_empty() {
             return;
         }
+        // Once each, in session order, when it is in several of the groups.
+        recipients.sort_unstable();
+        recipients.dedup();
         // Encoded into the buffer shared by this round's deliveries (and
         // reused round after round) instead of one allocation per message.
         if self.arena.capacity() == 0 {
@@ -747,7 +757,6 @@ impl Core {
             self.arena.truncate(start);
             return;
         }
-        let recipients: Vec<SessionId> = recipients.into_iter().collect();
         self.stats.messages_delivered += recipients.len() as u64;
         self.stats.frames_to_clients += recipients.len() as u64;
         self.outputs
