@@ -49,6 +49,8 @@ pub(super) struct MemberState {
     /// a member that makes no progress for a repair timeout asks again;
     /// at or above it, it only solicits once per idle interval.
     committed_known: u64,
+    /// The last request was an idle probe (it asked for the frontier only).
+    probed: bool,
     ack: Option<AckPlan>,
     /// The highest (view, epoch) this member acknowledged a Prefreshview for.
     /// It never acknowledges a lower one again, even once that ack's plan is
@@ -84,6 +86,7 @@ impl MemberState {
             unanswered: 0,
             repair_paused_until: now,
             committed_known: 0,
+            probed: false,
             ack: None,
         }
     }
@@ -247,12 +250,15 @@ impl Vsync {
         let m = &mut self.member;
         m.unanswered = 0;
         m.committed_known = m.committed_known.max(committed);
-        // A gap left after the answer (it was cut at `repair_batch_max`):
-        // ask for the rest at once. Committed entries beyond what this member
-        // holds, with no gap, are usually still on their way by pbcast: they
+        // A gap left after the answer (it was cut at `repair_batch_max`), or
+        // an idle probe (a second without progress, so nothing is in flight)
+        // that found committed entries this member lacks, a lost tail: ask
+        // for them at once. Committed entries beyond what this member holds
+        // after a gap request are usually still on their way by pbcast: they
         // get a repair timeout to arrive (a request for them now would make
         // every repair fetch the whole in-flight window again).
-        if !m.pending.is_empty() && committed > m.next {
+        let lost_tail = m.probed && m.pending.is_empty();
+        if (!m.pending.is_empty() || lost_tail) && committed > m.next {
             m.repair_last = now.saturating_sub(timeout * 4);
             m.repair_attempt = 0;
         }
@@ -374,6 +380,7 @@ impl Vsync {
             None if m.next < m.committed_known => m.next + batch - 1,
             None => m.next.saturating_sub(1),
         };
+        m.probed = m.pending.is_empty() && m.next >= m.committed_known;
         let message = Message::RepairReq { next: m.next, upto };
         let stale = m.unanswered >= STALE_AFTER_UNANSWERED;
         m.unanswered = m.unanswered.saturating_add(1);
