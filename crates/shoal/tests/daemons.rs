@@ -553,3 +553,79 @@ fn tcp_clients_need_the_token() {
     assert!(matches!(ask("sesame"), Frame::ConnectOk { .. }));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A socket of this test that also receives `group`'s datagrams on
+/// loopback, as each daemon's does (SO_REUSEADDR).
+fn group_listener(group: std::net::SocketAddrV4) -> UdpSocket {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket.bind(&SocketAddr::V4(group).into()).unwrap();
+    socket
+        .join_multicast_v4(group.ip(), &std::net::Ipv4Addr::LOCALHOST)
+        .unwrap();
+    let socket: UdpSocket = socket.into();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    socket
+}
+
+/// `multicast = "239.255.x.y:port"`: the daemons' first phase goes by IP
+/// multicast on loopback (a listener of the test sees their datagrams on the
+/// group), and clients on every daemon get every message, in order.
+#[test]
+fn daemons_deliver_over_ip_multicast_on_loopback() {
+    let dir = temp_dir("mcast");
+    let files = cluster_files(&dir, [KEY, KEY, KEY]);
+    let port = free_udp_port().port();
+    let group = std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(239, 255, 77, (std::process::id() % 250) as u8 + 1),
+        port,
+    );
+    for (config, _) in &files {
+        let text = std::fs::read_to_string(config).unwrap();
+        let text = text.replacen("\n[auth]", &format!("multicast = \"{group}\"\n\n[auth]"), 1);
+        std::fs::write(config, text).unwrap();
+    }
+    let listener = group_listener(group);
+    let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients: Vec<Client> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (_, socket))| {
+            let mut c = Client::connect(socket, &format!("m{i}"));
+            c.join("g");
+            c
+        })
+        .collect();
+    for c in clients.iter_mut() {
+        c.until_members("g", 3);
+    }
+    let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+    for payload in &sent {
+        clients[0].multicast(Service::Fifo, "g", payload);
+    }
+    for c in clients.iter_mut() {
+        assert_eq!(c.messages(sent.len()), sent);
+    }
+    let mut buf = [0u8; 65_536];
+    let deadline = Instant::now() + PATIENCE;
+    let mut seen = 0;
+    while seen == 0 && Instant::now() < deadline {
+        if listener.recv_from(&mut buf).is_ok() {
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no datagram on the multicast group");
+    // Every daemon took the group's datagrams as its peers' own: none
+    // dropped as from an unknown source or failing authentication.
+    for (_, socket) in &files {
+        let text = status(socket);
+        assert!(
+            text.contains("drops: unknown source 0, failed authentication 0,"),
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,6 +8,7 @@
 //! socket = "/tmp/shoal-a.sock"      # default: $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-<uid>.sock
 //! listen = "127.0.0.1:9000"         # daemon's UDP address for peer daemons
 //! peers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+//! multicast = "239.255.77.1:9100"  # optional: pbcast's first phase by IP multicast
 //!
 //! [tcp]                             # optional
 //! address = "127.0.0.1:4803"
@@ -57,6 +58,12 @@ pub struct DaemonConfig {
     /// The static set of peer daemons' UDP addresses (loopback).
     #[serde(default)]
     pub peers: Vec<SocketAddr>,
+    /// The transport of pbcast's first phase: unset, unicast (a relay tree,
+    /// `relay_fanout`); set, IP multicast to this group, an admin-scoped
+    /// address (239.255.0.0/16) with a port. Every multicast socket is
+    /// pinned to loopback with TTL 0: no datagram leaves the host.
+    #[serde(default)]
+    pub multicast: Option<SocketAddr>,
     /// Optional TCP listener for clients, guarded by a token.
     #[serde(default)]
     pub tcp: Option<TcpConfig>,
@@ -215,6 +222,7 @@ impl Default for DaemonConfig {
             socket: default_socket(),
             listen: default_listen(),
             peers: Vec::new(),
+            multicast: None,
             tcp: None,
             limits: Limits::default(),
             cluster: default_cluster(),
@@ -251,6 +259,24 @@ impl DaemonConfig {
         Ok(config)
     }
 
+    /// The IP multicast group of `multicast`, checked (admin-scoped IPv4,
+    /// a port).
+    pub fn multicast_group(&self) -> Result<Option<crate::MulticastGroup>, ConfigError> {
+        let Some(addr) = self.multicast else {
+            return Ok(None);
+        };
+        let invalid = |why: String| ConfigError::Invalid {
+            key: "multicast",
+            why,
+        };
+        let SocketAddr::V4(v4) = addr else {
+            return Err(invalid(format!("{addr} is not IPv4")));
+        };
+        crate::MulticastGroup::new(v4)
+            .map(Some)
+            .map_err(|_| invalid(format!("{addr} is not in 239.255.0.0/16 with a port")))
+    }
+
     /// Reads, parses and validates a configuration file.
     pub fn load(path: &std::path::Path) -> Result<DaemonConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -284,6 +310,7 @@ impl DaemonConfig {
         if self.peers.contains(&self.listen) {
             return Err(invalid("peers", "must not contain this daemon's `listen`"));
         }
+        self.multicast_group()?;
         if let Some(tcp) = &self.tcp {
             if tcp.token.is_empty() {
                 return Err(invalid("tcp.token", "must not be empty"));
@@ -434,5 +461,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("clients"), "{e}");
+    }
+
+    #[test]
+    fn the_multicast_group_must_be_admin_scoped_ipv4_with_a_port() {
+        for bad in ["224.0.0.1:9000", "239.255.1.1:0", "127.0.0.1:9000", "[ff05::1]:9000"] {
+            let e = DaemonConfig::parse(&format!("multicast = \"{bad}\""))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("`multicast`"), "{bad}: {e}");
+        }
+        let good = DaemonConfig::parse("multicast = \"239.255.7.7:9100\"").unwrap();
+        assert!(good.multicast_group().unwrap().is_some());
+        assert!(DaemonConfig::default().multicast_group().unwrap().is_none());
     }
 }

@@ -159,15 +159,23 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
     let (addrs, slot) = slots(config);
     let clock = Clock::new();
     let incarnation = incarnation();
+    let group = config
+        .multicast_group()
+        .map_err(|e| DaemonError::Config(e.to_string()))?;
+    let mut cluster_config = config.cluster.clone();
+    cluster_config.vsync.pbcast.ip_multicast = group.is_some();
     let engine = Cluster::new(
         slot,
         addrs.len() as u32,
         incarnation,
-        config.cluster.clone(),
+        cluster_config,
         u64::from(incarnation) << 8 | u64::from(slot),
         clock.now(),
     )?;
-    let endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
+    let mut endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
+    if let Some(group) = group {
+        endpoint.join(group, &SocketOptions::default())?;
+    }
     let book = AddressBook::slotted(addrs, cluster::SLOT_BITS)?;
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
