@@ -465,7 +465,12 @@ mod tests {
 
     #[test]
     fn the_multicast_group_must_be_admin_scoped_ipv4_with_a_port() {
-        for bad in ["224.0.0.1:9000", "239.255.1.1:0", "127.0.0.1:9000", "[ff05::1]:9000"] {
+        for bad in [
+            "224.0.0.1:9000",
+            "239.255.1.1:0",
+            "127.0.0.1:9000",
+            "[ff05::1]:9000",
+        ] {
             let e = DaemonConfig::parse(&format!("multicast = \"{bad}\""))
                 .unwrap_err()
                 .to_string();
