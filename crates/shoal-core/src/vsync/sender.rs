@@ -20,7 +20,7 @@ pub(super) struct SenderState {
     /// repeated silence).
     target: usize,
     /// Sequenced messages pbcast refused for now (its flow control).
-    disseminate: VecDeque<Vec<u8>>,
+    disseminate: VecDeque<Bytes>,
     pub leaving: bool,
     pub leave_next_try: Instant,
     join_next_try: Instant,
@@ -120,7 +120,7 @@ impl Vsync {
             payload: &a.payload,
         };
         if let Ok(bytes) = (Carried::Sequenced { gseq, entry }).to_vec() {
-            self.sender.disseminate.push_back(bytes);
+            self.sender.disseminate.push_back(Bytes::from(bytes));
         }
         self.retry_dissemination(now);
         let record = Record::Data {
@@ -137,7 +137,9 @@ impl Vsync {
                 self.sender.disseminate.clear();
                 return;
             };
-            if pb.multicast(now, Bytes::copy_from_slice(bytes)).is_err() {
+            // A clone of `Bytes` shares the buffer: the encoded record is
+            // not copied again on its way into pbcast.
+            if pb.multicast(now, bytes.clone()).is_err() {
                 return;
             }
             self.sender.disseminate.pop_front();
