@@ -168,6 +168,23 @@ impl Record {
         }
     }
 
+    /// As `from_wire`, for an entry decoded from `shared`: the payload
+    /// becomes a slice of it instead of a copy.
+    fn from_wire_in(entry: wire::Entry<'_>, shared: &Bytes) -> Record {
+        match entry {
+            wire::Entry::Data {
+                sender,
+                local_id,
+                payload,
+            } => Record::Data {
+                sender: NodeId(sender),
+                local_id,
+                payload: shared.slice_ref(payload),
+            },
+            wire::Entry::Newview(v) => Record::Newview(v),
+        }
+    }
+
     fn to_wire(&self) -> wire::Entry<'_> {
         match self {
             Record::Data {
@@ -508,7 +525,8 @@ impl Vsync {
             };
             match wire::decode_carried(&payload) {
                 Ok(wire::Carried::Sequenced { gseq, entry }) => {
-                    self.on_entry(now, gseq, Record::from_wire(entry))
+                    let record = Record::from_wire_in(entry, &payload);
+                    self.on_entry(now, gseq, record)
                 }
                 Ok(wire::Carried::Prefreshview {
                     view,
