@@ -194,44 +194,22 @@ where
         config: NodeConfig,
         clock: Clock,
     ) -> Result<Node<E>, NetError> {
-        let id = engine.node_id();
-        let local_addr = endpoint.local_addr();
-        if config.book.addr(id) != Some(local_addr) {
-            return Err(NetError::AddressBook(format!(
-                "{id} is not listed at its own address {local_addr}"
-            )));
-        }
-        let (command_tx, command_rx) = mpsc::channel(config.command_queue_len.max(1));
-        let (event_tx, event_rx) = mpsc::unbounded_channel();
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
-        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let (mut node, channels, shutdown_rx) = Node::handles(&engine, &endpoint, &config)?;
         let thread = std::thread::Builder::new()
-            .name(format!("shoal-{id}"))
+            .name(format!("shoal-{}", node.id))
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .map_err(NetError::Runtime)?;
                 runtime.block_on(async move {
-                    let channels = Channels {
-                        commands: command_rx,
-                        controls: control_rx,
-                        events: event_tx,
-                    };
                     let driver = Driver::new(engine, endpoint, config, clock, channels)?;
                     driver.run(shutdown_rx).await
                 })
             })
             .map_err(NetError::Runtime)?;
-        Ok(Node {
-            id,
-            local_addr,
-            commands: command_tx,
-            controls: control_tx,
-            events: Some(event_rx),
-            shutdown: Some(shutdown_tx),
-            runner: Some(Runner::Thread(thread)),
-        })
+        node.runner = Some(Runner::Thread(thread));
+        Ok(node)
     }
 
     /// Starts `engine` as a task of the calling tokio runtime instead of a
@@ -245,6 +223,20 @@ where
         config: NodeConfig,
         clock: Clock,
     ) -> Result<Node<E>, NetError> {
+        let (mut node, channels, shutdown_rx) = Node::handles(&engine, &endpoint, &config)?;
+        let driver = Driver::new(engine, endpoint, config, clock, channels)?;
+        node.runner = Some(Runner::Task(tokio::spawn(driver.run(shutdown_rx))));
+        Ok(node)
+    }
+
+    /// What both ways of starting share: the address check, and the
+    /// application's handles (a `Node` not yet running) with the driver's
+    /// ends of the channels.
+    fn handles(
+        engine: &E,
+        endpoint: &Endpoint,
+        config: &NodeConfig,
+    ) -> Result<Handles<E>, NetError> {
         let id = engine.node_id();
         let local_addr = endpoint.local_addr();
         if config.book.addr(id) != Some(local_addr) {
@@ -256,22 +248,21 @@ where
         let (event_tx, event_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
-        let channels = Channels {
-            commands: command_rx,
-            controls: control_rx,
-            events: event_tx,
-        };
-        let driver = Driver::new(engine, endpoint, config, clock, channels)?;
-        let task = tokio::spawn(driver.run(shutdown_rx));
-        Ok(Node {
+        let node = Node {
             id,
             local_addr,
             commands: command_tx,
             controls: control_tx,
             events: Some(event_rx),
             shutdown: Some(shutdown_tx),
-            runner: Some(Runner::Task(task)),
-        })
+            runner: None,
+        };
+        let channels = Channels {
+            commands: command_rx,
+            controls: control_rx,
+            events: event_tx,
+        };
+        Ok((node, channels, shutdown_rx))
     }
 }
 
@@ -863,6 +854,10 @@ impl<E: Engine> Driver<E> {
 }
 
 /// The channels between a node and its application.
+/// A node not yet running, the driver's ends of its channels, and its
+/// shutdown signal (`Node::handles`).
+type Handles<E> = (Node<E>, Channels<E>, oneshot::Receiver<()>);
+
 struct Channels<E: Engine> {
     commands: mpsc::Receiver<Command>,
     controls: mpsc::UnboundedReceiver<Control<E>>,

@@ -860,11 +860,7 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                 // (`write_vectored` is cancel-safe: a dropped write wrote
                 // nothing, and `chunks` only advances by what was written.)
                 while !chunks.is_empty() {
-                    let slices: Vec<io::IoSlice<'_>> = chunks
-                        .iter()
-                        .take(IOV_MAX)
-                        .map(|c| io::IoSlice::new(c))
-                        .collect();
+                    let slices = io_slices(&chunks);
                     tokio::select! {
                         r = write.write_vectored(&slices) => match r {
                             Ok(0) | Err(_) => return,
@@ -899,6 +895,15 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
 /// Slices per vectored write (the kernel's IOV_MAX is 1024).
 const IOV_MAX: usize = 64;
 
+/// The first `IOV_MAX` chunks, for one vectored write.
+fn io_slices(chunks: &VecDeque<Bytes>) -> Vec<io::IoSlice<'_>> {
+    chunks
+        .iter()
+        .take(IOV_MAX)
+        .map(|c| io::IoSlice::new(c))
+        .collect()
+}
+
 /// Drops the first `n` bytes of `chunks`.
 fn advance(chunks: &mut VecDeque<Bytes>, mut n: usize) {
     while n > 0 {
@@ -921,11 +926,7 @@ async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
     chunks: &mut VecDeque<Bytes>,
 ) -> io::Result<()> {
     while !chunks.is_empty() {
-        let slices: Vec<io::IoSlice<'_>> = chunks
-            .iter()
-            .take(IOV_MAX)
-            .map(|c| io::IoSlice::new(c))
-            .collect();
+        let slices = io_slices(chunks);
         let n = write.write_vectored(&slices).await?;
         drop(slices);
         if n == 0 {
