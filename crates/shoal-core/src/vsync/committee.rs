@@ -597,7 +597,7 @@ impl Vsync {
         c.store.insert(
             gseq,
             Stored {
-                record: Record::from_wire(entry),
+                record: Record::from_wire(entry, Bytes::copy_from_slice),
                 epoch,
             },
         );

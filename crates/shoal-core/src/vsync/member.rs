@@ -241,7 +241,11 @@ impl Vsync {
             self.status = Status::Member;
             self.member.expect_from(gseq, now);
         }
-        self.on_entry(now, gseq, Record::from_wire(entry));
+        self.on_entry(
+            now,
+            gseq,
+            Record::from_wire(entry, bytes::Bytes::copy_from_slice),
+        );
     }
 
     /// The end of a repair answer: ask again at once if more is committed.
@@ -384,43 +388,23 @@ impl Vsync {
         let message = Message::RepairReq { next: m.next, upto };
         let stale = m.unanswered >= STALE_AFTER_UNANSWERED;
         m.unanswered = m.unanswered.saturating_add(1);
-        let target = if stale {
-            self.any_other_member()
-        } else {
-            self.repair_target()
-        };
-        let Some(target) = target else {
+        let Some(target) = self.repair_target(stale) else {
             return;
         };
         self.stats.repair_requests_sent += 1;
         self.send(target, &message);
     }
 
-    /// Members of this member's view in turn, not this member.
-    fn any_other_member(&mut self) -> Option<NodeId> {
-        let others: Vec<NodeId> = self
-            .view
-            .members
-            .iter()
-            .copied()
-            .filter(|m| *m != self.me)
-            .collect();
-        if others.is_empty() {
-            return None;
-        }
-        self.member.repair_target = self.member.repair_target.wrapping_add(1);
-        Some(others[self.member.repair_target % others.len()])
-    }
-
-    /// Committee members in turn, not this member.
-    fn repair_target(&mut self) -> Option<NodeId> {
-        let others: Vec<NodeId> = self
-            .view
-            .committee
-            .iter()
-            .copied()
-            .filter(|c| *c != self.me)
-            .collect();
+    /// Committee members in turn, not this member; or, when this member's
+    /// view may be stale (`anyone`), any member of it in turn.
+    fn repair_target(&mut self, anyone: bool) -> Option<NodeId> {
+        let me = self.me;
+        let pool = if anyone {
+            &self.view.members
+        } else {
+            &self.view.committee
+        };
+        let others: Vec<NodeId> = pool.iter().copied().filter(|m| *m != me).collect();
         if others.is_empty() {
             return None;
         }

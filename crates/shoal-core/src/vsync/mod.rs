@@ -153,7 +153,9 @@ pub(crate) enum Record {
 }
 
 impl Record {
-    fn from_wire(entry: wire::Entry<'_>) -> Record {
+    /// A decoded entry as a record; `own` makes the payload owned (a copy,
+    /// or a slice of a shared buffer the entry was decoded from).
+    fn from_wire(entry: wire::Entry<'_>, own: impl FnOnce(&[u8]) -> Bytes) -> Record {
         match entry {
             wire::Entry::Data {
                 sender,
@@ -162,24 +164,7 @@ impl Record {
             } => Record::Data {
                 sender: NodeId(sender),
                 local_id,
-                payload: Bytes::copy_from_slice(payload),
-            },
-            wire::Entry::Newview(v) => Record::Newview(v),
-        }
-    }
-
-    /// As `from_wire`, for an entry decoded from `shared`: the payload
-    /// becomes a slice of it instead of a copy.
-    fn from_wire_in(entry: wire::Entry<'_>, shared: &Bytes) -> Record {
-        match entry {
-            wire::Entry::Data {
-                sender,
-                local_id,
-                payload,
-            } => Record::Data {
-                sender: NodeId(sender),
-                local_id,
-                payload: shared.slice_ref(payload),
+                payload: own(payload),
             },
             wire::Entry::Newview(v) => Record::Newview(v),
         }
@@ -525,7 +510,8 @@ impl Vsync {
             };
             match wire::decode_carried(&payload) {
                 Ok(wire::Carried::Sequenced { gseq, entry }) => {
-                    let record = Record::from_wire_in(entry, &payload);
+                    // A slice of pbcast's delivery, not a copy.
+                    let record = Record::from_wire(entry, |p| payload.slice_ref(p));
                     self.on_entry(now, gseq, record)
                 }
                 Ok(wire::Carried::Prefreshview {
