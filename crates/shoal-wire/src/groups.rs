@@ -17,6 +17,7 @@
 //! | 5 | FRAGMENT | client, service `u8`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
 //! | 6 | SNAPSHOT | `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
 //! | 7 | GOODBYE | (none): the sending daemon is shutting down |
+//! | 8 | RECEIVED | gseq `u64`: the sending daemon holds every batch up to this global sequence number (the acknowledgement behind service `safe`) |
 //!
 //! Decoding never panics and never allocates for a count the bytes cannot
 //! hold; any irregularity refuses the whole batch.
@@ -30,6 +31,7 @@ const MESSAGE: u8 = 4;
 const FRAGMENT: u8 = 5;
 const SNAPSHOT: u8 = 6;
 const GOODBYE: u8 = 7;
+const RECEIVED: u8 = 8;
 
 /// One item of a batch; strings and bytes borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,11 @@ pub enum Item<'a> {
         clients: Vec<(&'a str, Vec<&'a str>)>,
     },
     Goodbye,
+    /// The sending daemon has received every batch of the total order up to
+    /// global sequence number `gseq`: what makes a `safe` message stable.
+    Received {
+        gseq: u64,
+    },
 }
 
 /// A batch that cannot be decoded or encoded.
@@ -151,6 +158,7 @@ impl Item<'_> {
                 1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
             Item::Goodbye => 0,
+            Item::Received { .. } => 8,
         }
     }
 
@@ -221,6 +229,10 @@ impl Item<'_> {
                 }
             }
             Item::Goodbye => w.u8(GOODBYE),
+            Item::Received { gseq } => {
+                w.u8(RECEIVED);
+                w.out.extend_from_slice(&gseq.to_be_bytes());
+            }
         }
         Ok(())
     }
@@ -373,6 +385,9 @@ impl<'a> Reader<'a> {
                 }
             }
             GOODBYE => Item::Goodbye,
+            RECEIVED => Item::Received {
+                gseq: self.u64("received gseq")?,
+            },
             other => return Err(GroupsError::UnknownTag(other)),
         })
     }
@@ -428,6 +443,7 @@ mod tests {
                 clients: vec![("#a#n1", vec!["chat", "log"]), ("#c#n1", vec![])],
             },
             Item::Goodbye,
+            Item::Received { gseq: 1 << 40 },
         ]);
         roundtrip(&[]);
     }
@@ -481,6 +497,10 @@ mod tests {
             (
                 vec![0, 1, SNAPSHOT, 4, 0, 0, 0, 0],
                 GroupsError::BadFlags(4),
+            ),
+            (
+                vec![0, 1, RECEIVED, 0, 0, 0],
+                GroupsError::Truncated("received gseq"),
             ),
         ];
         for (bytes, expected) in cases {

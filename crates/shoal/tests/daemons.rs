@@ -274,23 +274,30 @@ fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
         assert_eq!(o, &orders[0], "agreed order differs");
     }
 
-    // Every built service is carried; safe is refused with a clear error.
-    for service in Service::ALL.into_iter().filter(|s| *s != Service::Safe) {
+    // Every service is carried, safe included (held until every daemon
+    // holds it), in the sender's order.
+    let names: Vec<Vec<u8>> = Service::ALL
+        .iter()
+        .map(|s| s.name().as_bytes().to_vec())
+        .collect();
+    for service in Service::ALL {
         clients[0].multicast(service, "g", service.name().as_bytes());
     }
     for c in clients.iter_mut() {
-        let got = c.messages(6);
-        assert_eq!(got.len(), 6);
+        assert_eq!(c.messages(names.len()), names);
     }
-    clients[1].multicast(Service::Safe, "g", b"x");
-    let frames = clients[1].until("an error for safe", |f| matches!(f, Frame::Error { .. }));
-    assert!(matches!(
-        frames.last(),
-        Some(Frame::Error {
-            code: code::UNSUPPORTED_SERVICE,
-            ..
-        })
-    ));
+
+    // A private group (`#name#daemon`) reaches that client only: the others'
+    // next message is the one ordered after it.
+    clients[4].multicast(Service::Fifo, "#c00#a", b"private");
+    clients[4].multicast(Service::Agreed, "g", b"public");
+    assert_eq!(
+        clients[0].messages(2),
+        vec![b"private".to_vec(), b"public".to_vec()]
+    );
+    for c in clients[1..].iter_mut() {
+        assert_eq!(c.messages(1), vec![b"public".to_vec()]);
+    }
 
     // Garbage on a connection: an error frame, the connection closed, the
     // daemon still serving the others.

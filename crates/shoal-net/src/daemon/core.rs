@@ -78,6 +78,15 @@ struct Partial {
     total: usize,
 }
 
+/// A batch of the total order held back: it carries a `safe` message that
+/// not every daemon of the view has acknowledged yet, or it comes after one.
+struct HeldBatch {
+    sender: NodeId,
+    gseq: u64,
+    payload: Bytes,
+    safe: bool,
+}
+
 /// A batch being filled: the count, then the items.
 struct PendingBatch {
     bytes: Vec<u8>,
@@ -97,6 +106,9 @@ pub struct CoreStats {
     pub group_changes: u64,
     pub slow_clients: u64,
     pub fragments_sent: u64,
+    /// Batches with a `safe` message (or behind one) held until every
+    /// daemon of the view had them.
+    pub batches_held: u64,
 }
 
 /// One daemon's view of sessions and groups.
@@ -127,6 +139,11 @@ pub struct Core {
     outputs: Vec<Output>,
     /// Encoded `Message` frames of the outputs not yet taken.
     arena: Vec<u8>,
+    /// Batches held back for service `safe`, in the total order.
+    held: VecDeque<HeldBatch>,
+    /// The highest global sequence number each daemon of the view has said
+    /// (RECEIVED items) it holds.
+    received: BTreeMap<NodeId, u64>,
     shutting_down: bool,
     goodbye_delivered: bool,
     stats: CoreStats,
@@ -152,6 +169,8 @@ impl Core {
             in_flight: 0,
             outputs: Vec::new(),
             arena: Vec::new(),
+            held: VecDeque::new(),
+            received: BTreeMap::new(),
             shutting_down: false,
             goodbye_delivered: false,
             stats: CoreStats::default(),
@@ -470,15 +489,6 @@ impl Core {
         groups: Vec<String>,
         payload: Vec<u8>,
     ) {
-        if service == Service::Safe {
-            self.stats.refused_services += 1;
-            let error = Core::error(
-                code::UNSUPPORTED_SERVICE,
-                "service safe is not implemented yet (nothing was sent); agreed gives one total order without the all-members-have-it wait",
-            );
-            self.send(session, error);
-            return;
-        }
         if payload.len() > self.limits.message_size {
             let error = Core::error(
                 code::LIMIT,
@@ -567,18 +577,18 @@ impl Core {
                 gseq,
                 payload,
                 ..
-            } => self.deliver_batch(sender, gseq, &payload),
+            } => self.deliver_batch(sender, gseq, payload),
             Event::View(view) => self.view(me, view),
             Event::Removed { reason, .. } => self.removed(reason),
         }
     }
 
-    fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: &[u8]) {
+    fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: Bytes) {
         self.stats.batches_received += 1;
         if Some(sender) == self.me {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
-        let items = match groups::decode(payload) {
+        let items = match groups::decode(&payload) {
             Ok(items) => items,
             Err(e) => {
                 self.stats.malformed_batches += 1;
@@ -586,10 +596,93 @@ impl Core {
                 return;
             }
         };
+        self.note_received(sender, &items);
+        let safe = items.iter().any(is_safe);
+        if safe {
+            self.acknowledge(gseq);
+        }
+        if self.held.is_empty() && !safe {
+            self.apply_batch(sender, gseq, items);
+            return;
+        }
+        // Behind a safe message nothing overtakes it: agreed order holds for
+        // every service (Spread, P-Spread §2).
+        drop(items);
+        self.stats.batches_held += 1;
+        self.held.push_back(HeldBatch {
+            sender,
+            gseq,
+            payload,
+            safe,
+        });
+        self.release_stable();
+    }
+
+    fn apply_batch(&mut self, sender: NodeId, gseq: u64, items: Vec<Item<'_>>) {
         for (index, item) in items.into_iter().enumerate() {
             // A per-group view id that every daemon computes alike.
             let view_id = (gseq << 16) | index as u64;
             self.apply(sender, view_id, item);
+        }
+    }
+
+    // ---- service safe -----------------------------------------------------------
+    //
+    // A safe message is delivered once every daemon of the view holds it
+    // (Spread's SAFE: P-Spread §2). Each daemon that receives a batch with a
+    // safe message says so with a RECEIVED item in the total order; the
+    // batch, and every batch after it, waits until each daemon of the view
+    // has said it holds that global sequence number, or until the next view:
+    // vsync installs a view only after the daemons that move into it have
+    // delivered the same messages of the old one, so by then every survivor
+    // holds the batch.
+
+    fn note_received(&mut self, sender: NodeId, items: &[Item<'_>]) {
+        for item in items {
+            if let Item::Received { gseq } = item {
+                let known = self.received.entry(sender).or_default();
+                *known = (*known).max(*gseq);
+            }
+        }
+    }
+
+    /// Records that this daemon holds `gseq` and tells the others.
+    fn acknowledge(&mut self, gseq: u64) {
+        let Some(me) = self.me else {
+            return;
+        };
+        let known = self.received.entry(me).or_default();
+        *known = (*known).max(gseq);
+        if self.daemons.len() > 1 {
+            self.push_item(&Item::Received { gseq });
+        }
+    }
+
+    /// Whether every daemon of the view holds `gseq`.
+    fn stable(&self, gseq: u64) -> bool {
+        self.daemons
+            .iter()
+            .all(|d| self.received.get(d).is_some_and(|r| *r >= gseq))
+    }
+
+    /// Applies held batches from the front while they are stable.
+    fn release_stable(&mut self) {
+        while let Some(front) = self.held.front() {
+            if front.safe && !self.stable(front.gseq) {
+                break;
+            }
+            self.apply_held();
+        }
+    }
+
+    /// Applies the oldest held batch.
+    fn apply_held(&mut self) {
+        let Some(batch) = self.held.pop_front() else {
+            return;
+        };
+        // Decoded once already on arrival.
+        if let Ok(items) = groups::decode(&batch.payload) {
+            self.apply_batch(batch.sender, batch.gseq, items);
         }
     }
 
@@ -670,6 +763,8 @@ impl Core {
                     self.awaiting_snapshots.remove(&daemon);
                 }
             }
+            // Counted on arrival (`note_received`).
+            Item::Received { .. } => {}
             Item::Goodbye => {
                 if Some(daemon) == self.me {
                     self.goodbye_delivered = true;
@@ -730,7 +825,11 @@ impl Core {
         };
         let mut recipients = Vec::new();
         for g in groups {
-            if let Some(members) = self.table.get(*g) {
+            if g.starts_with('#') {
+                // A client's private group (`#name#daemon`): only the daemon
+                // it is connected to has it.
+                recipients.extend(self.by_name.get(*g).copied());
+            } else if let Some(members) = self.table.get(*g) {
                 recipients.extend(
                     members
                         .iter()
@@ -838,6 +937,12 @@ impl Core {
     }
 
     fn view(&mut self, me: NodeId, view: View) {
+        // Every daemon moving into this view delivered the old view's
+        // batches: what was held for `safe` is stable among them.
+        while !self.held.is_empty() {
+            self.apply_held();
+        }
+        self.received.retain(|d, _| view.members.contains(d));
         // Batches sent before a view change may come back in it or not at
         // all: stop waiting for them (`in_flight` only paces batching).
         self.in_flight = 0;
@@ -906,6 +1011,8 @@ impl Core {
         self.partials.clear();
         self.pending.clear();
         self.pending_bytes = 0;
+        self.held.clear();
+        self.received.clear();
         let (code, text) = match reason {
             RemovedReason::Left => (code::SHUTDOWN, "the daemon left its cluster"),
             RemovedReason::Dropped => (
@@ -975,7 +1082,22 @@ impl Core {
             "refused services {}; slow clients disconnected {}; malformed batches {}",
             s.refused_services, s.slow_clients, s.malformed_batches
         ));
+        lines.push(format!(
+            "safe: batches held {} (waiting now {})",
+            s.batches_held,
+            self.held.len()
+        ));
         lines
+    }
+}
+
+/// Whether an item carries (a piece of) a `safe` message.
+fn is_safe(item: &Item<'_>) -> bool {
+    match item {
+        Item::Message { service, .. } | Item::Fragment { service, .. } => {
+            *service == Service::Safe as u8
+        }
+        _ => false,
     }
 }
 

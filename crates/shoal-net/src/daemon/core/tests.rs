@@ -70,29 +70,37 @@ impl Cluster {
         loop {
             let mut any = false;
             for d in 0..self.cores.len() {
-                if let Some(batch) = self.cores[d].take_batch() {
-                    any = true;
-                    let gseq = self.gseq;
-                    self.gseq += 1;
-                    for c in 0..self.cores.len() {
-                        let me = self.ids[c];
-                        self.cores[c].cluster_event(
-                            me,
-                            Event::Deliver {
-                                sender: self.ids[d],
-                                local_id: 0,
-                                gseq,
-                                payload: batch.clone(),
-                            },
-                        );
-                    }
-                }
+                any |= self.order(d);
             }
             self.collect();
             if !any {
                 return;
             }
         }
+    }
+
+    /// Orders daemon `d`'s next batch, if it has one, and delivers it to
+    /// every daemon.
+    fn order(&mut self, d: usize) -> bool {
+        let Some(batch) = self.cores[d].take_batch() else {
+            return false;
+        };
+        let gseq = self.gseq;
+        self.gseq += 1;
+        for c in 0..self.cores.len() {
+            let me = self.ids[c];
+            self.cores[c].cluster_event(
+                me,
+                Event::Deliver {
+                    sender: self.ids[d],
+                    local_id: 0,
+                    gseq,
+                    payload: batch.clone(),
+                },
+            );
+        }
+        self.collect();
+        true
     }
 
     fn collect(&mut self) {
@@ -236,22 +244,116 @@ fn a_message_reaches_every_member_once_with_every_addressed_group() {
 }
 
 #[test]
-fn safe_is_refused_and_nothing_is_sent() {
+fn every_service_is_carried() {
     let mut c = two_in_chat();
-    c.take(0, 1);
-    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"x"));
-    assert!(c.cores[0].take_batch().is_none());
-    let frames = c.take(0, 1);
-    assert!(
-        matches!(&frames[..], [Frame::Error { code, text }] if *code == code::UNSUPPORTED_SERVICE && text.contains("safe")),
-        "{frames:?}"
-    );
-    // Every other service is carried (in the daemons' total order).
-    for service in Service::ALL.into_iter().filter(|s| *s != Service::Safe) {
+    c.take(1, 1);
+    for service in Service::ALL {
         c.frame(0, 1, multicast(service, &["chat"], b"y"));
     }
     c.settle();
-    assert_eq!(messages(&c.take(1, 1)).len(), 6);
+    assert_eq!(messages(&c.take(1, 1)).len(), Service::ALL.len());
+    assert_eq!(c.cores[0].stats().refused_services, 0);
+}
+
+#[test]
+fn safe_waits_until_every_daemon_of_the_view_holds_it_and_nothing_overtakes_it() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    assert!(c.order(0));
+    // Ordered, but not yet known to be held by every daemon: not delivered.
+    assert!(messages(&c.take(0, 1)).is_empty());
+    assert!(messages(&c.take(1, 1)).is_empty());
+    // Bob's agreed message is ordered after it and must not overtake it.
+    c.frame(1, 1, multicast(Service::Agreed, &["chat"], b"after"));
+    // Daemon 1's next batch holds its acknowledgement and bob's message.
+    assert!(c.order(1));
+    assert!(c.order(0));
+    assert!(messages(&c.take(0, 1)).is_empty(), "daemon 2 has not said");
+    assert!(messages(&c.take(1, 1)).is_empty());
+    assert!(c.order(2));
+    let expect = vec![
+        (s("#alice#n0"), vec![s("chat")], b"safe".to_vec()),
+        (s("#bob#n1"), vec![s("chat")], b"after".to_vec()),
+    ];
+    assert_eq!(messages(&c.take(0, 1)), expect);
+    assert_eq!(messages(&c.take(1, 1)), expect);
+    assert!(c.cores[0].stats().batches_held >= 2);
+    c.settle();
+}
+
+#[test]
+fn a_view_without_a_silent_daemon_releases_what_it_never_acknowledged() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    assert!(c.order(0));
+    assert!(c.order(0));
+    assert!(c.order(1));
+    // Daemon 2 fails before its acknowledgement is ordered.
+    assert!(c.cores[2].take_batch().is_some());
+    assert!(messages(&c.take(0, 1)).is_empty());
+    // The daemons moving into the next view delivered the same messages of
+    // this one (virtual synchrony): the held batch is stable among them.
+    c.install(&[0, 1], &[]);
+    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
+    assert_eq!(messages(&c.take(0, 1)), expect);
+    assert_eq!(messages(&c.take(1, 1)), expect);
+}
+
+#[test]
+fn safe_in_a_cluster_of_one_is_delivered_at_once() {
+    let mut c = Cluster::new(1);
+    c.connect(0, 1, "solo");
+    c.frame(0, 1, join("g"));
+    c.settle();
+    c.take(0, 1);
+    c.frame(0, 1, multicast(Service::Safe, &["g"], b"x"));
+    assert!(c.order(0));
+    assert_eq!(messages(&c.take(0, 1)).len(), 1);
+    // Nobody else to tell.
+    assert!(c.cores[0].take_batch().is_none());
+}
+
+#[test]
+fn a_message_to_a_private_group_reaches_that_client_only() {
+    let mut c = two_in_chat();
+    c.connect(2, 7, "carol");
+    c.frame(2, 7, join("chat"));
+    c.settle();
+    for (d, s_) in [(0, 1), (1, 1), (2, 7)] {
+        c.take(d, s_);
+    }
+    c.frame(0, 1, multicast(Service::Fifo, &["#bob#n1"], b"psst"));
+    // Addressed to bob privately and through a group he is in: once.
+    c.frame(
+        2,
+        7,
+        multicast(Service::Agreed, &["chat", "#bob#n1"], b"both"),
+    );
+    // A private name nobody has: delivered to nobody, no error.
+    c.frame(0, 1, multicast(Service::Fifo, &["#nobody#n1"], b"lost"));
+    c.settle();
+    assert_eq!(
+        messages(&c.take(1, 1)),
+        vec![
+            (s("#alice#n0"), vec![s("#bob#n1")], b"psst".to_vec()),
+            (
+                s("#carol#n2"),
+                vec![s("chat"), s("#bob#n1")],
+                b"both".to_vec()
+            ),
+        ]
+    );
+    let only_chat = vec![(
+        s("#carol#n2"),
+        vec![s("chat"), s("#bob#n1")],
+        b"both".to_vec(),
+    )];
+    assert_eq!(messages(&c.take(0, 1)), only_chat);
+    assert_eq!(messages(&c.take(2, 7)), only_chat);
 }
 
 #[test]
