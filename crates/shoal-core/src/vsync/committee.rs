@@ -97,6 +97,10 @@ pub(super) struct Primary {
     pub heartbeat_every: std::time::Duration,
     /// The latest committed Newview (sent to joiners as their welcome).
     pub welcome: Option<(u64, NewView)>,
+    /// This primary asked to leave with no backup to succeed it: the next
+    /// view takes a backup in (a committee of at least two), and the leave
+    /// goes ahead once that backup holds every committed record.
+    pub grow_for_leave: bool,
 }
 
 impl Committee {
@@ -225,6 +229,7 @@ impl Primary {
             next_heartbeat: now,
             heartbeat_every: config.committee_heartbeat,
             welcome: None,
+            grow_for_leave: false,
         }
     }
 

@@ -227,6 +227,8 @@ impl Vsync {
             return;
         };
         vc.decided = true;
+        // A committee of one whose primary asked to leave takes a backup in.
+        let k = if p.grow_for_leave { k.max(2) } else { k };
         let old = nodes(&p.cview.members);
         let joins = std::mem::take(&mut p.joins);
         let leaves: BTreeSet<NodeId> = std::mem::take(&mut p.leaves)
@@ -244,6 +246,9 @@ impl Vsync {
         }
         members.extend(joins.iter().copied().filter(|j| !old.contains(j)));
         let committee = choose_committee(&list, &members, &joins, k);
+        if committee.len() >= 2 {
+            p.grow_for_leave = false;
+        }
         let mut reasons = vc.reasons;
         if old
             .iter()
@@ -367,19 +372,28 @@ impl Vsync {
         // The primary itself may leave when a backup can succeed it: the
         // Newview that lets it go names that backup first, and the backup,
         // which holds every committed record, takes over as soon as it
-        // installs that view (`install_view`). With no backup (k = 1) nobody
-        // holds the records, so the primary cannot leave by request and is
-        // seen as failed (docs/vsync.md).
+        // installs that view (`install_view`). With no backup (k = 1) the
+        // primary first takes one in (`grow_for_leave`); the leaver's retry
+        // (`join_retry`) then finds a successor. Committing the Newview that
+        // makes it a backup, and every record after, waits for its
+        // acknowledgement, so it holds them all when it takes over.
         let has_successor = self.committee.as_ref().is_some_and(|c| c.list.len() >= 2);
         let Some(p) = self.primary_mut() else {
             self.forward_to_primary(from, &Message::Leave { member: member.0 });
             return;
         };
-        let allowed = member != me || has_successor;
-        if allowed && p.cview.members.contains(&member.0) {
-            p.leaves.insert(member);
-            self.request_view_change(now, wire::REASON_LEAVE);
+        if !p.cview.members.contains(&member.0) {
+            return;
         }
+        if member == me && !has_successor {
+            if !p.grow_for_leave {
+                p.grow_for_leave = true;
+                self.request_view_change(now, wire::REASON_COMMITTEE);
+            }
+            return;
+        }
+        p.leaves.insert(member);
+        self.request_view_change(now, wire::REASON_LEAVE);
     }
 
     fn forward_to_primary(&mut self, from: NodeId, message: &Message<'_>) {
