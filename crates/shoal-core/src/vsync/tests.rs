@@ -222,7 +222,7 @@ fn debug_dump(sim: &Sim<Vsync>, sent: &[Vec<u64>]) {
 /// not decide views or deliver messages the majority side does not, and
 /// once the cut heals every member ends in the majority's view or is told
 /// it was removed.
-fn partition_chaos(seed: u64, k: u32) -> Result<(), String> {
+fn partition_chaos(seed: u64, k: u32, order: checker::Order) -> Result<(), String> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x05EE_DCA7);
     let n = 7usize;
@@ -270,15 +270,18 @@ fn partition_chaos(seed: u64, k: u32) -> Result<(), String> {
     if std::env::var("VSYNC_DEBUG").is_ok() {
         debug_dump(&sim, &sent);
     }
-    checker::check(&sim, &sent).map_err(|e| {
+    checker::check_with(&sim, &sent, order).map_err(|e| {
         format!("partition seed {seed} (k={k}, cut {cut_at}+{cut_len} ms {minority:?}, sleep {sleep:?}): {e}")
     })
 }
 
 /// Runs `partition_chaos` over seeds for committee sizes `ks`.
-fn cut_failures(seeds: u64, ks: &[u32]) -> Vec<String> {
+fn cut_failures(seeds: u64, ks: &[u32], order: checker::Order) -> Vec<String> {
     (0..seeds)
-        .flat_map(|seed| ks.iter().map(move |&k| partition_chaos(seed, k).err()))
+        .flat_map(|seed| {
+            ks.iter()
+                .map(move |&k| partition_chaos(seed, k, order).err())
+        })
         .flatten()
         .collect()
 }
@@ -287,7 +290,7 @@ fn cut_failures(seeds: u64, ks: &[u32]) -> Vec<String> {
 #[test]
 fn guarantees_hold_across_network_cuts() {
     let seeds = std::env::var("VSYNC_CUT_SEEDS").map_or(100, |s| s.parse().unwrap());
-    let failures = cut_failures(seeds, &[1]);
+    let failures = cut_failures(seeds, &[1], checker::Order::Uniform);
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
@@ -296,17 +299,21 @@ fn guarantees_hold_across_network_cuts() {
     );
 }
 
-/// k = 2, 3 under cuts: KNOWN TO FAIL (docs/vsync.md, "Network cuts":
-/// 7 of 200 runs at 100 seeds, 23 of 600 at 300, after the drop fence; 36
-/// of 200 before it). Primary-backup is outside its failure assumption when
-/// a live primary is cut off. Kept, ignored, as the acceptance test for a
-/// majority protocol inside the committee:
-/// `cargo test -p shoal-core guarantees_hold_across_network_cuts_k2_k3 -- --ignored`.
+/// k = 2, 3 under cuts: KNOWN TO FAIL (docs/vsync.md, "Network cuts").
+/// Checked for issue 4's guarantees (`Order::NonUniform`: a member that
+/// ends removed may have delivered, in its last view, what the group did
+/// not): 7 of 600 runs fail at 300 seeds (2026-11-23). The uniform check
+/// fails 17 of 600; the 10 between are a cut-off primary and its backup
+/// ordering messages for their own side until they are dropped.
+/// Primary-backup is outside its failure assumption when a live primary is
+/// cut off. Kept, ignored, as the acceptance test for a majority protocol
+/// inside the committee:
+/// `VSYNC_CUT_SEEDS=300 cargo test --release -p shoal-core guarantees_hold_across_network_cuts_k2_k3 -- --ignored`.
 #[test]
 #[ignore = "known unsafety of primary-backup when a live primary is cut off (docs/vsync.md)"]
 fn guarantees_hold_across_network_cuts_k2_k3() {
     let seeds = std::env::var("VSYNC_CUT_SEEDS").map_or(100, |s| s.parse().unwrap());
-    let failures = cut_failures(seeds, &[2, 3]);
+    let failures = cut_failures(seeds, &[2, 3], checker::Order::NonUniform);
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
@@ -653,5 +660,5 @@ fn the_primary_leaves_by_request_and_its_backup_takes_over() {
 /// the request on to their primary (`RepairFor`), which answers `Removed`.
 #[test]
 fn a_member_whose_committee_is_gone_still_learns_it_was_removed() {
-    partition_chaos(121, 2).unwrap();
+    partition_chaos(121, 2, checker::Order::Uniform).unwrap();
 }

@@ -14,19 +14,29 @@ use crate::engine::NodeId;
 
 type Msg = (NodeId, u64, Bytes);
 
-/// Per member: the views it installed with the gseqs delivered in each.
+/// How strictly one total order is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Every member, removed ones included, delivers the same message at a
+    /// given gseq (uniform total order).
+    Uniform,
+    /// Members that stay in the group agree, and members that move
+    /// together from V to V+1 delivered the same messages in V; a member
+    /// later removed may have delivered, in its last view, messages the
+    /// others never did (non-uniform, as Isis' ABCAST: a removed member
+    /// counts as failed). Issue 4 item 5 asks for this.
+    NonUniform,
+}
+
+/// Per member: the views it installed with what it delivered in each.
 struct Log {
-    views: Vec<(u64, Vec<u64>)>,
+    views: Vec<(u64, Vec<(u64, Msg)>)>,
     first_gseq: Option<u64>,
     removed: bool,
     own: BTreeSet<u64>,
 }
 
-fn log_of(
-    events: &[(u64, Event)],
-    me: usize,
-    order: &mut BTreeMap<u64, Msg>,
-) -> Result<Log, String> {
+fn log_of(events: &[(u64, Event)], me: usize) -> Result<Log, String> {
     let mut log = Log {
         views: Vec::new(),
         first_gseq: None,
@@ -60,19 +70,13 @@ fn log_of(
                     return Err(format!("member {me}: gseq {gseq} out of order or twice"));
                 }
                 last = Some(*gseq);
-                let msg = (*sender, *local_id, payload.clone());
-                if let Some(other) = order.insert(*gseq, msg.clone()) {
-                    if other != msg {
-                        return Err(format!("gseq {gseq}: {other:?} vs {msg:?} at {me}"));
-                    }
-                }
                 if sender.0 as usize == me {
                     log.own.insert(*local_id);
                 }
                 let Some(view) = log.views.last_mut() else {
                     return Err(format!("member {me}: delivery before any view"));
                 };
-                view.1.push(*gseq);
+                view.1.push((*gseq, (*sender, *local_id, payload.clone())));
             }
             Event::Removed { .. } => log.removed = true,
         }
@@ -80,23 +84,54 @@ fn log_of(
     Ok(log)
 }
 
-/// `sent[i]`: local ids member `i`'s multicast accepted.
+/// Adds member `me`'s deliveries to `order`, failing on a different message
+/// at a gseq already taken.
+fn agree(order: &mut BTreeMap<u64, Msg>, log: &Log, me: usize) -> Result<(), String> {
+    for (gseq, msg) in log.views.iter().flat_map(|(_, d)| d) {
+        if let Some(other) = order.insert(*gseq, msg.clone()) {
+            if other != *msg {
+                return Err(format!("gseq {gseq}: {other:?} vs {msg:?} at {me}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sent[i]`: local ids member `i`'s multicast accepted. Uniform total order.
 pub fn check(sim: &Sim<Vsync>, sent: &[Vec<u64>]) -> Result<(), String> {
-    let mut order = BTreeMap::new();
+    check_with(sim, sent, Order::Uniform)
+}
+
+pub fn check_with(sim: &Sim<Vsync>, sent: &[Vec<u64>], strictness: Order) -> Result<(), String> {
     let logs: Vec<Option<Log>> = (0..sim.nodes.len())
         .map(|i| match sim.nodes[i] {
-            Some(_) => log_of(&sim.events[i], i, &mut order).map(Some),
+            Some(_) => log_of(&sim.events[i], i).map(Some),
             None => Ok(None),
         })
         .collect::<Result<_, _>>()?;
+    let survivors: Vec<usize> = (0..sim.nodes.len())
+        .filter(|i| sim.alive(*i) && logs[*i].as_ref().is_some_and(|l| !l.removed))
+        .collect();
+    // One total order: among survivors first, then everyone if uniform.
+    let mut order = BTreeMap::new();
+    for &i in &survivors {
+        agree(&mut order, logs[i].as_ref().unwrap(), i)?;
+    }
+    if strictness == Order::Uniform {
+        for (i, log) in logs.iter().enumerate() {
+            if let Some(log) = log.as_ref().filter(|_| !survivors.contains(&i)) {
+                agree(&mut order, log, i)?;
+            }
+        }
+    }
     // Same messages in V for members that moved together from V to V+1.
-    let mut in_view: BTreeMap<(u64, u64), (usize, &Vec<u64>)> = BTreeMap::new();
+    let mut in_view: BTreeMap<(u64, u64), (usize, &Vec<(u64, Msg)>)> = BTreeMap::new();
     for (i, log) in logs.iter().enumerate() {
         let Some(log) = log else { continue };
         for pair in log.views.windows(2) {
             let key = (pair[0].0, pair[1].0);
             match in_view.get(&key) {
-                Some((j, gseqs)) if *gseqs != &pair[0].1 => {
+                Some((j, delivered)) if *delivered != &pair[0].1 => {
                     return Err(format!(
                         "members {j} and {i} moved {key:?} with different deliveries"
                     ))
@@ -108,9 +143,6 @@ pub fn check(sim: &Sim<Vsync>, sent: &[Vec<u64>]) -> Result<(), String> {
             }
         }
     }
-    let survivors: Vec<usize> = (0..sim.nodes.len())
-        .filter(|i| sim.alive(*i) && logs[*i].as_ref().is_some_and(|l| !l.removed))
-        .collect();
     // Survivors agree on the view and were all admitted.
     let views: BTreeSet<u64> = survivors
         .iter()
@@ -137,7 +169,7 @@ pub fn check(sim: &Sim<Vsync>, sent: &[Vec<u64>]) -> Result<(), String> {
             let g = gseq_of[&(NodeId(s as u32), *local)];
             for &m in &survivors {
                 let lm = logs[m].as_ref().unwrap();
-                let delivered = lm.views.iter().any(|(_, gs)| gs.contains(&g));
+                let delivered = lm.views.iter().any(|(_, d)| d.iter().any(|(x, _)| *x == g));
                 if lm.first_gseq.is_some_and(|f| f < g) && !delivered {
                     return Err(format!("member {m} lacks gseq {g} from {s}"));
                 }
