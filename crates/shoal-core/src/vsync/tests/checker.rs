@@ -28,9 +28,12 @@ pub enum Order {
     NonUniform,
 }
 
+/// What a member delivered in one view: (gseq, message), in order.
+type Delivered = Vec<(u64, Msg)>;
+
 /// Per member: the views it installed with what it delivered in each.
 struct Log {
-    views: Vec<(u64, Vec<(u64, Msg)>)>,
+    views: Vec<(u64, Delivered)>,
     first_gseq: Option<u64>,
     removed: bool,
     own: BTreeSet<u64>,
@@ -125,7 +128,7 @@ pub fn check_with(sim: &Sim<Vsync>, sent: &[Vec<u64>], strictness: Order) -> Res
         }
     }
     // Same messages in V for members that moved together from V to V+1.
-    let mut in_view: BTreeMap<(u64, u64), (usize, &Vec<(u64, Msg)>)> = BTreeMap::new();
+    let mut in_view: BTreeMap<(u64, u64), (usize, &Delivered)> = BTreeMap::new();
     for (i, log) in logs.iter().enumerate() {
         let Some(log) = log else { continue };
         for pair in log.views.windows(2) {
