@@ -331,6 +331,16 @@ fn chaos_single_seed() {
     chaos(2).unwrap();
 }
 
+/// One cut seed: `VSYNC_CUT_SEED=153 VSYNC_K=2` (with `VSYNC_DEBUG=1` for
+/// the dump); issue 4's guarantees (`Order::NonUniform`).
+#[test]
+fn cut_single_seed() {
+    if let Ok(seed) = std::env::var("VSYNC_CUT_SEED") {
+        let k = std::env::var("VSYNC_K").map_or(1, |k| k.parse().unwrap());
+        partition_chaos(seed.parse().unwrap(), k, checker::Order::NonUniform).unwrap();
+    }
+}
+
 /// Seeds that once failed, each for a bug now fixed (docs/vsync.md, "Bugs"):
 /// 232, a decided Newview never committed after the primary dropped its
 /// last silent backup; 262, a backup re-admitted with an empty store never
