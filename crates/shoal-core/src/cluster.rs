@@ -19,6 +19,12 @@
 //!   answer with `member: true` (rate-limited per joiner), which tells the
 //!   joiner a group exists and whom to ask to join: it then runs a vsync
 //!   joiner with that member as its contact.
+//! - **Discovery** ([`Cluster::discovering`]). Without a configured peer
+//!   list, a daemon's slot is configured, any of the [`MAX_SLOTS`] slots
+//!   may be running, and the presence goes once per interval to
+//!   [`Destination::Multicast`] (the runtime's discovery group) instead of
+//!   to every peer slot. The runtime learns each slot's address from the
+//!   datagrams it receives, so members answer by unicast as before.
 //! - **Founding.** A daemon that, for `found_after`, has heard from no
 //!   member and from no joining daemon with a lower slot founds a group of
 //!   its own. Daemons started together thus converge on the lowest slot
@@ -122,8 +128,10 @@ enum Phase {
 /// One daemon's membership engine.
 pub struct Cluster {
     slot: u32,
-    /// Other configured slots.
+    /// Other configured slots (empty with discovery).
     peers: Vec<u32>,
+    /// Presence goes to the discovery group, not to each peer slot.
+    discovery: bool,
     incarnation: u32,
     config: Config,
     seed: u64,
@@ -157,6 +165,7 @@ impl Cluster {
         Ok(Cluster {
             slot,
             peers: (0..slots).filter(|s| *s != slot).collect(),
+            discovery: false,
             incarnation,
             seed,
             inner,
@@ -173,6 +182,28 @@ impl Cluster {
             stats: Stats::default(),
             config,
         })
+    }
+
+    /// Daemon `slot` of a cluster whose daemons find each other by IP
+    /// multicast: any of the [`MAX_SLOTS`] slots may be running, and while
+    /// joining this daemon announces itself once per `presence_interval`
+    /// to [`Destination::Multicast`]. Everything else is as with [`Cluster::new`].
+    pub fn discovering(
+        slot: u32,
+        incarnation: u32,
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Cluster, vsync::ConfigError> {
+        let mut cluster = Cluster::new(slot, MAX_SLOTS as u32, incarnation, config, seed, now)?;
+        cluster.peers.clear();
+        cluster.discovery = true;
+        Ok(cluster)
+    }
+
+    /// Whether this daemon finds its peers by IP multicast.
+    pub fn is_discovering(&self) -> bool {
+        self.discovery
     }
 
     /// The wrapped vsync member (its view, counters).
@@ -202,14 +233,30 @@ impl Cluster {
     }
 
     fn send_presence(&mut self, to: NodeId, member: bool) {
+        self.send_presence_to(Destination::Node(to), member);
+    }
+
+    fn send_presence_to(&mut self, destination: Destination, member: bool) {
         let view = self.inner.view_id();
         let packet = Packet::Presence { member, view };
         if let Ok(bytes) = packet.to_vec(self.inner.node_id().0) {
             self.stats.presence_sent += 1;
             self.outbox.push_back(Transmit {
-                destination: Destination::Node(to),
+                destination,
                 payload: Bytes::from(bytes),
             });
+        }
+    }
+
+    /// One round of presence while joining: to the discovery group, or to
+    /// every configured peer slot.
+    fn announce(&mut self) {
+        if self.discovery {
+            self.send_presence_to(Destination::Multicast, false);
+            return;
+        }
+        for slot in self.peers.clone() {
+            self.send_presence(NodeId(slot), false);
         }
     }
 
@@ -343,9 +390,7 @@ impl Cluster {
             return;
         };
         if next_presence <= now {
-            for slot in self.peers.clone() {
-                self.send_presence(NodeId(slot), false);
-            }
+            self.announce();
             if let Phase::Joining { next_presence, .. } = &mut self.phase {
                 *next_presence = now + self.config.presence_interval;
             }

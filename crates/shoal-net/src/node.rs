@@ -28,7 +28,7 @@
 //! would block), a command arrives, the engine's or the fault layer's next
 //! deadline passes, or shutdown is asked for.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
@@ -40,6 +40,7 @@ use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::addr::Learned;
 use crate::{
     AddressBook, Clock, ClusterKey, Endpoint, FaultConfig, Faults, Mode, NetError, Opener,
     OpenerConfig, Sealer, Verdict,
@@ -146,6 +147,9 @@ pub struct RuntimeStats {
     pub own_filtered: u64,
     /// From an address not in the book, dropped.
     pub unknown_source: u64,
+    /// Learning book only: claimed a slot bound to another address, or
+    /// came from an address bound to another slot; dropped.
+    pub slot_conflicts: u64,
     /// Sends that found the socket buffer full (and waited for it).
     pub send_would_block: u64,
     /// Sends or receives that failed (logged, datagram dropped).
@@ -380,6 +384,9 @@ struct Driver<E: Engine> {
     buf: Vec<u8>,
     stats: RuntimeStats,
     warned_no_multicast: bool,
+    /// Addresses already warned about for a slot conflict (at most
+    /// `CONFLICTS_WARNED`: a flood from many ports does not grow it).
+    warned_conflicts: HashSet<SocketAddr>,
     sealer: Option<Sealer>,
     opener: Option<Opener>,
     /// Scratch for sealing and opening.
@@ -445,6 +452,7 @@ impl<E: Engine> Driver<E> {
             buf: vec![0; 65_536],
             stats: RuntimeStats::default(),
             warned_no_multicast: false,
+            warned_conflicts: HashSet::new(),
             sealer,
             opener,
             sealed: Vec::new(),
@@ -575,13 +583,7 @@ impl<E: Engine> Driver<E> {
                 return;
             }
         };
-        let claimed = (len >= 8).then(|| {
-            let b = &self.buf[4..8];
-            u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-        });
-        let Some(node) = self.book.sender(from, claimed) else {
-            self.stats.unknown_source += 1;
-            tracing::trace!(node = %self.me, %from, "datagram from unknown address");
+        let Some(node) = self.sender(from, len) else {
             return;
         };
         let now = self.clock.now();
@@ -600,6 +602,59 @@ impl<E: Engine> Driver<E> {
                 let faults = self.faults.as_mut().expect("verdict came from it");
                 faults.hold(due, node, &self.buf[..len]);
             }
+        }
+    }
+
+    /// The member that sent the (opened) datagram `buf[..len]` from `from`;
+    /// a learning book may bind its slot to `from` first. `None`: dropped
+    /// and counted.
+    fn sender(&mut self, from: SocketAddr, len: usize) -> Option<NodeId> {
+        let claimed = (len >= 8).then(|| {
+            let b = &self.buf[4..8];
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        });
+        if let Some(node) = self.book.sender(from, claimed) {
+            return Some(node);
+        }
+        // Only a well-formed header may bind a slot: without a cluster key,
+        // stray bytes on loopback must not take one.
+        let learned = match shoal_wire::decode_header(&self.buf[..len]) {
+            Ok(_) => self.book.learn(from, claimed),
+            Err(_) => Learned::Refused,
+        };
+        match learned {
+            Learned::Bound(node) => {
+                tracing::info!(node = %self.me, slot = self.book.slot(node), %from, "learned a daemon's address");
+                Some(node)
+            }
+            Learned::Refused => {
+                self.stats.unknown_source += 1;
+                tracing::trace!(node = %self.me, %from, "datagram from unknown address");
+                None
+            }
+            conflict => {
+                self.slot_conflict(from, conflict);
+                None
+            }
+        }
+    }
+
+    /// Counts a slot conflict, warning once per address.
+    fn slot_conflict(&mut self, from: SocketAddr, conflict: Learned) {
+        self.stats.slot_conflicts += 1;
+        if self.warned_conflicts.len() >= CONFLICTS_WARNED || !self.warned_conflicts.insert(from) {
+            return;
+        }
+        match conflict {
+            Learned::SlotTaken { slot, by } => tracing::warn!(
+                node = %self.me, %from, slot, bound_to = %by,
+                "datagram claims a slot bound to another address: dropped (two daemons configured with one slot?)"
+            ),
+            Learned::AddressTaken { slot, claimed } => tracing::warn!(
+                node = %self.me, %from, slot, claimed,
+                "datagram claims another slot than its address is bound to: dropped"
+            ),
+            Learned::Bound(_) | Learned::Refused => {}
         }
     }
 
@@ -789,9 +844,9 @@ impl<E: Engine> Driver<E> {
             tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
         }
         let me = self.book.slot(self.engine.node_id());
-        for (i, addr) in self.book.addrs().iter().enumerate() {
+        for (i, addr) in self.book.bound() {
             if i != me {
-                self.outgoing.push_back((*addr, payload.clone()));
+                self.outgoing.push_back((addr, payload.clone()));
             }
         }
     }
@@ -852,6 +907,10 @@ impl<E: Engine> Driver<E> {
         }
     }
 }
+
+/// Addresses a node warns about for slot conflicts, at most (then it only
+/// counts them).
+const CONFLICTS_WARNED: usize = 64;
 
 /// The channels between a node and its application.
 /// A node not yet running, the driver's ends of its channels, and its

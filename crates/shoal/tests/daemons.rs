@@ -636,3 +636,91 @@ fn daemons_deliver_over_ip_multicast_on_loopback() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `discovery = "239.255.x.y:port"` and a `slot` each, no `peers`: the
+/// daemons find each other by multicast presence on loopback, learn each
+/// other's addresses, form one cluster and deliver every message, in order,
+/// to a client on each. None drops a datagram as a slot conflict or from an
+/// unknown source, until a fourth daemon claims a slot already taken.
+#[test]
+fn daemons_without_peers_discover_each_other_by_ip_multicast() {
+    let dir = temp_dir("discovery");
+    let files = cluster_files(&dir, [KEY, KEY, KEY]);
+    let port = free_udp_port().port();
+    let group = std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(239, 255, 78, (std::process::id() % 250) as u8 + 1),
+        port,
+    );
+    for (slot, (config, _)) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(config).unwrap();
+        let peers = text.lines().find(|l| l.starts_with("peers = ")).unwrap();
+        let text = text.replacen(peers, &format!("discovery = \"{group}\"\nslot = {slot}"), 1);
+        std::fs::write(config, text).unwrap();
+    }
+    let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients: Vec<Client> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (_, socket))| {
+            let mut c = Client::connect(socket, &format!("d{i}"));
+            c.join("g");
+            c
+        })
+        .collect();
+    for c in clients.iter_mut() {
+        c.until_members("g", 3);
+    }
+    let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+    for payload in &sent {
+        clients[2].multicast(Service::Fifo, "g", payload);
+    }
+    for c in clients.iter_mut() {
+        assert_eq!(c.messages(sent.len()), sent);
+    }
+    for (_, socket) in &files {
+        let text = status(socket);
+        assert!(text.contains("(3 members"), "{text}");
+        assert!(
+            text.contains("drops: unknown source 0, failed authentication 0,"),
+            "{text}"
+        );
+        assert!(text.contains("slot conflicts 0"), "{text}");
+    }
+
+    // A fourth daemon configured with slot 1 at another address: the others
+    // refuse its datagrams as slot conflicts and keep serving their clients.
+    let socket = dir.join("dup.sock");
+    let config = dir.join("dup.toml");
+    let text = std::fs::read_to_string(&files[1].0).unwrap();
+    let listen = text.lines().find(|l| l.starts_with("listen = ")).unwrap();
+    let text = text
+        .replacen("node = \"b\"", "node = \"dup\"", 1)
+        .replacen(
+            &files[1].1.display().to_string(),
+            &socket.display().to_string(),
+            1,
+        )
+        .replacen(listen, &format!("listen = \"{}\"", free_udp_port()), 1);
+    std::fs::write(&config, text).unwrap();
+    let _dup = Daemon::start(&config, &socket);
+    let start = Instant::now();
+    while slot_conflicts(&files[0].1) == 0 {
+        assert!(start.elapsed() < PATIENCE, "no slot conflict counted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    clients[0].multicast(Service::Fifo, "g", b"after");
+    for c in clients.iter_mut() {
+        assert_eq!(c.messages(1), vec![b"after".to_vec()]);
+    }
+    assert!(status(&files[0].1).contains("(3 members"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The "slot conflicts" counter of a daemon's status.
+fn slot_conflicts(socket: &Path) -> u64 {
+    let text = status(socket);
+    text.lines()
+        .find_map(|l| l.split("slot conflicts ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("status names slot conflicts: {text}"))
+}

@@ -24,6 +24,10 @@ struct Harness {
     order: u64,
     now: u64,
     config: Config,
+    /// Daemons find each other by multicast ([`Cluster::discovering`]).
+    discovery: bool,
+    /// Every PRESENCE sent: (from slot, destination, `member`).
+    presence: Vec<(usize, Destination, bool)>,
 }
 
 fn config() -> Config {
@@ -43,13 +47,29 @@ impl Harness {
             order: 0,
             now: 0,
             config: config(),
+            discovery: false,
+            presence: Vec::new(),
+        }
+    }
+
+    /// A network of all [`MAX_SLOTS`] slots whose daemons, once started,
+    /// discover each other: `Destination::Multicast` reaches every slot.
+    fn discovering() -> Harness {
+        Harness {
+            discovery: true,
+            ..Harness::new(MAX_SLOTS)
         }
     }
 
     fn start(&mut self, slot: u32, incarnation: u32) {
         let n = self.daemons.len() as u32;
         let now = Instant::from_nanos(self.now);
-        let daemon = Cluster::new(slot, n, incarnation, self.config.clone(), 7, now).unwrap();
+        let config = self.config.clone();
+        let daemon = if self.discovery {
+            Cluster::discovering(slot, incarnation, config, 7, now).unwrap()
+        } else {
+            Cluster::new(slot, n, incarnation, config, 7, now).unwrap()
+        };
         self.daemons[slot as usize] = Some(daemon);
         self.events[slot as usize].clear();
         self.drain(slot as usize);
@@ -77,6 +97,10 @@ impl Harness {
             self.events[i].push(e.event);
         }
         for t in out {
+            if let Ok((_, Packet::Presence { member, .. })) = shoal_wire::decode_packet(&t.payload)
+            {
+                self.presence.push((i, t.destination, member));
+            }
             let targets: Vec<u32> = match t.destination {
                 Destination::Node(to) => vec![slot_of(to)],
                 Destination::Multicast => (0..self.daemons.len() as u32)
@@ -303,4 +327,91 @@ fn ids_carry_slot_and_incarnation() {
     assert_eq!(slot_of(id), 5);
     assert_eq!(id.0 >> SLOT_BITS, 77);
     assert_eq!(slot_of(cluster_id(3, u32::MAX)), 3);
+}
+
+#[test]
+fn daemons_discovering_each_other_by_multicast_form_one_group() {
+    // Slots far apart in a space of 256: no daemon knows which are running.
+    let mut h = Harness::discovering();
+    for (slot, incarnation) in [(40, 1), (5, 2), (201, 3)] {
+        h.start(slot, incarnation);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[5, 40, 201]);
+    let founded: Vec<u64> = [5, 40, 201]
+        .iter()
+        .map(|s| h.daemon(*s).stats().founded)
+        .collect();
+    assert_eq!(founded, vec![1, 0, 0], "the lowest slot founds");
+    // Joiners announced themselves to the group only; members answered
+    // each joiner by unicast.
+    let announced = h.presence.iter().filter(|(_, _, member)| !member);
+    assert!(announced
+        .clone()
+        .all(|(_, to, _)| *to == Destination::Multicast));
+    assert!(announced.count() >= 3);
+    let answers: Vec<_> = h.presence.iter().filter(|(_, _, member)| *member).collect();
+    assert!(!answers.is_empty());
+    assert!(answers
+        .iter()
+        .all(|(_, to, _)| matches!(to, Destination::Node(_))));
+    assert!(h.daemon(5).is_discovering());
+}
+
+#[test]
+fn a_late_discovering_daemon_joins_and_the_group_delivers_in_one_order() {
+    let mut h = Harness::discovering();
+    h.start(9, 1);
+    h.start(3, 1);
+    h.run_until(5_000);
+    h.assert_one_group_of(&[3, 9]);
+    h.start(0, 1);
+    h.run_until(10_000);
+    h.assert_one_group_of(&[0, 3, 9]);
+    assert_eq!(h.daemon(0).stats().founded, 0, "joined, did not found");
+    for (i, s) in [0usize, 3, 9].into_iter().enumerate() {
+        let now = Instant::from_nanos(h.now);
+        h.daemons[s]
+            .as_mut()
+            .unwrap()
+            .multicast(now, Bytes::from(vec![i as u8]))
+            .unwrap();
+        h.drain(s);
+    }
+    h.run_until(12_000);
+    let first = h.delivered(0);
+    assert_eq!(first.len(), 3);
+    for s in [3, 9] {
+        assert_eq!(h.delivered(s), first);
+    }
+}
+
+#[test]
+fn a_discovering_daemon_announces_once_per_interval_to_the_group() {
+    let config = config();
+    let interval = config.presence_interval;
+    let mut d = Cluster::discovering(7, 1, config, 7, Instant::from_nanos(0)).unwrap();
+    let mut now = Instant::from_nanos(0);
+    for round in 0..4 {
+        d.handle_timeout(now);
+        let sent: Vec<Transmit> = std::iter::from_fn(|| d.poll_transmit(now)).collect();
+        assert_eq!(sent.len(), 1, "round {round}: {sent:?}");
+        assert_eq!(sent[0].destination, Destination::Multicast);
+        now += interval;
+    }
+    assert_eq!(d.stats().presence_sent, 4);
+    assert!(!d.is_member());
+}
+
+#[test]
+fn a_static_daemon_still_announces_to_every_peer_slot() {
+    let mut d = Cluster::new(1, 4, 1, config(), 7, Instant::from_nanos(0)).unwrap();
+    let now = Instant::from_nanos(0);
+    d.handle_timeout(now);
+    let to: Vec<Destination> = std::iter::from_fn(|| d.poll_transmit(now))
+        .map(|t| t.destination)
+        .collect();
+    let peers = [0, 2, 3].map(|s| Destination::Node(NodeId(s)));
+    assert_eq!(to, peers);
+    assert!(!d.is_discovering());
 }

@@ -10,6 +10,11 @@
 //! peers = ["127.0.0.1:9001", "127.0.0.1:9002"]
 //! multicast = "239.255.77.1:9100"  # optional: pbcast's first phase by IP multicast
 //!
+//! # Or, instead of `peers`, find the other daemons by IP multicast:
+//! # discovery = "239.255.77.1:9100"  # admin-scoped group with a port (loopback, TTL 0);
+//! #                                  # if `multicast` is set too, the same address
+//! # slot = 0                         # required with `discovery`: 0..=255, unique in the cluster
+//!
 //! [tcp]                             # optional
 //! address = "127.0.0.1:4803"
 //! token = "secret"
@@ -64,6 +69,18 @@ pub struct DaemonConfig {
     /// pinned to loopback with TTL 0: no datagram leaves the host.
     #[serde(default)]
     pub multicast: Option<SocketAddr>,
+    /// Find the peer daemons by IP multicast to this group (admin-scoped,
+    /// with a port, pinned to loopback like `multicast`) instead of a
+    /// static `peers` list, which must then be empty. Needs `slot`; if
+    /// `multicast` is set too it must be the same address (a node has one
+    /// group). Does not by itself move pbcast's first phase to IP multicast.
+    #[serde(default)]
+    pub discovery: Option<SocketAddr>,
+    /// This daemon's slot (0..=255), with `discovery` only: unique in the
+    /// cluster (without `discovery` the slot is the index of `listen` among
+    /// the sorted addresses).
+    #[serde(default)]
+    pub slot: Option<u32>,
     /// Optional TCP listener for clients, guarded by a token.
     #[serde(default)]
     pub tcp: Option<TcpConfig>,
@@ -133,6 +150,23 @@ impl AuthConfig {
         };
         crate::ClusterKey::from_hex(&text).map_err(|e| invalid("auth.key", e.to_string()))
     }
+}
+
+/// `addr` as an admin-scoped IPv4 group with a port; errors name `key`.
+fn admin_group(
+    key: &'static str,
+    addr: Option<SocketAddr>,
+) -> Result<Option<crate::MulticastGroup>, ConfigError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let invalid = |why: String| ConfigError::Invalid { key, why };
+    let SocketAddr::V4(v4) = addr else {
+        return Err(invalid(format!("{addr} is not IPv4")));
+    };
+    crate::MulticastGroup::new(v4)
+        .map(Some)
+        .map_err(|_| invalid(format!("{addr} is not in 239.255.0.0/16 with a port")))
 }
 
 /// Writes `user`'s keys over `base`, recursing into tables.
@@ -223,6 +257,8 @@ impl Default for DaemonConfig {
             listen: default_listen(),
             peers: Vec::new(),
             multicast: None,
+            discovery: None,
+            slot: None,
             tcp: None,
             limits: Limits::default(),
             cluster: default_cluster(),
@@ -262,19 +298,51 @@ impl DaemonConfig {
     /// The IP multicast group of `multicast`, checked (admin-scoped IPv4,
     /// a port).
     pub fn multicast_group(&self) -> Result<Option<crate::MulticastGroup>, ConfigError> {
-        let Some(addr) = self.multicast else {
-            return Ok(None);
+        admin_group("multicast", self.multicast)
+    }
+
+    /// The IP multicast group of `discovery`, checked like `multicast`.
+    pub fn discovery_group(&self) -> Result<Option<crate::MulticastGroup>, ConfigError> {
+        admin_group("discovery", self.discovery)
+    }
+
+    /// The one group the endpoint joins: `multicast`'s or `discovery`'s
+    /// (the same address when both are set, as `validate` checks).
+    pub fn joined_group(&self) -> Result<Option<crate::MulticastGroup>, ConfigError> {
+        Ok(self.multicast_group()?.or(self.discovery_group()?))
+    }
+
+    /// The discovery settings: `slot` is required with `discovery`, only
+    /// then allowed, and `peers` must be empty (a listed peer's slot is not
+    /// known, so it could not be routed to).
+    fn validate_discovery(&self) -> Result<(), ConfigError> {
+        let invalid = |key, why: &str| ConfigError::Invalid {
+            key,
+            why: why.to_string(),
         };
-        let invalid = |why: String| ConfigError::Invalid {
-            key: "multicast",
-            why,
-        };
-        let SocketAddr::V4(v4) = addr else {
-            return Err(invalid(format!("{addr} is not IPv4")));
-        };
-        crate::MulticastGroup::new(v4)
-            .map(Some)
-            .map_err(|_| invalid(format!("{addr} is not in 239.255.0.0/16 with a port")))
+        self.discovery_group()?;
+        match (self.discovery, self.slot) {
+            (None, Some(_)) => Err(invalid(
+                "slot",
+                "is only for `discovery`: with `peers` the slot is the index of `listen` among the sorted addresses",
+            )),
+            (Some(_), None) => Err(invalid(
+                "slot",
+                "is required with `discovery`: a number 0..=255, unique in the cluster",
+            )),
+            (Some(_), Some(slot)) if slot as usize >= shoal_core::cluster::MAX_SLOTS => Err(
+                invalid("slot", &format!("{slot} is not in 0..={}", shoal_core::cluster::MAX_SLOTS - 1)),
+            ),
+            (Some(_), Some(_)) if !self.peers.is_empty() => Err(invalid(
+                "peers",
+                "must be empty with `discovery`: daemons find each other on the group",
+            )),
+            (Some(d), Some(_)) if self.multicast.is_some_and(|m| m != d) => Err(invalid(
+                "discovery",
+                "must be the same address as `multicast` when both are set (a daemon joins one group)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Reads, parses and validates a configuration file.
@@ -311,6 +379,7 @@ impl DaemonConfig {
             return Err(invalid("peers", "must not contain this daemon's `listen`"));
         }
         self.multicast_group()?;
+        self.validate_discovery()?;
         if let Some(tcp) = &self.tcp {
             if tcp.token.is_empty() {
                 return Err(invalid("tcp.token", "must not be empty"));
@@ -479,5 +548,43 @@ mod tests {
         let good = DaemonConfig::parse("multicast = \"239.255.7.7:9100\"").unwrap();
         assert!(good.multicast_group().unwrap().is_some());
         assert!(DaemonConfig::default().multicast_group().unwrap().is_none());
+    }
+
+    #[test]
+    fn discovery_needs_a_slot_and_no_peers() {
+        let c = DaemonConfig::parse("discovery = \"239.255.7.7:9100\"\nslot = 255").unwrap();
+        assert_eq!(c.slot, Some(255));
+        assert!(c.discovery_group().unwrap().is_some());
+        assert_eq!(c.joined_group().unwrap(), c.discovery_group().unwrap());
+        assert!(c.multicast_group().unwrap().is_none());
+        for (text, key) in [
+            ("discovery = \"239.255.7.7:9100\"", "`slot`"),
+            ("slot = 1", "`slot`"),
+            ("discovery = \"239.255.7.7:9100\"\nslot = 256", "`slot`"),
+            ("discovery = \"224.0.0.1:9100\"\nslot = 1", "`discovery`"),
+            ("discovery = \"239.255.7.7:0\"\nslot = 1", "`discovery`"),
+            (
+                "discovery = \"239.255.7.7:9100\"\nslot = 1\npeers = [\"127.0.0.1:9001\"]",
+                "`peers`",
+            ),
+            (
+                "discovery = \"239.255.7.7:9100\"\nslot = 1\nmulticast = \"239.255.7.8:9100\"",
+                "`discovery`",
+            ),
+        ] {
+            let e = DaemonConfig::parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+        let e = DaemonConfig::parse("slot = -1").unwrap_err().to_string();
+        assert!(e.contains("slot"), "{e}");
+        let both = DaemonConfig::parse(
+            "discovery = \"239.255.7.7:9100\"\nslot = 1\nmulticast = \"239.255.7.7:9100\"",
+        )
+        .unwrap();
+        assert!(both.multicast_group().unwrap().is_some());
+        assert_eq!(
+            both.joined_group().unwrap(),
+            both.discovery_group().unwrap()
+        );
     }
 }

@@ -160,6 +160,7 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
     let drops = Family::<ReasonLabel, Counter<u64>>::default();
     for (reason, n) in [
         ("unknown_source", rt.unknown_source),
+        ("slot_conflict", rt.slot_conflicts),
         ("failed_authentication", rt.auth_dropped),
         ("io_error", rt.io_errors),
         ("too_large", rt.too_large),

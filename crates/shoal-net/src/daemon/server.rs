@@ -155,28 +155,54 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
+/// The membership engine, the address book and this daemon's slot: with
+/// `discovery`, the configured slot and a book that learns the others'
+/// addresses from their datagrams; else the slots of the sorted static list.
+fn membership(
+    config: &DaemonConfig,
+    cluster_config: cluster::Config,
+    incarnation: u32,
+    now: shoal_core::Instant,
+) -> Result<(Cluster, AddressBook, u32), DaemonError> {
+    let seed = |slot: u32| u64::from(incarnation) << 8 | u64::from(slot);
+    if config.discovery.is_some() {
+        let slot = config
+            .slot
+            .filter(|s| (*s as usize) < cluster::MAX_SLOTS)
+            .ok_or_else(|| DaemonError::Config("`discovery` needs a `slot` in 0..=255".into()))?;
+        let engine = Cluster::discovering(slot, incarnation, cluster_config, seed(slot), now)?;
+        let book = AddressBook::learning(cluster::SLOT_BITS, slot as usize, config.listen)?;
+        return Ok((engine, book, slot));
+    }
     let (addrs, slot) = slots(config);
-    let clock = Clock::new();
-    let incarnation = incarnation();
-    let group = config
-        .multicast_group()
-        .map_err(|e| DaemonError::Config(e.to_string()))?;
-    let mut cluster_config = config.cluster.clone();
-    cluster_config.vsync.pbcast.ip_multicast = group.is_some();
     let engine = Cluster::new(
         slot,
         addrs.len() as u32,
         incarnation,
         cluster_config,
-        u64::from(incarnation) << 8 | u64::from(slot),
-        clock.now(),
+        seed(slot),
+        now,
     )?;
+    let book = AddressBook::slotted(addrs, cluster::SLOT_BITS)?;
+    Ok((engine, book, slot))
+}
+
+fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
+    let clock = Clock::new();
+    let incarnation = incarnation();
+    let config_error = |e: super::config::ConfigError| DaemonError::Config(e.to_string());
+    // pbcast's first phase goes by IP multicast only with `multicast`;
+    // `discovery` alone keeps data on the unicast relay tree.
+    let ip_multicast = config.multicast_group().map_err(config_error)?.is_some();
+    let group = config.joined_group().map_err(config_error)?;
+    let mut cluster_config = config.cluster.clone();
+    cluster_config.vsync.pbcast.ip_multicast = ip_multicast;
+    let (engine, book, slot) = membership(config, cluster_config, incarnation, clock.now())?;
+    // Every multicast socket is pinned to 127.0.0.1 with TTL 0 (socket.rs).
     let mut endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
     if let Some(group) = group {
         endpoint.join(group, &SocketOptions::default())?;
     }
-    let book = AddressBook::slotted(addrs, cluster::SLOT_BITS)?;
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
     node_config.auth = match &config.auth {
@@ -666,8 +692,12 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
             runtime.bytes_received
         ),
         format!(
-            "drops: unknown source {}, failed authentication {}, io errors {}, too large {}",
-            runtime.unknown_source, runtime.auth_dropped, runtime.io_errors, runtime.too_large
+            "drops: unknown source {}, failed authentication {}, io errors {}, too large {}, slot conflicts {}",
+            runtime.unknown_source,
+            runtime.auth_dropped,
+            runtime.io_errors,
+            runtime.too_large,
+            runtime.slot_conflicts
         ),
     ];
     if let Some(p) = v.pbcast_stats() {
