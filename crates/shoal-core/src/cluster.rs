@@ -222,8 +222,8 @@ impl Cluster {
 
     /// Leaves the group (graceful shutdown). A `Removed { Left }` event
     /// follows once the group installed a view without this daemon. A
-    /// primary hands over to its first backup; with `committee_size = 1` it
-    /// cannot leave by request and is seen as failed (docs/vsync.md).
+    /// primary hands over to its first backup (with `committee_size = 1` it
+    /// first takes one into the committee; docs/vsync.md).
     pub fn leave(&mut self, now: Instant) {
         match self.phase {
             Phase::Member => self.inner.leave(now),

@@ -102,7 +102,6 @@ pub struct CoreStats {
     pub batches_sent: u64,
     pub batches_received: u64,
     pub malformed_batches: u64,
-    pub refused_services: u64,
     pub group_changes: u64,
     pub slow_clients: u64,
     pub fragments_sent: u64,
@@ -1079,8 +1078,8 @@ impl Core {
             s.fragments_sent
         ));
         lines.push(format!(
-            "refused services {}; slow clients disconnected {}; malformed batches {}",
-            s.refused_services, s.slow_clients, s.malformed_batches
+            "slow clients disconnected {}; malformed batches {}",
+            s.slow_clients, s.malformed_batches
         ));
         lines.push(format!(
             "safe: batches held {} (waiting now {})",

@@ -167,7 +167,6 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         ("malformed_vsync", s.malformed),
         ("malformed_batch", core.stats.malformed_batches),
         ("slow_client", core.stats.slow_clients),
-        ("refused_service", core.stats.refused_services),
     ] {
         drops
             .get_or_create(&ReasonLabel {
