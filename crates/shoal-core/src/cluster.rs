@@ -30,7 +30,17 @@
 //!   its own. Daemons started together thus converge on the lowest slot
 //!   running, and the others join it. Two groups can still form if the
 //!   daemons cannot hear each other for `found_after` (a partition at
-//!   start-up); merging groups is not built (docs/daemon.md).
+//!   start-up, or the group split and each side went on).
+//! - **Merging.** Every `merge_probe_interval` a member sends a member
+//!   PRESENCE, with its view's size and lowest slot, to every peer slot
+//!   outside its view (to the discovery group with discovery). A member
+//!   that keeps hearing, for two probe intervals, members of another group
+//!   that ranks before its own (more members; on a tie, the lower lowest
+//!   slot) leaves its group and joins that one through the member it heard,
+//!   under its next incarnation, as an evicted daemon does. Every member of
+//!   the losing group does so on its own; the winning group's members only
+//!   see joins. (Waiting two intervals keeps a member from acting on a
+//!   probe sent by a member of its own group whose view is a step ahead.)
 //!
 //! Sans-IO: no clock, no socket; randomness only in the wrapped engine.
 
@@ -75,6 +85,10 @@ pub struct Config {
     /// A daemon without a group announces itself this often. Default 250 ms.
     #[serde(with = "crate::serde_ms")]
     pub presence_interval: Duration,
+    /// A member probes peers outside its view this often, so that groups
+    /// formed apart merge. Default 1 s.
+    #[serde(with = "crate::serde_ms")]
+    pub merge_probe_interval: Duration,
 }
 
 impl Default for Config {
@@ -83,6 +97,7 @@ impl Default for Config {
             vsync: vsync::Config::default(),
             found_after: Duration::from_secs(2),
             presence_interval: Duration::from_millis(250),
+            merge_probe_interval: Duration::from_secs(1),
         }
     }
 }
@@ -106,6 +121,8 @@ pub struct Stats {
     pub rejoins: u64,
     /// Join requests from other joiners, ignored while joining.
     pub joins_ignored: u64,
+    /// Times this daemon left its group to join one that ranks before it.
+    pub merges: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -139,6 +156,11 @@ pub struct Cluster {
     phase: Phase,
     /// Last presence answer sent to each joining slot.
     answered: BTreeMap<u32, Instant>,
+    /// While a member: when the next merge probe is due.
+    next_probe: Option<Instant>,
+    /// Members of other groups heard since this view was installed, with
+    /// when each was first heard.
+    foreign: BTreeMap<NodeId, Instant>,
     outbox: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
     stats: Stats,
@@ -177,6 +199,8 @@ impl Cluster {
                 contact: None,
             },
             answered: BTreeMap::new(),
+            next_probe: None,
+            foreign: BTreeMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -238,7 +262,13 @@ impl Cluster {
 
     fn send_presence_to(&mut self, destination: Destination, member: bool) {
         let view = self.inner.view_id();
-        let packet = Packet::Presence { member, view };
+        let (size, lowest) = if member { self.rank() } else { (0, 0) };
+        let packet = Packet::Presence {
+            member,
+            view,
+            size,
+            lowest,
+        };
         if let Ok(bytes) = packet.to_vec(self.inner.node_id().0) {
             self.stats.presence_sent += 1;
             self.outbox.push_back(Transmit {
@@ -260,7 +290,43 @@ impl Cluster {
         }
     }
 
-    fn on_presence(&mut self, now: Instant, from: NodeId, member: bool) {
+    /// This daemon's group's rank: its size and lowest slot.
+    fn rank(&self) -> (u32, u32) {
+        let members = self.inner.members();
+        let lowest = members.iter().map(|m| slot_of(*m)).min().unwrap_or(0);
+        (members.len() as u32, lowest)
+    }
+
+    /// Probes every peer slot outside the view (or the discovery group).
+    fn probe(&mut self) {
+        if self.discovery {
+            self.send_presence_to(Destination::Multicast, true);
+            return;
+        }
+        let inside: Vec<u32> = self.inner.members().iter().map(|m| slot_of(*m)).collect();
+        for slot in self.peers.clone() {
+            if !inside.contains(&slot) {
+                self.send_presence(NodeId(slot), true);
+            }
+        }
+    }
+
+    /// A member heard a member of another group: it joins that group if the
+    /// group ranks before its own and it has kept hearing of it.
+    fn on_foreign_member(&mut self, now: Instant, from: NodeId, theirs: (u32, u32)) {
+        if self.inner.members().contains(&from) {
+            return;
+        }
+        let first = *self.foreign.entry(from).or_insert(now);
+        let (size, lowest) = self.rank();
+        let ranks_before = theirs.0 > size || (theirs.0 == size && theirs.1 < lowest);
+        let settled = now.saturating_duration_since(first) >= self.config.merge_probe_interval * 2;
+        if ranks_before && settled {
+            self.merge_into(now, from);
+        }
+    }
+
+    fn on_presence(&mut self, now: Instant, from: NodeId, member: bool, theirs: (u32, u32)) {
         self.stats.presence_received += 1;
         if slot_of(from) == self.slot {
             return;
@@ -292,7 +358,8 @@ impl Cluster {
                     *lower_heard = Some(now);
                 }
             }
-            Phase::Member if !member => {
+            Phase::Member if member => self.on_foreign_member(now, from, theirs),
+            Phase::Member => {
                 let slot = slot_of(from);
                 let due = self
                     .answered
@@ -338,10 +405,30 @@ impl Cluster {
     /// Starts over under the next incarnation after an eviction.
     fn rejoin(&mut self, now: Instant) {
         self.stats.rejoins += 1;
+        let members: Vec<NodeId> = self.inner.members().to_vec();
+        self.start_over(now, members, None);
+    }
+
+    /// Leaves this group for the one `contact` is a member of (see the
+    /// module docs, "Merging"). Clients see what an eviction shows them.
+    fn merge_into(&mut self, now: Instant, contact: NodeId) {
+        self.stats.merges += 1;
+        let me = self.inner.node_id();
+        let event = Event::Removed {
+            view: self.inner.view_id(),
+            reason: RemovedReason::Dropped,
+        };
+        self.events.push_back(ClusterEvent { me, event });
+        self.start_over(now, vec![contact], Some(contact));
+    }
+
+    /// A vsync joiner under the next incarnation asking `contacts`.
+    fn start_over(&mut self, now: Instant, contacts: Vec<NodeId>, contact: Option<NodeId>) {
         self.incarnation = self.incarnation.wrapping_add(1);
         let me = cluster_id(self.slot, self.incarnation);
-        let members: Vec<NodeId> = self.inner.members().to_vec();
-        let contacts: Vec<NodeId> = members.into_iter().filter(|m| *m != me).collect();
+        let contacts: Vec<NodeId> = contacts.into_iter().filter(|m| *m != me).collect();
+        self.next_probe = None;
+        self.foreign.clear();
         if let Ok(inner) = Vsync::joining(
             me,
             &contacts,
@@ -355,8 +442,8 @@ impl Cluster {
             since: now,
             next_presence: now,
             lower_heard: None,
-            member_heard: None,
-            contact: None,
+            member_heard: contact.map(|_| now),
+            contact: contact.map(|c| (now, c)),
         };
     }
 
@@ -365,7 +452,13 @@ impl Cluster {
         while let Some(event) = self.inner.poll_event() {
             let me = self.inner.node_id();
             match &event {
-                Event::View(v) if v.first => self.phase = Phase::Member,
+                Event::View(v) => {
+                    if v.first {
+                        self.phase = Phase::Member;
+                        self.next_probe = Some(now + self.config.merge_probe_interval);
+                    }
+                    self.foreign.clear();
+                }
                 Event::Removed {
                     reason: RemovedReason::Dropped,
                     ..
@@ -382,6 +475,15 @@ impl Cluster {
             }
             self.events.push_back(ClusterEvent { me, event });
         }
+    }
+
+    /// While a member: probe for other groups.
+    fn member_timers(&mut self, now: Instant) {
+        if !self.is_member() || self.next_probe.is_none_or(|t| t > now) {
+            return;
+        }
+        self.probe();
+        self.next_probe = Some(now + self.config.merge_probe_interval);
     }
 
     /// While joining: announce, and found a group when nobody answers.
@@ -448,9 +550,18 @@ impl Engine for Cluster {
         if matches!(self.phase, Phase::Left) {
             return;
         }
-        if let Ok((header, Packet::Presence { member, .. })) = shoal_wire::decode_packet(datagram) {
+        if let Ok((
+            header,
+            Packet::Presence {
+                member,
+                size,
+                lowest,
+                ..
+            },
+        )) = shoal_wire::decode_packet(datagram)
+        {
             if header.kind == Kind::Presence && header.sender == from.0 {
-                self.on_presence(now, from, member);
+                self.on_presence(now, from, member, (size, lowest));
             }
             return;
         }
@@ -472,6 +583,7 @@ impl Engine for Cluster {
             self.inner.handle_timeout(now);
         }
         self.joining_timers(now);
+        self.member_timers(now);
         self.drain_inner(now);
     }
 
@@ -499,7 +611,8 @@ impl Engine for Cluster {
         if matches!(self.phase, Phase::Left) {
             return None;
         }
-        [self.inner.poll_timeout(), self.joining_deadline()]
+        let probe = self.next_probe.filter(|_| self.is_member());
+        [self.inner.poll_timeout(), self.joining_deadline(), probe]
             .into_iter()
             .flatten()
             .min()

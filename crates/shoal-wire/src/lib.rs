@@ -223,8 +223,17 @@ pub enum Packet<'a> {
     /// A daemon's presence (`shoal_core::cluster`): a daemon looking for its
     /// cluster announces itself with `member: false`; a member answers with
     /// `member: true` and its view id, so the joiner knows a group exists and
-    /// whom to ask. Body: `member u8` (0 or 1), `view u64`.
-    Presence { member: bool, view: u64 },
+    /// whom to ask. Members also probe daemons outside their view with it,
+    /// so that two groups formed apart merge: `size` is the sender's view's
+    /// member count and `lowest` the lowest slot in it (both 0 from a
+    /// joiner). Body: `member u8` (0 or 1), `view u64`, `size u32`,
+    /// `lowest u32`.
+    Presence {
+        member: bool,
+        view: u64,
+        size: u32,
+        lowest: u32,
+    },
     /// A new message passed on by a member of the source's relay tree
     /// (pbcast's first phase without IP multicast; P000 §3 footnote ‖: "a
     /// very lightweight unicast-based tree"). The receiver passes it on to
@@ -301,7 +310,7 @@ impl Packet<'_> {
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
             Packet::Vsync { body } => body.len(),
-            Packet::Presence { .. } => 9,
+            Packet::Presence { .. } => 17,
         }
     }
 
@@ -363,9 +372,16 @@ impl Packet<'_> {
                 }
             }
             Packet::Vsync { body } => out.extend_from_slice(body),
-            Packet::Presence { member, view } => {
+            Packet::Presence {
+                member,
+                view,
+                size,
+                lowest,
+            } => {
                 out.push(u8::from(*member));
                 out.extend_from_slice(&view.to_be_bytes());
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&lowest.to_be_bytes());
             }
         }
         Ok(())
@@ -576,6 +592,8 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 other => return Err(DecodeError::BadFlag(other)),
             },
             view: reader.u64()?,
+            size: reader.u32()?,
+            lowest: reader.u32()?,
         },
     };
     match reader.remaining() {

@@ -239,7 +239,7 @@ enum Owned {
     Session(Session),
     Heartbeat(Vec<HeartbeatEntry>),
     Vsync(Vec<u8>),
-    Presence(bool, u64),
+    Presence(bool, u64, u32, u32),
     Relay(u32, u64, Vec<u8>),
 }
 
@@ -269,9 +269,11 @@ impl Owned {
                 entries: entries.clone(),
             },
             Owned::Vsync(body) => Packet::Vsync { body },
-            Owned::Presence(member, view) => Packet::Presence {
+            Owned::Presence(member, view, size, lowest) => Packet::Presence {
                 member: *member,
                 view: *view,
+                size: *size,
+                lowest: *lowest,
             },
             Owned::Relay(s, seq, p) => Packet::Relay {
                 source: *s,
@@ -310,7 +312,8 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
                     .collect(),
             })),
         prop::collection::vec(any::<u8>(), 0..40).prop_map(Owned::Vsync),
-        (any::<bool>(), any::<u64>()).prop_map(|(m, v)| Owned::Presence(m, v)),
+        (any::<bool>(), any::<u64>(), any::<u32>(), any::<u32>())
+            .prop_map(|(m, v, s, l)| Owned::Presence(m, v, s, l)),
         prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>()), 0..6).prop_map(|v| {
             Owned::Heartbeat(
                 v.into_iter()

@@ -28,6 +28,8 @@ struct Harness {
     discovery: bool,
     /// Every PRESENCE sent: (from slot, destination, `member`).
     presence: Vec<(usize, Destination, bool)>,
+    /// While set, datagrams between slots on different sides are lost.
+    sides: Option<Vec<u8>>,
 }
 
 fn config() -> Config {
@@ -49,6 +51,7 @@ impl Harness {
             config: config(),
             discovery: false,
             presence: Vec::new(),
+            sides: None,
         }
     }
 
@@ -140,7 +143,8 @@ impl Harness {
             if datagram == Some(at) {
                 let Reverse((_, _, to, from, bytes)) = self.queue.pop().unwrap();
                 let to = to as usize;
-                if self.asleep[to] {
+                let from_slot = slot_of(NodeId(from)) as usize;
+                if self.asleep[to] || self.sides.as_ref().is_some_and(|s| s[to] != s[from_slot]) {
                     continue;
                 }
                 if let Some(d) = self.daemons[to].as_mut() {
@@ -344,17 +348,24 @@ fn daemons_discovering_each_other_by_multicast_form_one_group() {
         .collect();
     assert_eq!(founded, vec![1, 0, 0], "the lowest slot founds");
     // Joiners announced themselves to the group only; members answered
-    // each joiner by unicast.
+    // each joiner by unicast (and probed the group for other groups, once
+    // per `merge_probe_interval` each).
     let announced = h.presence.iter().filter(|(_, _, member)| !member);
     assert!(announced
         .clone()
         .all(|(_, to, _)| *to == Destination::Multicast));
     assert!(announced.count() >= 3);
-    let answers: Vec<_> = h.presence.iter().filter(|(_, _, member)| *member).collect();
-    assert!(!answers.is_empty());
-    assert!(answers
+    let answers = h
+        .presence
         .iter()
-        .all(|(_, to, _)| matches!(to, Destination::Node(_))));
+        .filter(|(_, to, member)| *member && matches!(to, Destination::Node(_)));
+    assert!(answers.count() > 0);
+    let probes = h
+        .presence
+        .iter()
+        .filter(|(_, to, member)| *member && *to == Destination::Multicast);
+    // At most one per member per second of membership (6 s, 3 members).
+    assert!(probes.count() <= 18);
     assert!(h.daemon(5).is_discovering());
 }
 
@@ -414,4 +425,76 @@ fn a_static_daemon_still_announces_to_every_peer_slot() {
     let peers = [0, 2, 3].map(|s| Destination::Node(NodeId(s)));
     assert_eq!(to, peers);
     assert!(!d.is_discovering());
+}
+
+/// A partition at start-up: {0, 1, 2} and {3, 4} each form a group. Once it
+/// heals, the smaller group's members hear the larger's probes and join it,
+/// each once, under a new incarnation; the larger group's members stay.
+#[test]
+fn groups_formed_apart_merge_into_the_larger_once_the_partition_heals() {
+    let mut h = Harness::new(5);
+    h.sides = Some(vec![0, 0, 0, 1, 1]);
+    for slot in 0..5 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    h.assert_one_group_of(&[3, 4]);
+    h.sides = None;
+    h.run_until(16_000);
+    h.assert_one_group_of(&[0, 1, 2, 3, 4]);
+    for slot in 0..5 {
+        let merges = h.daemon(slot).stats().merges;
+        assert_eq!(merges, u64::from(slot >= 3), "slot {slot}");
+    }
+    for slot in [3, 4] {
+        let removed = h.events[slot].iter().any(|e| {
+            matches!(
+                e,
+                Event::Removed {
+                    reason: RemovedReason::Dropped,
+                    ..
+                }
+            )
+        });
+        assert!(removed, "slot {slot} was not told it left its group");
+        assert_eq!(h.daemon(slot).node_id(), cluster_id(slot as u32, 2));
+    }
+}
+
+/// Two groups of two: the one holding the lower slot wins the tie.
+#[test]
+fn of_two_groups_of_one_size_the_one_with_the_lowest_slot_absorbs_the_other() {
+    let mut h = Harness::new(4);
+    h.sides = Some(vec![1, 0, 1, 0]);
+    for slot in 0..4 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 2]);
+    h.assert_one_group_of(&[1, 3]);
+    h.sides = None;
+    h.run_until(16_000);
+    h.assert_one_group_of(&[0, 1, 2, 3]);
+    let merged: Vec<u64> = (0..4).map(|s| h.daemon(s).stats().merges).collect();
+    assert_eq!(merged, [0, 1, 0, 1]);
+}
+
+/// With discovery the probes go to the group; the same merge follows.
+#[test]
+fn discovering_groups_formed_apart_merge_too() {
+    let mut h = Harness::discovering();
+    let mut sides = vec![0; MAX_SLOTS];
+    sides[9] = 1;
+    h.sides = Some(sides);
+    for slot in [3, 9, 30] {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[3, 30]);
+    h.assert_one_group_of(&[9]);
+    h.sides = None;
+    h.run_until(16_000);
+    h.assert_one_group_of(&[3, 9, 30]);
+    assert_eq!(h.daemon(9).stats().merges, 1);
 }

@@ -672,8 +672,8 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
                 .join(", ")
         ),
         format!(
-            "cluster: founded {}, rejoins {}, presence sent {} received {}",
-            c.founded, c.rejoins, c.presence_sent, c.presence_received
+            "cluster: founded {}, rejoins {}, merges {}, presence sent {} received {}",
+            c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received
         ),
         format!(
             "vsync: delivered {}, views {}, takeovers {}, repairs sent {} asked {}, malformed {}",
