@@ -1,0 +1,244 @@
+"""The asyncio client: the blocking :class:`shoal_client.Client`'s
+operations as coroutines, on ``asyncio`` streams.
+
+::
+
+    import asyncio
+    from shoal_client import Service
+    from shoal_client.aio import Client
+
+    async def main() -> None:
+        async with await Client.connect("echo") as client:
+            await client.join("lobby")
+            while True:
+                event = await client.receive()
+                ...
+
+``receive`` is cancel-safe: cancelled (say, by ``asyncio.wait_for`` or a
+task group), it loses no bytes; the next call goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket as _socket
+from types import TracebackType
+
+from . import codec
+from ._common import (
+    CHUNK,
+    DISCONNECT_WAIT,
+    GONE,
+    Endpoint,
+    Event,
+    Groups,
+    PathLike,
+    Requests,
+    connect_answer,
+    endpoint,
+    event,
+    malformed,
+)
+from .codec import Limits, Service
+from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable
+
+__all__ = ["Client"]
+
+
+async def _open(where: Endpoint) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams to the endpoint, or :class:`Unreachable`."""
+    try:
+        if where.path is not None:
+            return await asyncio.open_unix_connection(str(where.path))
+        reader, writer = await asyncio.open_connection(where.host, where.port)
+    except OSError as e:
+        raise Unreachable(str(where), e) from None
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+    return reader, writer
+
+
+class Client:
+    """An asyncio connection to the local ``shoal daemon`` (make one with
+    ``await Client.connect(...)``). Several tasks may send at once (each
+    request is written whole); one task at a time should receive."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        private_group: str,
+        requests: Requests,
+        buf: bytearray,
+    ) -> None:
+        """Use :meth:`Client.connect`."""
+        self._reader = reader
+        self._writer = writer
+        self._private_group = private_group
+        self._requests = requests
+        self._buf = buf
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        name: str,
+        socket: PathLike | None = None,
+        *,
+        tcp: str | tuple[str, int] | None = None,
+        token: str | None = None,
+        limits: Limits | None = None,
+    ) -> "Client":
+        """As the blocking :meth:`shoal_client.Client.connect` (bound it with
+        ``asyncio.timeout`` if need be)."""
+        limits = limits or Limits()
+        where = endpoint(socket, tcp, token)
+        requests = Requests(limits)
+        hello = requests.connect(name, where.token)
+        reader, writer = await _open(where)
+        buf = bytearray()
+        try:
+            writer.write(hello)
+            await writer.drain()
+            private_group = connect_answer(await _next_frame(reader, buf, limits))
+        except GONE:
+            writer.close()
+            raise Disconnected("the daemon closed the connection") from None
+        except BaseException:
+            writer.close()
+            raise
+        return cls(reader, writer, private_group, requests, buf)
+
+    @property
+    def private_group(self) -> str:
+        """This client's address (``#name#daemon``)."""
+        return self._private_group
+
+    async def join(self, group: str) -> None:
+        """Joins ``group``."""
+        await self._send(self._requests.join(group))
+
+    async def leave(self, group: str) -> None:
+        """Leaves ``group``."""
+        await self._send(self._requests.leave(group))
+
+    async def multicast(
+        self, service: Service | int | str, groups: Groups, payload: bytes
+    ) -> None:
+        """Sends ``payload`` to every member of ``groups`` with ``service``."""
+        await self._send(self._requests.multicast(service, groups, payload))
+
+    async def receive(self, timeout: float | None = None) -> Event | None:
+        """The next :class:`Message` or :class:`Membership`; ``None`` after
+        ``timeout`` seconds of silence. Errors as the blocking client's."""
+        if self._closed:
+            raise Disconnected("the client is closed")
+        limits = self._requests.limits
+        try:
+            if timeout is None:
+                frame = await _next_frame(self._reader, self._buf, limits)
+            else:
+                async with asyncio.timeout(timeout):
+                    frame = await _next_frame(self._reader, self._buf, limits)
+        except TimeoutError:
+            return None
+        except ShoalClientError as e:
+            if not isinstance(e, Disconnected):
+                await self.close()
+            raise
+        return event(frame)
+
+    async def disconnect(self) -> None:
+        """Says goodbye, waits (at most 5 s) for the daemon to close, closes.
+        An error the daemon still had for this client is raised as
+        :class:`ShoalError`."""
+        if self._closed:
+            return
+        try:
+            await self._send(self._requests.disconnect())
+            if self._writer.can_write_eof():
+                self._writer.write_eof()
+        except (Disconnected, OSError):
+            pass
+        try:
+            async with asyncio.timeout(DISCONNECT_WAIT):
+                await self._drain()
+        except TimeoutError:
+            pass
+        finally:
+            await self.close()
+
+    async def _drain(self) -> None:
+        limits = self._requests.limits
+        while True:
+            try:
+                frame = await _next_frame(self._reader, self._buf, limits)
+            except ShoalClientError:
+                return
+            if isinstance(frame, codec.Disconnect):
+                return
+            if isinstance(frame, codec.ErrorFrame):
+                raise ShoalError(frame.code, frame.text)
+
+    async def close(self) -> None:
+        """Closes the connection without a goodbye."""
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except OSError:
+            pass
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Disconnects; an error from the goodbye is raised only when the
+        block itself raised nothing."""
+        if exc_type is None:
+            await self.disconnect()
+            return
+        try:
+            await self.disconnect()
+        except ShoalClientError:
+            pass
+
+    async def _send(self, frame: bytes) -> None:
+        if self._closed:
+            raise Disconnected("the client is closed")
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except GONE:
+            raise Disconnected("the daemon closed the connection") from None
+
+
+async def _next_frame(
+    reader: asyncio.StreamReader, buf: bytearray, limits: Limits
+) -> codec.Frame:
+    """The next frame from ``buf`` topped up from ``reader``. Cancel-safe:
+    bytes read stay in ``buf``."""
+    while True:
+        try:
+            decoded = codec.decode(buf, limits)
+        except codec.FrameError as e:
+            raise malformed(e) from None
+        if decoded is not None:
+            frame, used = decoded
+            del buf[:used]
+            return frame
+        try:
+            data = await reader.read(CHUNK)
+        except GONE:
+            raise Disconnected("the daemon reset the connection") from None
+        if not data:
+            raise Disconnected("the daemon closed the connection")
+        buf += data

@@ -1,0 +1,345 @@
+"""The blocking client, on a standard-library socket."""
+
+from __future__ import annotations
+
+import select
+import socket as _socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+from . import codec
+from ._common import (
+    CHUNK,
+    DISCONNECT_WAIT,
+    GONE,
+    Endpoint,
+    Event,
+    Groups,
+    PathLike,
+    Requests,
+    connect_answer,
+    default_socket_path,
+    endpoint,
+    event,
+    malformed,
+    unwanted,
+)
+from .codec import Limits, Service
+from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable
+
+__all__ = ["Client", "status"]
+
+
+def _open(where: Endpoint, timeout: float | None) -> _socket.socket:
+    """A connected socket to the endpoint, blocking, or :class:`Unreachable`."""
+    try:
+        if where.path is not None:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(str(where.path))
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            sock = _socket.create_connection((where.host, where.port), timeout=timeout)
+            # Each request is one write; do not hold it back.
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+    except OSError as e:
+        raise Unreachable(str(where), e) from None
+    sock.settimeout(None)
+    return sock
+
+
+class _FrameReader:
+    """Assembles frames from what the socket gives, one buffer growing to
+    the largest frame seen (bounded by the limits, which ``decode`` checks
+    before the frame's bytes are awaited)."""
+
+    def __init__(self, sock: _socket.socket, limits: Limits) -> None:
+        self.sock = sock
+        self.limits = limits
+        self.buf = bytearray()
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+
+    def next_frame(self, deadline: float | None) -> codec.Frame | None:
+        """The next frame, or ``None`` once ``deadline`` (a
+        ``time.monotonic()`` value) passed. A frame half arrived stays
+        buffered for the next call."""
+        while True:
+            try:
+                decoded = codec.decode(self.buf, self.limits)
+            except codec.FrameError as e:
+                raise malformed(e) from None
+            if decoded is not None:
+                frame, used = decoded
+                del self.buf[:used]
+                return frame
+            if deadline is not None and not self._wait_readable(deadline):
+                return None
+            self._read()
+
+    def _wait_readable(self, deadline: float) -> bool:
+        """Whether the socket has bytes (or EOF) before ``deadline``."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bool(self.poller.poll(0))
+            if self.poller.poll(max(1, int(left * 1000 + 0.999))):
+                return True
+
+    def _read(self) -> None:
+        """Reads what the socket has (blocking until something or EOF)."""
+        want = CHUNK
+        if len(self.buf) >= codec.LENGTH_LEN:
+            whole = codec.LENGTH_LEN + int.from_bytes(self.buf[: codec.LENGTH_LEN], "big")
+            want = max(CHUNK, whole - len(self.buf))
+        try:
+            data = self.sock.recv(want)
+        except GONE:
+            raise Disconnected("the daemon reset the connection") from None
+        except OSError as e:
+            if self.sock.fileno() == -1:
+                raise Disconnected("the client is closed") from None
+            raise ShoalClientError(f"client socket: {e}") from e
+        if not data:
+            raise Disconnected("the daemon closed the connection")
+        self.buf += data
+
+
+class Client:
+    """A blocking connection to the local ``shoal daemon``.
+
+    Make one with :meth:`Client.connect`. Requests (``join``, ``leave``,
+    ``multicast``) are not answered: the daemon reports a refusal with an
+    ``Error`` frame, which the next :meth:`receive` raises as
+    :class:`ShoalError`.
+
+    One thread may send while another receives (each direction has its own
+    lock; a request is one frame, written whole).
+    """
+
+    def __init__(
+        self,
+        sock: _socket.socket,
+        private_group: str,
+        reader: _FrameReader,
+        requests: Requests,
+    ) -> None:
+        """Use :meth:`Client.connect`."""
+        self._sock = sock
+        self._private_group = private_group
+        self._reader = reader
+        self._requests = requests
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._said_goodbye = False
+        self._closed = False
+
+    @classmethod
+    def connect(
+        cls,
+        name: str,
+        socket: PathLike | None = None,
+        *,
+        tcp: str | tuple[str, int] | None = None,
+        token: str | None = None,
+        limits: Limits | None = None,
+        timeout: float | None = None,
+    ) -> "Client":
+        """Connects under the private ``name`` (unique on that daemon).
+
+        ``socket`` is the daemon's Unix socket (default: :func:`default_socket_path`);
+        or ``tcp`` is a ``"host:port"`` TCP listener, with its ``token``.
+        ``limits`` are the daemon's if it was configured with other than the
+        defaults. ``timeout`` bounds the connection and the handshake
+        (seconds; ``None``: wait).
+
+        Raises :class:`ShoalError` when the daemon refuses (name taken, wrong
+        token, daemon unavailable: retry), :class:`Unreachable` when nothing
+        listens there, :class:`InvalidRequest` for a bad name or token.
+        """
+        limits = limits or Limits()
+        where = endpoint(socket, tcp, token)
+        requests = Requests(limits)
+        hello = requests.connect(name, where.token)
+        sock = _open(where, timeout)
+        try:
+            reader = _FrameReader(sock, limits)
+            sock.sendall(hello)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            frame = reader.next_frame(deadline)
+            if frame is None:
+                raise Disconnected(f"no answer from the daemon within {timeout} s")
+            private_group = connect_answer(frame)
+        except GONE:
+            sock.close()
+            raise Disconnected("the daemon closed the connection") from None
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, private_group, reader, requests)
+
+    @property
+    def private_group(self) -> str:
+        """This client's address (``#name#daemon``): the sender of its
+        messages and its entry in membership lists."""
+        return self._private_group
+
+    def fileno(self) -> int:
+        """The socket's descriptor (to wait on it with ``select``; bytes may
+        already be buffered, so try ``receive(timeout=0)`` too)."""
+        return self._sock.fileno()
+
+    def join(self, group: str) -> None:
+        """Joins ``group``; a :class:`Membership` including this client follows."""
+        self._send(self._requests.join(group))
+
+    def leave(self, group: str) -> None:
+        """Leaves ``group``; a :class:`Membership` with no members follows."""
+        self._send(self._requests.leave(group))
+
+    def multicast(self, service: Service | int | str, groups: Groups, payload: bytes) -> None:
+        """Sends ``payload`` to every member of ``groups`` (one group name or
+        several: one message, delivered once to a member of several) with
+        the guarantee ``service``. The sender need not be a member. A group
+        may be a private group (``#name#daemon``)."""
+        self._send(self._requests.multicast(service, groups, payload))
+
+    def receive(self, timeout: float | None = None) -> Event | None:
+        """The next :class:`Message` or :class:`Membership`; ``None`` after
+        ``timeout`` seconds of silence (``None``: wait for ever).
+
+        Raises :class:`ShoalError` for an ``Error`` frame from the daemon,
+        :class:`Disconnected` when the connection is gone, and
+        :class:`ProtocolError` for bytes that are not a frame (the
+        connection is then closed: it cannot be read further).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._recv_lock:
+            if self._closed:
+                raise Disconnected("the client is closed")
+            try:
+                frame = self._reader.next_frame(deadline)
+            except ShoalClientError as e:
+                if not isinstance(e, Disconnected):
+                    self.close()
+                raise
+        return None if frame is None else event(frame)
+
+    def __iter__(self) -> Iterator[Event]:
+        """Every event until the connection ends (``Disconnected`` ends the
+        loop; a :class:`ShoalError` is raised)."""
+        while True:
+            try:
+                got = self.receive()
+            except Disconnected:
+                return
+            if got is not None:
+                yield got
+
+    def disconnect(self) -> None:
+        """Says goodbye and waits (at most :data:`DISCONNECT_WAIT`, 5 s) for
+        the daemon to close the connection, then closes the socket. Messages
+        still arriving are dropped; an error the daemon still had for this
+        client is raised as :class:`ShoalError`. Calling it again does nothing.
+        """
+        if self._closed or self._said_goodbye:
+            self.close()
+            return
+        try:
+            self._send(self._requests.disconnect())
+            self._said_goodbye = True
+            self._sock.shutdown(_socket.SHUT_WR)
+        except (Disconnected, OSError):
+            pass  # Already closed: the daemon may still have said why.
+        try:
+            self._drain(time.monotonic() + DISCONNECT_WAIT)
+        finally:
+            self.close()
+
+    def _drain(self, deadline: float) -> None:
+        """Reads until the daemon closes, raising an error it sends."""
+        if not self._recv_lock.acquire(timeout=DISCONNECT_WAIT):
+            return  # Another thread is receiving: it will see the end.
+        try:
+            while True:
+                try:
+                    frame = self._reader.next_frame(deadline)
+                except ShoalClientError:
+                    return  # Closed (the expected end), or garbage: over.
+                if frame is None or isinstance(frame, codec.Disconnect):
+                    return
+                if isinstance(frame, codec.ErrorFrame):
+                    raise ShoalError(frame.code, frame.text)
+        finally:
+            self._recv_lock.release()
+
+    def close(self) -> None:
+        """Closes the socket without a goodbye (the daemon sees the client
+        disconnect all the same)."""
+        self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Disconnects; an error from the goodbye is raised only when the
+        block itself raised nothing."""
+        if exc_type is None:
+            self.disconnect()
+            return
+        try:
+            self.disconnect()
+        except ShoalClientError:
+            pass
+
+    def _send(self, frame: bytes) -> None:
+        with self._send_lock:
+            if self._closed:
+                raise Disconnected("the client is closed")
+            try:
+                self._sock.sendall(frame)
+            except GONE:
+                raise Disconnected("the daemon closed the connection") from None
+            except OSError as e:
+                if self._sock.fileno() == -1:
+                    raise Disconnected("the client is closed") from None
+                raise ShoalClientError(f"client socket: {e}") from e
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<shoal_client.Client {self._private_group} {state}>"
+
+
+def status(socket: PathLike | None = None, timeout: float = 10.0) -> str:
+    """The daemon's state (view, peers, clients, groups, counters), one item
+    per line, as ``shoal status`` prints it. ``socket`` defaults to
+    :func:`default_socket_path`. No ``Connect`` is needed."""
+    where = Endpoint(path=default_socket_path() if socket is None else Path(socket))
+    sock = _open(where, timeout)
+    try:
+        sock.sendall(codec.encode(codec.Status()))
+        frame = _FrameReader(sock, Limits()).next_frame(time.monotonic() + timeout)
+    finally:
+        sock.close()
+    if frame is None:
+        raise Disconnected(f"no status from the daemon within {timeout} s")
+    if isinstance(frame, codec.StatusReply):
+        return frame.text
+    raise unwanted(frame)
+
+
