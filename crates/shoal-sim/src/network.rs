@@ -127,10 +127,31 @@ pub enum Offer {
 impl Link {
     /// Queues a packet of `len` bytes at `now`; `roll` is a uniform [0, 1).
     pub fn offer(&mut self, now: u64, len: usize, roll: f64) -> Offer {
+        self.offer_with(now, len, roll, true)
+    }
+
+    /// The earliest time from `at` when the queue has room for a packet (a
+    /// sender's blocking socket waits until then).
+    pub fn room_at(&mut self, mut at: u64) -> u64 {
+        self.forget_departed(at);
+        while self.queue.len() >= self.spec.queue_packets.max(1) {
+            at = at.max(*self.queue.front().expect("non-empty"));
+            self.forget_departed(at);
+        }
+        at
+    }
+
+    fn forget_departed(&mut self, now: u64) {
         while self.queue.front().is_some_and(|d| *d <= now) {
             self.queue.pop_front();
         }
-        if self.queue.len() >= self.spec.queue_packets {
+    }
+
+    /// As [`Link::offer`]; with `bounded` false the queue takes the packet
+    /// whatever its length (the caller waited for room, [`Link::room_at`]).
+    pub fn offer_with(&mut self, now: u64, len: usize, roll: f64, bounded: bool) -> Offer {
+        self.forget_departed(now);
+        if bounded && self.queue.len() >= self.spec.queue_packets {
             self.dropped_queue += 1;
             return Offer::Lost;
         }

@@ -48,6 +48,10 @@ impl ProcessingCost {
     }
 }
 
+/// How far behind its CPU a host may be and still take an application's
+/// multicast (`set_blocking_sends`).
+const BLOCKED_SEND_MAX_NS: u64 = 1_000_000_000;
+
 #[derive(Debug, Clone)]
 struct Packet {
     from_host: u32,
@@ -145,6 +149,8 @@ pub struct Sim<E> {
     now: u64,
     rng: Xoshiro256PlusPlus,
     cost: Option<ProcessingCost>,
+    /// See [`Sim::set_blocking_sends`].
+    blocking_sends: bool,
     pub events: u64,
     pub violations: Vec<Violation>,
 }
@@ -186,6 +192,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             now: 0,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
             cost: None,
+            blocking_sends: false,
             events: 0,
             violations: Vec::new(),
         };
@@ -316,6 +323,20 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         self.cost = Some(cost);
     }
 
+    /// With `on`, hosts send as real machines with blocking sockets do: a
+    /// datagram enters the network when the host's CPU has spent its send
+    /// cost on it (not all of a burst at once), and when the first link's
+    /// queue is full the host waits for room, its CPU held (received
+    /// datagrams wait in its backlog meanwhile), instead of the datagram
+    /// being dropped there. The application's multicasts wait for the CPU
+    /// too. Routers and later links still drop at their
+    /// queues. P000 measured real hosts (its scenarios set this); P001's
+    /// ns-2 agents drop at their own link's queue like any router (its
+    /// scenarios leave it off, the default).
+    pub fn set_blocking_sends(&mut self, on: bool) {
+        self.blocking_sends = on;
+    }
+
     /// Records each host's deliveries per `bin_ns` of simulated time.
     pub fn record_throughput(&mut self, bin_ns: u64) {
         for h in &mut self.hosts {
@@ -349,6 +370,23 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
 
     fn on_send(&mut self, host: usize, size: u32) {
         if self.is_asleep(host) {
+            return;
+        }
+        if self.blocking_sends && self.hosts[host].busy_until > self.now {
+            // The application shares the host's CPU, which is still sending
+            // (or blocked on a full interface queue): its multicast waits,
+            // as a blocking send would. A host more than a second behind
+            // refuses it instead, as a full send queue would.
+            let free = self.hosts[host].busy_until;
+            if free - self.now <= BLOCKED_SEND_MAX_NS {
+                self.push(
+                    free,
+                    Ev::Send {
+                        host: host as u32,
+                        size,
+                    },
+                );
+            }
             return;
         }
         let mut payload = vec![0u8; (size as usize).max(8)];
@@ -452,9 +490,13 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         let now = Instant::from_nanos(self.now);
         while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
             self.hosts[host].metrics.count_sent(&t.payload);
+            let mut send_at = self.now;
             if let Some(cost) = self.cost {
                 let h = &mut self.hosts[host];
                 h.busy_until = h.busy_until.max(self.now) + cost.of(t.payload.len());
+                if self.blocking_sends {
+                    send_at = h.busy_until;
+                }
             }
             let from_node = self.hosts[host].node as u32;
             let destination = self.divert(host, t.destination, &t.payload);
@@ -471,7 +513,13 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 from_node,
                 bytes: t.payload,
             };
-            self.inject(packet);
+            if self.blocking_sends {
+                let taken = self.inject_blocking(packet, send_at);
+                let h = &mut self.hosts[host];
+                h.busy_until = h.busy_until.max(taken);
+            } else {
+                self.inject(packet);
+            }
         }
         while let Some(event) = self.hosts[host].engine.poll_event() {
             let now_ns = self.now;
@@ -532,15 +580,49 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     }
 
     fn send_on(&mut self, link: usize, packet: Packet) {
+        self.send_on_at(link, packet, self.now, true);
+    }
+
+    /// Offers `packet` to `link` at `at` (not before now); `bounded` false
+    /// when the sender waited for room ([`Link::room_at`]).
+    fn send_on_at(&mut self, link: usize, packet: Packet, at: u64, bounded: bool) {
         let roll: f64 = self.rng.random();
         let l = &mut self.network.links[link];
         if let Some(kinds) = &mut l.kinds {
             crate::metrics::count_kinds(&packet.bytes, kinds);
         }
         let to = l.to as u32;
-        if let Offer::Arrives(at) = l.offer(self.now, packet.bytes.len(), roll) {
-            self.push(at, Ev::Arrive { node: to, packet });
+        if let Offer::Arrives(arrival) = l.offer_with(at, packet.bytes.len(), roll, bounded) {
+            self.push(arrival, Ev::Arrive { node: to, packet });
         }
+    }
+
+    /// A host's own datagram, handed to its interface at `at` (when its CPU
+    /// finished sending it, `set_blocking_sends`): it waits for room in the
+    /// first link's queue, as a blocking socket holds the sender, and is
+    /// never dropped there. Returns when the interface took it.
+    fn inject_blocking(&mut self, packet: Packet, at: u64) -> u64 {
+        let node = packet.from_node as usize;
+        let links: Vec<usize> = match packet.to_node {
+            Some(dst) if dst as usize == node => {
+                self.push(at, Ev::Arrive { node: dst, packet });
+                return at;
+            }
+            Some(dst) => self.network.route(node, dst as usize).into_iter().collect(),
+            None => self
+                .network
+                .multicast_links(node, node)
+                .iter()
+                .map(|l| *l as usize)
+                .collect(),
+        };
+        let mut taken = at;
+        for link in links {
+            let when = self.network.links[link].room_at(at);
+            taken = taken.max(when);
+            self.send_on_at(link, packet.clone(), when, false);
+        }
+        taken
     }
 }
 
@@ -601,5 +683,62 @@ mod tests {
         };
         let dropped = run(Some(overloaded), 200, 1000).dropped_backlog;
         assert!(dropped > 100, "dropped {dropped}");
+    }
+
+    /// A star of 41 members around a router; member 0 fans each message out
+    /// by unicast (40 copies) onto its 10-packet link queue. Returns the
+    /// drops at the sender's own link and the fewest messages a member
+    /// delivered within 10 s.
+    fn fan_out(blocking: bool) -> (u64, u64) {
+        let spec = LinkSpec {
+            bandwidth_bps: 10e6,
+            delay_ns: 100_000,
+            loss: 0.0,
+            queue_packets: 10,
+        };
+        let topology = Topology::star(41, spec);
+        let hosts: Vec<usize> = (1..=41).collect();
+        let config = Config {
+            ip_multicast: false,
+            relay_fanout: 0,
+            send_window: None,
+            ..Config::default()
+        };
+        let mut sim = Sim::new(&topology, &hosts, 1, |me, members| {
+            Pbcast::new(me, members, config.clone(), 1, Instant::ZERO).unwrap()
+        });
+        sim.set_processing_cost(ProcessingCost {
+            per_datagram_ns: 10_000,
+            per_byte_ns: 0.0,
+            backlog_max: 1_000,
+        });
+        sim.set_blocking_sends(blocking);
+        sim.schedule_stream(0, 0, 100_000_000, 20, 1_000);
+        sim.run_until(10_000_000_000);
+        let sender = sim.host_node(0);
+        let own: u64 = sim
+            .network()
+            .links
+            .iter()
+            .filter(|l| l.from == sender)
+            .map(|l| l.dropped_queue)
+            .sum();
+        let fewest = sim.hosts().map(|(_, m)| m.delivered).min().unwrap();
+        (own, fewest)
+    }
+
+    #[test]
+    fn a_blocking_sender_waits_for_its_link_where_a_dropping_one_loses_copies() {
+        // Without blocking, most of each burst of 40 copies is dropped at the
+        // sender's own 10-packet queue (gossip repairs it later).
+        let (own, _) = fan_out(false);
+        assert!(own > 400, "{own} drops at the sender's link");
+        // With blocking, the sender waits for room: none is dropped there,
+        // and every member gets all 20 messages. (The router's links to the
+        // members drop some gossip bursts in both runs: they are not the
+        // sender's own.)
+        let (own, fewest) = fan_out(true);
+        assert_eq!(own, 0);
+        assert_eq!(fewest, 20);
     }
 }

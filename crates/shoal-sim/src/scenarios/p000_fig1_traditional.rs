@@ -19,7 +19,7 @@ use shoal_core::Instant;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{cost, head, perturb, switch, HOSTS};
+use super::p000::{head, perturb, real_hosts, switch, HOSTS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::Sim;
@@ -41,7 +41,7 @@ fn one(n: usize, p: f64, cpu_ns: u64, seconds: f64, seed: u64) -> (Report, f64) 
     let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
         Traditional::new(me, members, config.clone(), Instant::ZERO).expect("valid config")
     });
-    sim.set_processing_cost(cost(cpu_ns));
+    real_hosts(&mut sim, cpu_ns);
     sim.record_throughput(ns(BIN_S));
     let start = 0.5;
     let messages = (OFFERED * seconds) as u64;
