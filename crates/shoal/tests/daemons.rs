@@ -563,6 +563,36 @@ fn tcp_clients_need_the_token() {
 
 /// A socket of this test that also receives `group`'s datagrams on
 /// loopback, as each daemon's does (SO_REUSEADDR).
+/// A client on each daemon (`{prefix}0`, `{prefix}1`, ...), all in group
+/// "g", once each sees all of them there.
+fn one_client_each_in_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Client> {
+    let mut clients: Vec<Client> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (_, socket))| {
+            let mut c = Client::connect(socket, &format!("{prefix}{i}"));
+            c.join("g");
+            c
+        })
+        .collect();
+    for c in clients.iter_mut() {
+        c.until_members("g", files.len());
+    }
+    clients
+}
+
+/// Client `from` multicasts 20 FIFO messages to "g"; every client gets them
+/// all, in order.
+fn fifo_reaches_everyone(clients: &mut [Client], from: usize) {
+    let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+    for payload in &sent {
+        clients[from].multicast(Service::Fifo, "g", payload);
+    }
+    for c in clients.iter_mut() {
+        assert_eq!(c.messages(sent.len()), sent);
+    }
+}
+
 fn group_listener(group: std::net::SocketAddrV4) -> UdpSocket {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
@@ -597,25 +627,8 @@ fn daemons_deliver_over_ip_multicast_on_loopback() {
     }
     let listener = group_listener(group);
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
-    let mut clients: Vec<Client> = files
-        .iter()
-        .enumerate()
-        .map(|(i, (_, socket))| {
-            let mut c = Client::connect(socket, &format!("m{i}"));
-            c.join("g");
-            c
-        })
-        .collect();
-    for c in clients.iter_mut() {
-        c.until_members("g", 3);
-    }
-    let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
-    for payload in &sent {
-        clients[0].multicast(Service::Fifo, "g", payload);
-    }
-    for c in clients.iter_mut() {
-        assert_eq!(c.messages(sent.len()), sent);
-    }
+    let mut clients = one_client_each_in_g(&files, "m");
+    fifo_reaches_everyone(&mut clients, 0);
     let mut buf = [0u8; 65_536];
     let deadline = Instant::now() + PATIENCE;
     let mut seen = 0;
@@ -658,25 +671,8 @@ fn daemons_without_peers_discover_each_other_by_ip_multicast() {
         std::fs::write(config, text).unwrap();
     }
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
-    let mut clients: Vec<Client> = files
-        .iter()
-        .enumerate()
-        .map(|(i, (_, socket))| {
-            let mut c = Client::connect(socket, &format!("d{i}"));
-            c.join("g");
-            c
-        })
-        .collect();
-    for c in clients.iter_mut() {
-        c.until_members("g", 3);
-    }
-    let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
-    for payload in &sent {
-        clients[2].multicast(Service::Fifo, "g", payload);
-    }
-    for c in clients.iter_mut() {
-        assert_eq!(c.messages(sent.len()), sent);
-    }
+    let mut clients = one_client_each_in_g(&files, "d");
+    fifo_reaches_everyone(&mut clients, 2);
     for (_, socket) in &files {
         let text = status(socket);
         assert!(text.contains("(3 members"), "{text}");
