@@ -31,9 +31,10 @@
 //!   running, and the others join it. Two groups can still form if the
 //!   daemons cannot hear each other for `found_after` (a partition at
 //!   start-up, or the group split and each side went on).
-//! - **Merging.** Every `merge_probe_interval` a member sends a member
-//!   PRESENCE, with its view's size and lowest slot, to every peer slot
-//!   outside its view (to the discovery group with discovery). A member
+//! - **Merging.** Every `merge_probe_interval` the member with the view's
+//!   lowest slot sends a member PRESENCE, with the view's size and lowest
+//!   slot, to every peer slot outside the view (to the discovery group with
+//!   discovery). A member
 //!   that keeps hearing, for two probe intervals, members of another group
 //!   that ranks before its own (more members; on a tie, the lower lowest
 //!   slot) leaves its group and joins that one through the member it heard,
@@ -85,8 +86,8 @@ pub struct Config {
     /// A daemon without a group announces itself this often. Default 250 ms.
     #[serde(with = "crate::serde_ms")]
     pub presence_interval: Duration,
-    /// A member probes peers outside its view this often, so that groups
-    /// formed apart merge. Default 1 s.
+    /// The member with the view's lowest slot probes peers outside the view
+    /// this often, so that groups formed apart merge. Default 1 s.
     #[serde(with = "crate::serde_ms")]
     pub merge_probe_interval: Duration,
 }
@@ -298,7 +299,13 @@ impl Cluster {
     }
 
     /// Probes every peer slot outside the view (or the discovery group).
+    /// Only the view's lowest slot probes: every member of another group
+    /// hears it, and one prober per group keeps the cost at one datagram
+    /// per peer outside the view per interval, whatever the group's size.
     fn probe(&mut self) {
+        if self.rank().1 != self.slot {
+            return;
+        }
         if self.discovery {
             self.send_presence_to(Destination::Multicast, true);
             return;
