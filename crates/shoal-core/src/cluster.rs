@@ -124,6 +124,9 @@ pub struct Stats {
     pub joins_ignored: u64,
     /// Times this daemon left its group to join one that ranks before it.
     pub merges: u64,
+    /// Unsequenced multicasts refused (pbcast's send window full, or no
+    /// view yet): lost at the sender, as their services allow.
+    pub unsequenced_refused: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -243,6 +246,17 @@ impl Cluster {
     /// Whether this daemon is in a group now.
     pub fn is_member(&self) -> bool {
         matches!(self.phase, Phase::Member)
+    }
+
+    /// Multicasts `payload` by pbcast alone, outside the total order
+    /// ([`Vsync::multicast_unsequenced`]); a refusal is counted.
+    pub fn multicast_unsequenced(&mut self, now: Instant, payload: &[u8]) -> Result<(), SendError> {
+        let result = self.inner.multicast_unsequenced(now, payload);
+        if result.is_err() {
+            self.stats.unsequenced_refused += 1;
+        }
+        self.drain_inner(now);
+        result
     }
 
     /// Leaves the group (graceful shutdown). A `Removed { Left }` event

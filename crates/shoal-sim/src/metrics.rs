@@ -87,7 +87,10 @@ impl SimEvent for vsync::Event {
                 payload,
                 recovered: false,
             },
-            vsync::Event::View(_) | vsync::Event::Removed { .. } => Observed::Other,
+            // (The P000 scenarios send nothing unsequenced.)
+            vsync::Event::View(_)
+            | vsync::Event::Removed { .. }
+            | vsync::Event::Unsequenced { .. } => Observed::Other,
         }
     }
 }

@@ -88,6 +88,10 @@ pub enum Carried<'a> {
     /// Tag 2: `view u64, epoch u64, primary u32`: the committee asks for
     /// AckPrefreshview for view `view` (P000 Fig 8).
     Prefreshview { view: u64, epoch: u64, primary: u32 },
+    /// Tag 3: the rest of the payload is a message delivered by pbcast alone,
+    /// outside the total order (the services below virtual synchrony:
+    /// unreliable and probabilistic).
+    Unsequenced { payload: &'a [u8] },
 }
 
 /// The primary's heartbeat to its backups (committee replication, Shoal's
@@ -221,6 +225,10 @@ impl Carried<'_> {
                 out.extend_from_slice(&view.to_be_bytes());
                 out.extend_from_slice(&epoch.to_be_bytes());
                 out.extend_from_slice(&primary.to_be_bytes());
+            }
+            Carried::Unsequenced { payload } => {
+                out.push(3);
+                out.extend_from_slice(payload);
             }
         }
         Ok(())
@@ -374,6 +382,11 @@ pub fn decode_carried(bytes: &[u8]) -> Result<Carried<'_>, VsyncError> {
             epoch: r.u64()?,
             primary: r.u32()?,
         },
+        3 => {
+            let payload = r.bytes;
+            r.bytes = &[];
+            Carried::Unsequenced { payload }
+        }
         tag => return Err(VsyncError::UnknownTag(tag)),
     };
     r.finish()?;
@@ -595,6 +608,8 @@ mod tests {
                 gseq: 9,
                 entry: Entry::Newview(view()),
             },
+            Carried::Unsequenced { payload: b"hello" },
+            Carried::Unsequenced { payload: b"" },
         ] {
             assert_eq!(decode_carried(&c.to_vec().unwrap()), Ok(c.clone()));
         }

@@ -108,6 +108,12 @@ pub enum Event {
         view: u64,
         reason: RemovedReason,
     },
+    /// A message sent with [`Vsync::multicast_unsequenced`]: delivered by
+    /// pbcast alone, when it arrives, outside the total order and the views.
+    Unsequenced {
+        sender: NodeId,
+        payload: Bytes,
+    },
 }
 
 /// Counters of one member.
@@ -359,6 +365,32 @@ impl Vsync {
         self.pbcast.as_ref().map(Pbcast::stats)
     }
 
+    /// Multicasts `payload` by pbcast alone, outside the total order: each
+    /// member pbcast reaches (this one too) delivers it once, as
+    /// [`Event::Unsequenced`], when it arrives, with pbcast's bimodal
+    /// guarantee and no agreement on order or view. For services below
+    /// virtual synchrony (the daemons' unreliable and probabilistic). Not
+    /// paused by view changes. While this member has no view it refuses
+    /// with `WindowFull` (retry).
+    pub fn multicast_unsequenced(&mut self, now: Instant, payload: &[u8]) -> Result<(), SendError> {
+        let now = self.clamp(now);
+        let max = self.config.max_payload();
+        if payload.len() > max {
+            return Err(SendError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let carried = wire::Carried::Unsequenced { payload };
+        let member = self.status == Status::Member;
+        let (Some(pb), true, Ok(bytes)) = (self.pbcast.as_mut(), member, carried.to_vec()) else {
+            return Err(SendError::WindowFull);
+        };
+        pb.multicast(now, Bytes::from(bytes))?;
+        self.after_input(now);
+        Ok(())
+    }
+
     /// Asks the committee to remove this member. A `Removed { reason: Left }`
     /// event follows once the view without it is delivered.
     pub fn leave(&mut self, now: Instant) {
@@ -519,6 +551,12 @@ impl Vsync {
                     epoch,
                     primary,
                 }) if primary == source.0 => self.on_prefreshview(now, view, epoch, source),
+                Ok(wire::Carried::Unsequenced { payload: p }) => {
+                    let payload = payload.slice_ref(p);
+                    let sender = source;
+                    self.events
+                        .push_back(Event::Unsequenced { sender, payload });
+                }
                 _ => self.stats.malformed += 1,
             }
         }

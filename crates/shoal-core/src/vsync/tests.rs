@@ -672,3 +672,43 @@ fn the_primary_leaves_by_request_and_its_backup_takes_over() {
 fn a_member_whose_committee_is_gone_still_learns_it_was_removed() {
     partition_chaos(121, 2, checker::Order::Uniform).unwrap();
 }
+
+/// `multicast_unsequenced`: pbcast alone carries it to every member, the
+/// sender included, once each (5% loss, repaired by gossip); the committee
+/// assigns no gseq for it.
+#[test]
+fn an_unsequenced_multicast_reaches_every_member_by_pbcast_alone() {
+    let config = fast_config(1);
+    let n = 5;
+    let mut sim = group(n, n, 3, &config);
+    sim.loss = 0.05;
+    sim.run_until(100);
+    for k in 0..20u8 {
+        sim.with(2, |e, now| e.multicast_unsequenced(now, &[k; 8]).unwrap());
+        sim.run_until(100 + 10 * u64::from(k + 1));
+    }
+    sim.loss = 0.0;
+    sim.run_until(3_000);
+    for i in 0..n {
+        let mut got: Vec<u8> = sim.events[i]
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::Unsequenced { sender, payload } => {
+                    assert_eq!(*sender, NodeId(2));
+                    Some(payload[0])
+                }
+                Event::Deliver { .. } => panic!("member {i}: a sequenced delivery"),
+                _ => None,
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..20).collect::<Vec<u8>>(), "member {i}");
+    }
+    let too_big = vec![0; config.max_payload() + 1];
+    sim.with(2, |e, now| {
+        assert!(matches!(
+            e.multicast_unsequenced(now, &too_big),
+            Err(SendError::TooLarge { .. })
+        ));
+    });
+}

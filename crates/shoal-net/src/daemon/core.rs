@@ -93,6 +93,64 @@ struct PendingBatch {
     count: u16,
 }
 
+/// Batches waiting for the daemons' group, oldest first: items are encoded
+/// straight into the last one (after its 2-byte count) while it has room,
+/// so an item is copied once on its way to the engine.
+#[derive(Default)]
+struct Batches {
+    queue: VecDeque<PendingBatch>,
+    /// Bytes of items in `queue`.
+    bytes: usize,
+}
+
+impl Batches {
+    fn push(&mut self, item: &Item<'_>, batch_max: usize) {
+        let len = item.encoded_len();
+        let fits = self
+            .queue
+            .back()
+            .is_some_and(|b| b.count < u16::MAX && b.bytes.len() + len <= batch_max);
+        if !fits {
+            // Room for a whole batch: items are copied in without regrowing.
+            let capacity = batch_max.max(2 + len);
+            let mut bytes = Vec::with_capacity(capacity);
+            bytes.extend_from_slice(&[0, 0]);
+            self.queue.push_back(PendingBatch { bytes, count: 0 });
+        }
+        let batch = self.queue.back_mut().expect("pushed above");
+        let before = batch.bytes.len();
+        if item.encode(&mut batch.bytes).is_ok() {
+            batch.count += 1;
+            self.bytes += batch.bytes.len() - before;
+        } else {
+            batch.bytes.truncate(before);
+            if batch.count == 0 {
+                self.queue.pop_back();
+            }
+        }
+    }
+
+    /// The oldest batch, its count filled in.
+    fn take(&mut self) -> Option<Bytes> {
+        let PendingBatch { mut bytes, count } = self.queue.pop_front()?;
+        self.bytes -= bytes.len() - 2;
+        bytes[..2].copy_from_slice(&count.to_be_bytes());
+        // A batch that used little of its buffer is copied out, so that
+        // the engine does not hold (up to `batch_max`) unused bytes per
+        // message in flight.
+        Some(if bytes.len() * 4 < bytes.capacity() {
+            Bytes::copy_from_slice(&bytes)
+        } else {
+            Bytes::from(bytes)
+        })
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.bytes = 0;
+    }
+}
+
 /// Counters shown by `shoal status` and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CoreStats {
@@ -108,6 +166,9 @@ pub struct CoreStats {
     /// Batches with a `safe` message (or behind one) held until every
     /// daemon of the view had them.
     pub batches_held: u64,
+    /// Batches of unreliable and probabilistic messages sent by pbcast alone.
+    pub unsequenced_batches_sent: u64,
+    pub unsequenced_batches_received: u64,
 }
 
 /// One daemon's view of sessions and groups.
@@ -127,12 +188,10 @@ pub struct Core {
     table: BTreeMap<String, BTreeSet<Member>>,
     partials: HashMap<(NodeId, u64), Partial>,
     next_message_id: u64,
-    /// Batches waiting for the daemons' group, oldest first: items are
-    /// encoded straight into the last one (after its 2-byte count) while
-    /// it has room, so an item is copied once on its way to the engine.
-    pending: VecDeque<PendingBatch>,
-    /// Bytes of items in `pending`.
-    pending_bytes: usize,
+    /// Batches for the daemons' total order.
+    pending: Batches,
+    /// Batches for pbcast alone (services unreliable and probabilistic).
+    unsequenced: Batches,
     /// See [`Core::in_flight`].
     in_flight: u64,
     outputs: Vec<Output>,
@@ -163,8 +222,8 @@ impl Core {
             table: BTreeMap::new(),
             partials: HashMap::new(),
             next_message_id: 0,
-            pending: VecDeque::new(),
-            pending_bytes: 0,
+            pending: Batches::default(),
+            unsequenced: Batches::default(),
             in_flight: 0,
             outputs: Vec::new(),
             arena: Vec::new(),
@@ -230,29 +289,28 @@ impl Core {
 
     /// The next batch to multicast to the daemons, if any item waits.
     pub fn take_batch(&mut self) -> Option<Bytes> {
-        let PendingBatch { mut bytes, count } = self.pending.pop_front()?;
-        self.pending_bytes -= bytes.len() - 2;
-        bytes[..2].copy_from_slice(&count.to_be_bytes());
+        let batch = self.pending.take()?;
         self.stats.batches_sent += 1;
         self.in_flight += 1;
-        // A batch that used little of its buffer is copied out, so that
-        // the engine does not hold (up to `batch_max`) unused bytes per
-        // message in flight.
-        Some(if bytes.len() * 4 < bytes.capacity() {
-            Bytes::copy_from_slice(&bytes)
-        } else {
-            Bytes::from(bytes)
-        })
+        Some(batch)
+    }
+
+    /// The next batch for pbcast alone (`Cluster::multicast_unsequenced`):
+    /// unreliable and probabilistic messages, outside the total order.
+    pub fn take_unsequenced(&mut self) -> Option<Bytes> {
+        let batch = self.unsequenced.take()?;
+        self.stats.unsequenced_batches_sent += 1;
+        Some(batch)
     }
 
     /// Bytes of items waiting to be batched.
     pub fn pending_bytes(&self) -> usize {
-        self.pending_bytes
+        self.pending.bytes + self.unsequenced.bytes
     }
 
     /// Whether a batch is full (another one has been started after it).
     pub fn full_batch(&self) -> bool {
-        self.pending.len() > 1
+        self.pending.queue.len() > 1
     }
 
     /// Batches taken with [`Core::take_batch`] that have not come back in
@@ -263,29 +321,7 @@ impl Core {
     }
 
     fn push_item(&mut self, item: &Item<'_>) {
-        let len = item.encoded_len();
-        let fits = self
-            .pending
-            .back()
-            .is_some_and(|b| b.count < u16::MAX && b.bytes.len() + len <= self.batch_max);
-        if !fits {
-            // Room for a whole batch: items are copied in without regrowing.
-            let capacity = self.batch_max.max(2 + len);
-            let mut bytes = Vec::with_capacity(capacity);
-            bytes.extend_from_slice(&[0, 0]);
-            self.pending.push_back(PendingBatch { bytes, count: 0 });
-        }
-        let batch = self.pending.back_mut().expect("pushed above");
-        let before = batch.bytes.len();
-        if item.encode(&mut batch.bytes).is_ok() {
-            batch.count += 1;
-            self.pending_bytes += batch.bytes.len() - before;
-        } else {
-            batch.bytes.truncate(before);
-            if batch.count == 0 {
-                self.pending.pop_back();
-            }
-        }
+        self.pending.push(item, self.batch_max);
     }
 
     fn send(&mut self, session: SessionId, frame: Frame) {
@@ -524,7 +560,10 @@ impl Core {
             payload: &payload,
         };
         // The batch count takes 2 bytes.
-        if whole.encoded_len() + 2 <= self.batch_max {
+        let fits = whole.encoded_len() + 2 <= self.batch_max;
+        if fits && below_virtual_synchrony(service) {
+            self.unsequenced.push(&whole, self.batch_max);
+        } else if fits {
             self.push_item(&whole);
         } else if let Item::Message { groups, .. } = &whole {
             self.fragment(&client, service as u8, groups, &payload);
@@ -579,6 +618,7 @@ impl Core {
             } => self.deliver_batch(sender, gseq, payload),
             Event::View(view) => self.view(me, view),
             Event::Removed { reason, .. } => self.removed(reason),
+            Event::Unsequenced { sender, payload } => self.deliver_unsequenced(sender, &payload),
         }
     }
 
@@ -615,6 +655,31 @@ impl Core {
             safe,
         });
         self.release_stable();
+    }
+
+    /// A batch pbcast alone carried: its messages go to the local members of
+    /// their groups as they are now, at once. Anything but an unreliable or
+    /// probabilistic message in it is a peer's bug.
+    fn deliver_unsequenced(&mut self, sender: NodeId, payload: &[u8]) {
+        self.stats.unsequenced_batches_received += 1;
+        let Ok(items) = groups::decode(payload) else {
+            self.stats.malformed_batches += 1;
+            tracing::warn!(%sender, "undecodable unsequenced batch from a daemon");
+            return;
+        };
+        for item in items {
+            match item {
+                Item::Message {
+                    client,
+                    service,
+                    groups,
+                    payload,
+                } if Service::from_u8(service).is_some_and(below_virtual_synchrony) => {
+                    self.deliver_message(client, service, &groups, payload)
+                }
+                _ => self.stats.malformed_batches += 1,
+            }
+        }
     }
 
     fn apply_batch(&mut self, sender: NodeId, gseq: u64, items: Vec<Item<'_>>) {
@@ -1009,7 +1074,7 @@ impl Core {
         self.table.clear();
         self.partials.clear();
         self.pending.clear();
-        self.pending_bytes = 0;
+        self.unsequenced.clear();
         self.held.clear();
         self.received.clear();
         let (code, text) = match reason {
@@ -1088,6 +1153,11 @@ impl Core {
         ));
         lines
     }
+}
+
+/// The services pbcast alone carries, outside the total order.
+fn below_virtual_synchrony(service: Service) -> bool {
+    matches!(service, Service::Unreliable | Service::Probabilistic)
 }
 
 /// Whether an item carries (a piece of) a `safe` message.

@@ -426,6 +426,7 @@ impl CoreTask {
                     if deadline.is_none() { break; }
                 }
             }
+            self.send_unsequenced(node);
             self.dispatch();
             match self.phase {
                 Phase::SayingGoodbye if self.core.goodbye_delivered() => {
@@ -439,6 +440,18 @@ impl CoreTask {
         self.core.close_all();
         self.dispatch();
         Ok(())
+    }
+
+    /// Unreliable and probabilistic messages go at once, by pbcast alone:
+    /// no batching behind the total order, no back-pressure but pbcast's
+    /// send window (a refused batch is lost and counted, as those services
+    /// allow).
+    fn send_unsequenced(&mut self, node: &Node<Cluster>) {
+        while let Some(batch) = self.core.take_unsequenced() {
+            node.control(move |engine, now, _| {
+                let _ = engine.multicast_unsequenced(now, &batch);
+            });
+        }
     }
 
     fn begin_shutdown(&mut self) {
@@ -672,8 +685,8 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
                 .join(", ")
         ),
         format!(
-            "cluster: founded {}, rejoins {}, merges {}, presence sent {} received {}",
-            c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received
+            "cluster: founded {}, rejoins {}, merges {}, presence sent {} received {}, unsequenced refused {}",
+            c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
             "vsync: delivered {}, views {}, takeovers {}, repairs sent {} asked {}, malformed {}",
@@ -728,7 +741,7 @@ fn log_event(ev: &ClusterEvent) {
         Event::Removed { view, reason } => {
             tracing::warn!(me = %ev.me, view, ?reason, "removed from the daemons' group; rejoining")
         }
-        Event::Deliver { .. } => {}
+        Event::Deliver { .. } | Event::Unsequenced { .. } => {}
     }
 }
 

@@ -79,6 +79,22 @@ impl Cluster {
         }
     }
 
+    /// Hands daemon `d`'s unsequenced batches to every daemon, as pbcast
+    /// alone would (no gseq, no order with the rest).
+    fn spread_unsequenced(&mut self, d: usize) {
+        while let Some(batch) = self.cores[d].take_unsequenced() {
+            for c in 0..self.cores.len() {
+                let me = self.ids[c];
+                let event = Event::Unsequenced {
+                    sender: self.ids[d],
+                    payload: batch.clone(),
+                };
+                self.cores[c].cluster_event(me, event);
+            }
+        }
+        self.collect();
+    }
+
     /// Orders daemon `d`'s next batch, if it has one, and delivers it to
     /// every daemon.
     fn order(&mut self, d: usize) -> bool {
@@ -250,6 +266,7 @@ fn every_service_is_carried() {
     for service in Service::ALL {
         c.frame(0, 1, multicast(service, &["chat"], b"y"));
     }
+    c.spread_unsequenced(0);
     c.settle();
     assert_eq!(messages(&c.take(1, 1)).len(), Service::ALL.len());
 }
@@ -560,4 +577,61 @@ fn an_evicted_daemon_closes_its_clients_with_unavailable() {
     ));
     assert!(!c.cores[0].ready());
     assert_eq!(c.cores[0].clients(), 0);
+}
+
+#[test]
+fn unreliable_and_probabilistic_go_by_pbcast_alone_and_arrive_at_once() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.frame(0, 1, multicast(Service::Agreed, &["chat"], b"ordered"));
+    c.frame(0, 1, multicast(Service::Unreliable, &["chat"], b"u"));
+    c.frame(0, 1, multicast(Service::Probabilistic, &["chat"], b"p"));
+    // The unsequenced pair is not in the total order's batch: it arrives
+    // first, before the agreed message sent ahead of it is ordered.
+    c.spread_unsequenced(0);
+    let first = vec![
+        (s("#alice#n0"), vec![s("chat")], b"u".to_vec()),
+        (s("#alice#n0"), vec![s("chat")], b"p".to_vec()),
+    ];
+    assert_eq!(messages(&c.take(1, 1)), first);
+    assert_eq!(messages(&c.take(0, 1)), first);
+    c.settle();
+    let ordered = vec![(s("#alice#n0"), vec![s("chat")], b"ordered".to_vec())];
+    assert_eq!(messages(&c.take(1, 1)), ordered);
+    assert_eq!(c.cores[0].stats().unsequenced_batches_sent, 1);
+    assert_eq!(c.cores[1].stats().unsequenced_batches_received, 1);
+}
+
+#[test]
+fn a_sequenced_item_in_an_unsequenced_batch_is_refused() {
+    let mut c = two_in_chat();
+    c.take(1, 1);
+    let mut batch = Vec::new();
+    groups::encode(
+        &[
+            Item::Message {
+                client: "#alice#n0",
+                service: Service::Agreed as u8,
+                groups: vec!["chat"],
+                payload: b"sneaky",
+            },
+            Item::Join {
+                client: "#alice#n0",
+                group: "other",
+            },
+        ],
+        &mut batch,
+    )
+    .unwrap();
+    let event = Event::Unsequenced {
+        sender: c.ids[0],
+        payload: Bytes::from(batch),
+    };
+    let me = c.ids[1];
+    c.cores[1].cluster_event(me, event);
+    c.collect();
+    assert!(messages(&c.take(1, 1)).is_empty());
+    assert_eq!(c.cores[1].stats().malformed_batches, 2);
+    assert_eq!(c.cores[1].groups(), 1);
 }
