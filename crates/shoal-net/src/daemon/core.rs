@@ -1151,6 +1151,10 @@ impl Core {
             s.batches_held,
             self.held.len()
         ));
+        lines.push(format!(
+            "unsequenced (unreliable, probabilistic): batches sent {} received {}",
+            s.unsequenced_batches_sent, s.unsequenced_batches_received
+        ));
         lines
     }
 }
