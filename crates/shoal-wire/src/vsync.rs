@@ -690,7 +690,7 @@ mod tests {
         for (name, bytes, error) in cases {
             assert_eq!(decode(&bytes), Err(error), "{name}");
         }
-        assert_eq!(decode_carried(&[3]), Err(VsyncError::UnknownTag(3)));
+        assert_eq!(decode_carried(&[4]), Err(VsyncError::UnknownTag(4)));
     }
 
     proptest! {
