@@ -111,11 +111,15 @@ pub struct Heartbeat {
 /// A decoded vsync control body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message<'a> {
-    /// Tag 1: `sender u32, local_id u64`, payload. A request for a global
-    /// sequence number, carrying the message (forwarded unchanged by backups).
+    /// Tag 1: `sender u32, local_id u64, oldest u64`, payload. A request for
+    /// a global sequence number, carrying the message (forwarded unchanged by
+    /// backups). `oldest` is the sender's lowest local id not yet
+    /// acknowledged: every lower one was sequenced, which tells a primary
+    /// that never held those records where the sender stands.
     GseqReq {
         sender: u32,
         local_id: u64,
+        oldest: u64,
         payload: &'a [u8],
     },
     /// Tag 2: `local_id u64, gseq u64, view u64`.
@@ -254,11 +258,13 @@ impl Message<'_> {
             Message::GseqReq {
                 sender,
                 local_id,
+                oldest,
                 payload,
             } => {
                 out.push(1);
                 out.extend_from_slice(&sender.to_be_bytes());
                 out.extend_from_slice(&local_id.to_be_bytes());
+                out.extend_from_slice(&oldest.to_be_bytes());
                 out.extend_from_slice(payload);
             }
             Message::GseqAck {
@@ -321,6 +327,7 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
         1 => Message::GseqReq {
             sender: r.u32()?,
             local_id: r.u64()?,
+            oldest: r.u64()?,
             payload: r.rest(),
         },
         2 => Message::GseqAck {
@@ -553,6 +560,7 @@ mod tests {
             Message::GseqReq {
                 sender: 1,
                 local_id: 2,
+                oldest: 1,
                 payload: b"hello",
             },
             Message::GseqAck {
@@ -709,7 +717,7 @@ mod tests {
             let c = Carried::Sequenced { gseq, entry: Entry::Data { sender, local_id, payload: &payload } };
             let b = c.to_vec().unwrap();
             prop_assert_eq!(decode_carried(&b), Ok(c.clone()));
-            let m = Message::GseqReq { sender, local_id, payload: &payload };
+            let m = Message::GseqReq { sender, local_id, oldest: local_id / 2, payload: &payload };
             let b = m.to_vec().unwrap();
             prop_assert_eq!(decode(&b), Ok(m.clone()));
         }

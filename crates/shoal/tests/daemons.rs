@@ -100,7 +100,17 @@ impl Client {
     }
 
     /// Reads until `pred` matches a frame; returns the frames read.
-    fn until(&mut self, what: &str, mut pred: impl FnMut(&Frame) -> bool) -> Vec<Frame> {
+    fn until(&mut self, what: &str, pred: impl FnMut(&Frame) -> bool) -> Vec<Frame> {
+        self.until_or_dump(what, pred, &[])
+    }
+
+    /// As `until`; on a timeout the panic also shows these daemons' status.
+    fn until_or_dump(
+        &mut self,
+        what: &str,
+        mut pred: impl FnMut(&Frame) -> bool,
+        daemons: &[PathBuf],
+    ) -> Vec<Frame> {
         let start = Instant::now();
         let mut seen = Vec::new();
         while start.elapsed() < PATIENCE {
@@ -112,7 +122,12 @@ impl Client {
                 }
             }
         }
-        panic!("{}: no {what} within {PATIENCE:?}; saw {seen:?}", self.name);
+        let statuses: Vec<String> = daemons.iter().map(|s| status(s)).collect();
+        panic!(
+            "{}: no {what} within {PATIENCE:?}; saw {seen:?}\n{}",
+            self.name,
+            statuses.join("\n---\n")
+        );
     }
 
     /// Waits for a membership of `group` with exactly `n` members.
@@ -344,8 +359,19 @@ fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
             c.multicast(Service::Fifo, "g", &[100 + i as u8, m]);
         }
     }
+    let survivors: Vec<PathBuf> = files[..2].iter().map(|(_, s)| s.clone()).collect();
     for c in clients.iter_mut() {
-        let got = c.messages(20);
+        let mut got = Vec::new();
+        c.until_or_dump(
+            "20 messages",
+            |f| {
+                if let Frame::Message { payload, .. } = f {
+                    got.push(payload.clone());
+                }
+                got.len() >= 20
+            },
+            &survivors,
+        );
         for i in 0..4u8 {
             let from_i: Vec<u8> = got
                 .iter()

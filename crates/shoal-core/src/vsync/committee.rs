@@ -391,12 +391,14 @@ impl Vsync {
 
     // ---- inputs -------------------------------------------------------------
 
+    /// A Gseq Req for `sender`'s message `local_id`; `oldest` is the
+    /// sender's lowest local id not yet acknowledged.
     pub(super) fn on_gseq_req(
         &mut self,
         now: Instant,
         from: NodeId,
         sender: NodeId,
-        local_id: u64,
+        (local_id, oldest): (u64, u64),
         payload: &[u8],
     ) {
         self.stats.gseq_reqs_received += 1;
@@ -409,6 +411,7 @@ impl Vsync {
                     let req = Message::GseqReq {
                         sender: sender.0,
                         local_id,
+                        oldest,
                         payload,
                     };
                     self.send(primary, &req);
@@ -422,7 +425,14 @@ impl Vsync {
         if !p.cview.members.contains(&sender.0) {
             return;
         }
-        let next = p.next_local.get(&sender).copied().unwrap_or(0);
+        // Every local id below `oldest` was sequenced. A primary that took
+        // over from a store which never held the sender's last records (it
+        // entered the committee after they were collected) learns here
+        // where the sender stands, instead of waiting for an id that will
+        // never come again.
+        let next = p.next_local.entry(sender).or_insert(0);
+        *next = (*next).max(oldest.min(local_id));
+        let next = *next;
         if local_id < next {
             self.answer_duplicate(sender, local_id);
             return;

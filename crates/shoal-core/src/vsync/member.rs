@@ -48,7 +48,7 @@ pub(super) struct MemberState {
     /// The highest committed frontier a repair answer reported. Below it,
     /// a member that makes no progress for a repair timeout asks again;
     /// at or above it, it only solicits once per idle interval.
-    committed_known: u64,
+    pub committed_known: u64,
     /// The last request was an idle probe (it asked for the frontier only).
     probed: bool,
     ack: Option<AckPlan>,

@@ -354,6 +354,49 @@ impl Vsync {
         self.member.next
     }
 
+    /// One line of this member's sequencing state, for diagnostics
+    /// (`shoal status`): what it delivers next, what waits for a gseq, and
+    /// its committee role with the frontiers that gate commits.
+    pub fn debug_line(&self) -> String {
+        let m = &self.member;
+        let mut line = format!(
+            "next {} (pending {}, committed known {}), awaiting gseq {}",
+            m.next,
+            m.pending.len(),
+            m.committed_known,
+            self.sender.awaiting.len()
+        );
+        let Some(c) = &self.committee else {
+            return line;
+        };
+        line += &format!(
+            "; committee epoch {} base {} committed {} store end {}",
+            c.epoch,
+            c.base,
+            c.committed,
+            c.store_end()
+        );
+        match &c.role {
+            committee::Role::Primary(p) => {
+                let backups: Vec<String> = p
+                    .backups
+                    .iter()
+                    .map(|(b, r)| format!("{}:{}/{}", b.0, r.acked, r.sent))
+                    .collect();
+                line += &format!(
+                    "; primary next gseq {} fence {:?} view change {:?} held {} backups [{}]",
+                    p.next_gseq,
+                    p.fence,
+                    p.vc.as_ref().map(|v| (v.view, v.decided, v.acks.len())),
+                    p.held.len(),
+                    backups.join(" ")
+                );
+            }
+            committee::Role::Backup(b) => line += &format!("; backup confirmed {}", b.confirmed),
+        }
+        line
+    }
+
     /// A multicast would be accepted now.
     pub fn can_send(&self) -> bool {
         self.status == Status::Member
@@ -498,8 +541,9 @@ impl Vsync {
             Message::GseqReq {
                 sender,
                 local_id,
+                oldest,
                 payload,
-            } => self.on_gseq_req(now, from, NodeId(sender), local_id, payload),
+            } => self.on_gseq_req(now, from, NodeId(sender), (local_id, oldest), payload),
             Message::GseqAck {
                 local_id,
                 gseq,

@@ -92,9 +92,11 @@ impl Vsync {
             self.sender.target = self.sender.target.wrapping_add(1);
         }
         let me = self.me;
+        // Everything below the lowest local id still awaited was sequenced.
+        let oldest = self.sender.awaiting.keys().next().copied().unwrap_or(0);
         if target == me {
             for (local_id, payload) in due {
-                self.on_gseq_req(now, me, me, local_id, &payload);
+                self.on_gseq_req(now, me, me, (local_id, oldest), &payload);
             }
             return;
         }
@@ -103,6 +105,7 @@ impl Vsync {
             .map(|(local_id, payload)| Message::GseqReq {
                 sender: me.0,
                 local_id: *local_id,
+                oldest,
                 payload,
             })
             .collect();

@@ -712,3 +712,48 @@ fn an_unsequenced_multicast_reaches_every_member_by_pbcast_alone() {
         ));
     });
 }
+
+/// A backup that entered the committee after a sender's records were
+/// collected never held them. When it took over, it did not know where that
+/// sender's local ids stood and held the sender's next Gseq Reqs forever
+/// waiting for local id 0 (found in the daemons' integration test: after
+/// SIGKILL of the primary, nothing more was delivered). Each Gseq Req now
+/// carries the sender's lowest unacknowledged local id.
+#[test]
+fn a_late_backup_that_takes_over_sequences_a_quiet_sender_again() {
+    for seed in 0..10 {
+        let config = fast_config(2);
+        let n = 5;
+        let mut sim = group(n, n, seed, &config);
+        let mut sent = vec![Vec::new(); n];
+        let mut send_burst = |sim: &mut Sim<Vsync>, from_ms: u64, sent: &mut Vec<Vec<u64>>| {
+            for k in 0..10u64 {
+                sim.run_until(from_ms + 20 * k);
+                if let Ok(id) = sim.multicast(3, &k.to_be_bytes()) {
+                    sent[3].push(id);
+                }
+            }
+        };
+        send_burst(&mut sim, 100, &mut sent);
+        // The backup dies; member 2 joins the committee after member 3's
+        // records are collected.
+        sim.run_until(1_000);
+        sim.crash(1);
+        sim.run_until(2_500);
+        // Then the primary dies: member 2 takes over.
+        sim.crash(0);
+        sim.run_until(4_000);
+        send_burst(&mut sim, 4_000, &mut sent);
+        sim.run_until(10_000);
+        let case = format!("seed {seed}");
+        assert!(sim.nodes[2].as_ref().unwrap().is_primary(), "{case}");
+        for i in 2..n {
+            let from_3 = deliveries(&sim, i)
+                .iter()
+                .filter(|(_, s, _)| *s == NodeId(3))
+                .count();
+            assert_eq!(from_3, sent[3].len(), "{case}: member {i}");
+        }
+        checker::check(&sim, &sent).unwrap_or_else(|e| panic!("{case}: {e}"));
+    }
+}

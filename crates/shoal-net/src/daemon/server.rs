@@ -684,6 +684,7 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        format!("vsync state: {}", v.debug_line()),
         format!(
             "cluster: founded {}, rejoins {}, merges {}, presence sent {} received {}, unsequenced refused {}",
             c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received, c.unsequenced_refused
