@@ -302,9 +302,10 @@ fn guarantees_hold_across_network_cuts() {
 /// k = 2, 3 under cuts: KNOWN TO FAIL (docs/vsync.md, "Network cuts").
 /// Checked for issue 4's guarantees (`Order::NonUniform`: a member that
 /// ends removed may have delivered, in its last view, what the group did
-/// not): 7 of 600 runs fail at 300 seeds (2026-11-23). The uniform check
-/// fails 17 of 600; the 10 between are a cut-off primary and its backup
-/// ordering messages for their own side until they are dropped.
+/// not): 8 of 600 runs fail at 300 seeds (2026-11-23, after the Gseq Req
+/// `oldest` fix; 7 before it). The uniform check failed 17 of 600 before
+/// it; the difference is a cut-off primary and its backup ordering messages
+/// for their own side until they are dropped.
 /// Primary-backup is outside its failure assumption when a live primary is
 /// cut off. Kept, ignored, as the acceptance test for a majority protocol
 /// inside the committee:
