@@ -417,13 +417,7 @@ impl Vsync {
     /// with `WindowFull` (retry).
     pub fn multicast_unsequenced(&mut self, now: Instant, payload: &[u8]) -> Result<(), SendError> {
         let now = self.clamp(now);
-        let max = self.config.max_payload();
-        if payload.len() > max {
-            return Err(SendError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        self.check_size(payload.len())?;
         let carried = wire::Carried::Unsequenced { payload };
         let member = self.status == Status::Member;
         let (Some(pb), true, Ok(bytes)) = (self.pbcast.as_mut(), member, carried.to_vec()) else {
@@ -431,6 +425,15 @@ impl Vsync {
         };
         pb.multicast(now, Bytes::from(bytes))?;
         self.after_input(now);
+        Ok(())
+    }
+
+    /// Refuses a payload larger than one carried record can hold.
+    fn check_size(&self, len: usize) -> Result<(), SendError> {
+        let max = self.config.max_payload();
+        if len > max {
+            return Err(SendError::TooLarge { len, max });
+        }
         Ok(())
     }
 
@@ -670,13 +673,7 @@ impl Engine for Vsync {
 
     fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
         let now = self.clamp(now);
-        let max = self.config.max_payload();
-        if payload.len() > max {
-            return Err(SendError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        self.check_size(payload.len())?;
         if !self.can_send() {
             return Err(SendError::WindowFull);
         }

@@ -727,7 +727,7 @@ fn a_late_backup_that_takes_over_sequences_a_quiet_sender_again() {
         let n = 5;
         let mut sim = group(n, n, seed, &config);
         let mut sent = vec![Vec::new(); n];
-        let mut send_burst = |sim: &mut Sim<Vsync>, from_ms: u64, sent: &mut Vec<Vec<u64>>| {
+        let send_burst = |sim: &mut Sim<Vsync>, from_ms: u64, sent: &mut Vec<Vec<u64>>| {
             for k in 0..10u64 {
                 sim.run_until(from_ms + 20 * k);
                 if let Ok(id) = sim.multicast(3, &k.to_be_bytes()) {
