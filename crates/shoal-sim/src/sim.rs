@@ -513,13 +513,9 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 from_node,
                 bytes: t.payload,
             };
-            if self.blocking_sends {
-                let taken = self.inject_blocking(packet, send_at);
-                let h = &mut self.hosts[host];
-                h.busy_until = h.busy_until.max(taken);
-            } else {
-                self.inject(packet);
-            }
+            let taken = self.inject(packet, send_at);
+            let h = &mut self.hosts[host];
+            h.busy_until = h.busy_until.max(taken);
         }
         while let Some(event) = self.hosts[host].engine.poll_event() {
             let now_ns = self.now;
@@ -551,16 +547,46 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         );
     }
 
-    fn inject(&mut self, packet: Packet) {
+    /// A host's own datagram enters the network at `at`: now, or with
+    /// `set_blocking_sends` when its CPU finished sending it. Returns when
+    /// its interface took it (later than `at` only when a blocking send
+    /// waited for room).
+    fn inject(&mut self, packet: Packet, at: u64) -> u64 {
         let node = packet.from_node as usize;
         match packet.to_node {
             Some(dst) if dst as usize == node => {
-                let ev = Ev::Arrive { node: dst, packet };
-                self.push(self.now, ev);
+                self.push(at, Ev::Arrive { node: dst, packet });
+                at
             }
-            Some(dst) => self.forward_unicast(node, dst as usize, packet),
-            None => self.forward_multicast(node, packet),
+            Some(dst) => match self.network.route(node, dst as usize) {
+                Some(link) => self.send_first_hop(link, packet, at),
+                None => at,
+            },
+            None => {
+                let links = self.network.multicast_links(node, node).to_vec();
+                let mut taken = at;
+                for link in links {
+                    let sent = self.send_first_hop(link as usize, packet.clone(), at);
+                    taken = taken.max(sent);
+                }
+                taken
+            }
         }
+    }
+
+    /// The first hop of a host's own datagram. A blocking sender waits for
+    /// room in the link's queue, as a blocking socket holds the process, and
+    /// its datagram is never dropped there; otherwise the queue drops it
+    /// when full (ns-2's agents). Returns when the link took it.
+    fn send_first_hop(&mut self, link: usize, packet: Packet, at: u64) -> u64 {
+        let blocking = self.blocking_sends;
+        let when = if blocking {
+            self.network.links[link].room_at(at)
+        } else {
+            at
+        };
+        self.send_on_at(link, packet, when, !blocking);
+        when
     }
 
     fn forward_unicast(&mut self, at: usize, dst: usize, packet: Packet) {
@@ -595,34 +621,6 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         if let Offer::Arrives(arrival) = l.offer_with(at, packet.bytes.len(), roll, bounded) {
             self.push(arrival, Ev::Arrive { node: to, packet });
         }
-    }
-
-    /// A host's own datagram, handed to its interface at `at` (when its CPU
-    /// finished sending it, `set_blocking_sends`): it waits for room in the
-    /// first link's queue, as a blocking socket holds the sender, and is
-    /// never dropped there. Returns when the interface took it.
-    fn inject_blocking(&mut self, packet: Packet, at: u64) -> u64 {
-        let node = packet.from_node as usize;
-        let links: Vec<usize> = match packet.to_node {
-            Some(dst) if dst as usize == node => {
-                self.push(at, Ev::Arrive { node: dst, packet });
-                return at;
-            }
-            Some(dst) => self.network.route(node, dst as usize).into_iter().collect(),
-            None => self
-                .network
-                .multicast_links(node, node)
-                .iter()
-                .map(|l| *l as usize)
-                .collect(),
-        };
-        let mut taken = at;
-        for link in links {
-            let when = self.network.links[link].room_at(at);
-            taken = taken.max(when);
-            self.send_on_at(link, packet.clone(), when, false);
-        }
-        taken
     }
 }
 
