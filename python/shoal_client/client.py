@@ -54,6 +54,14 @@ def _open(where: Endpoint, timeout: float | None) -> _socket.socket:
     return sock
 
 
+def _socket_failure(sock: _socket.socket, error: OSError) -> ShoalClientError:
+    """What an OS error on the client's socket means: this side closed it
+    (another thread's ``close``), or a fault of the socket itself."""
+    if sock.fileno() == -1:
+        return Disconnected("the client is closed")
+    return ShoalClientError(f"client socket: {error}")
+
+
 class _FrameReader:
     """Assembles frames from what the socket gives, one buffer growing to
     the largest frame seen (bounded by the limits, which ``decode`` checks
@@ -103,9 +111,7 @@ class _FrameReader:
         except GONE:
             raise Disconnected("the daemon reset the connection") from None
         except OSError as e:
-            if self.sock.fileno() == -1:
-                raise Disconnected("the client is closed") from None
-            raise ShoalClientError(f"client socket: {e}") from e
+            raise _socket_failure(self.sock, e) from e
         if not data:
             raise Disconnected("the daemon closed the connection")
         self.buf += data
@@ -316,9 +322,7 @@ class Client:
             except GONE:
                 raise Disconnected("the daemon closed the connection") from None
             except OSError as e:
-                if self._sock.fileno() == -1:
-                    raise Disconnected("the client is closed") from None
-                raise ShoalClientError(f"client socket: {e}") from e
+                raise _socket_failure(self._sock, e) from e
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
