@@ -161,6 +161,10 @@ pub enum Message<'a> {
         next: u64,
         upto: u64,
     },
+    /// Tag 14: `next u64`: member to primary, "I delivered every entry below
+    /// `next`". The primary collects what every member of its view has
+    /// delivered without waiting for the next view change.
+    Progress { next: u64 },
 }
 
 // ---- encoding -------------------------------------------------------------
@@ -307,6 +311,7 @@ impl Message<'_> {
                 out.extend_from_slice(&next.to_be_bytes());
                 out.extend_from_slice(&upto.to_be_bytes());
             }
+            Message::Progress { next } => u64s(out, 14, &[*next]),
         }
         Ok(())
     }
@@ -370,6 +375,7 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
             next: r.u64()?,
             upto: r.u64()?,
         },
+        14 => Message::Progress { next: r.u64()? },
         tag => return Err(VsyncError::UnknownTag(tag)),
     };
     r.finish()?;
@@ -601,6 +607,7 @@ mod tests {
                 next: 6,
                 upto: 7,
             },
+            Message::Progress { next: 11 },
         ];
         for m in messages {
             let bytes = m.to_vec().unwrap();

@@ -101,6 +101,9 @@ pub(super) struct Primary {
     /// view takes a backup in (a committee of at least two), and the leave
     /// goes ahead once that backup holds every committed record.
     pub grow_for_leave: bool,
+    /// Members' delivery frontiers (`Message::Progress`), for collecting
+    /// between view changes.
+    pub progress: BTreeMap<NodeId, u64>,
 }
 
 impl Committee {
@@ -230,6 +233,7 @@ impl Primary {
             heartbeat_every: config.committee_heartbeat,
             welcome: None,
             grow_for_leave: false,
+            progress: BTreeMap::new(),
         }
     }
 
@@ -277,6 +281,8 @@ impl Vsync {
             Record::Newview(v) => {
                 p.cview = v.clone();
                 p.cview_gseq = gseq;
+                p.progress
+                    .retain(|m, _| v.members.binary_search(&m.0).is_ok());
             }
         }
         c.store.insert(gseq, Stored { record, epoch });
@@ -774,6 +780,39 @@ impl Vsync {
             r.sent = r.sent.max(r.acked);
             self.try_commit(now);
             self.pump_replication();
+        }
+    }
+
+    /// A member's delivery frontier (`Message::Progress`): the primary
+    /// collects every committed record that each member of its latest view
+    /// has delivered (backups follow the base of its heartbeats). A member
+    /// that never reports (asleep, or its reports lost) holds collection
+    /// back until a view change drops it, as at the view checkpoint of P000
+    /// §5.2, which remains the rule when `progress_interval` is 0.
+    pub(super) fn on_progress(&mut self, from: NodeId, next: u64) {
+        let (me, own) = (self.me, self.member.next);
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        if p.cview.members.binary_search(&from.0).is_err() {
+            return;
+        }
+        let reported = p.progress.entry(from).or_insert(0);
+        *reported = (*reported).max(next);
+        let lowest = p.cview.members.iter().try_fold(u64::MAX, |low, m| {
+            let next = if *m == me.0 {
+                Some(own)
+            } else {
+                p.progress.get(&NodeId(*m)).copied()
+            };
+            next.map(|n| low.min(n))
+        });
+        if let Some(lowest) = lowest {
+            let base = lowest.min(c.committed);
+            c.collect(base);
         }
     }
 

@@ -56,6 +56,10 @@ pub(super) struct MemberState {
     /// It never acknowledges a lower one again, even once that ack's plan is
     /// spent (see `on_prefreshview`).
     promised: (u64, u64),
+    /// The frontier last reported to the primary (`Message::Progress`), and
+    /// when the next report may leave.
+    progress_reported: u64,
+    progress_at: Instant,
 }
 
 /// An AckPrefreshview to send.
@@ -88,6 +92,8 @@ impl MemberState {
             committed_known: 0,
             probed: false,
             ack: None,
+            progress_reported: 0,
+            progress_at: now,
         }
     }
 
@@ -336,7 +342,34 @@ impl Vsync {
 
     pub(super) fn member_deadline(&self) -> Option<Instant> {
         let ack = self.member.ack.as_ref().map(|a| a.at);
-        self.repair_due().into_iter().chain(ack).min()
+        let progress = self.progress_due();
+        self.repair_due()
+            .into_iter()
+            .chain(ack)
+            .chain(progress)
+            .min()
+    }
+
+    /// When this member should next report its delivery frontier: only
+    /// while it advances, and only to a primary other than itself.
+    fn progress_due(&self) -> Option<Instant> {
+        let m = &self.member;
+        let reporting = !self.config.progress_interval.is_zero()
+            && self.status == Status::Member
+            && m.next > m.progress_reported
+            && self.view.committee.first().is_some_and(|p| *p != self.me);
+        reporting.then_some(m.progress_at)
+    }
+
+    fn send_progress(&mut self, now: Instant) {
+        let Some(primary) = self.view.committee.first().copied() else {
+            return;
+        };
+        let m = &mut self.member;
+        m.progress_reported = m.next;
+        m.progress_at = now + self.config.progress_interval;
+        let message = Message::Progress { next: m.next };
+        self.send(primary, &message);
     }
 
     pub(super) fn on_member_timers(&mut self, now: Instant) {
@@ -345,6 +378,9 @@ impl Vsync {
         }
         if self.repair_due().is_some_and(|t| t <= now) {
             self.send_repair_request(now);
+        }
+        if self.progress_due().is_some_and(|t| t <= now) {
+            self.send_progress(now);
         }
     }
 

@@ -571,6 +571,7 @@ impl Vsync {
                 next,
                 upto,
             } => self.on_repair_for(NodeId(requester), next, upto),
+            Message::Progress { next } => self.on_progress(from, next),
         }
     }
 

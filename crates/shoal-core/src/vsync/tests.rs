@@ -76,6 +76,63 @@ fn messages_are_delivered_everywhere_in_one_order() {
     assert_eq!(gseqs, (0..40).collect::<Vec<_>>());
 }
 
+/// Records the committee holds for a steady stream in a view that does not
+/// change: with progress reports, only what some member has not yet
+/// delivered; without (P000's rule), everything since the last view change.
+#[test]
+fn progress_reports_let_the_committee_collect_between_view_changes() {
+    let held_after_stream = |progress_interval: Duration| {
+        let config = Config {
+            view_period: Duration::from_secs(60),
+            progress_interval,
+            ..fast_config(2)
+        };
+        let mut sim = group(4, 4, 3, &config);
+        sim.loss = 0.02;
+        let mut sent = 0;
+        for _ in 0..400 {
+            for i in 0..4 {
+                if sim.multicast(i, &[i as u8]).is_ok() {
+                    sent += 1;
+                }
+            }
+            sim.run_until(sim.now_ms() + 5);
+        }
+        sim.run_until(sim.now_ms() + 1_000);
+        for i in 0..4 {
+            assert_eq!(deliveries(&sim, i).len(), sent, "member {i}");
+        }
+        let held: Vec<usize> = (0..2)
+            .map(|i| sim.node(i).committee.as_ref().unwrap().store.len())
+            .collect();
+        (sent, held)
+    };
+    let (sent, held) = held_after_stream(Duration::ZERO);
+    assert!(sent > 1_000, "{sent}");
+    for h in held {
+        assert!(h >= sent, "without reports the store keeps all {sent}: {h}");
+    }
+    let (sent, held) = held_after_stream(Duration::from_millis(50));
+    for h in held {
+        assert!(h < sent / 10, "{h} of {sent} records still held");
+    }
+}
+
+/// Collection between view changes (`progress_interval`, which the daemon
+/// uses) on seeds 3-5, 9-11, ...; P000's collection at view changes alone on
+/// the others (every k either way).
+fn progress_on_half_the_seeds(config: Config, seed: u64) -> Config {
+    let progress_interval = if (seed / 3) % 2 == 1 {
+        Duration::from_millis(50)
+    } else {
+        Duration::ZERO
+    };
+    Config {
+        progress_interval,
+        ..config
+    }
+}
+
 /// One chaotic run: loss, jitter, sleeping members, a crash (the primary's,
 /// on some seeds with k > 1), two joins and a leave, then a quiet phase.
 fn chaos(seed: u64) -> Result<(), String> {
@@ -83,7 +140,7 @@ fn chaos(seed: u64) -> Result<(), String> {
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
     let k = 1 + (seed % 3) as u32;
     let (n, total) = (7usize, 9usize);
-    let config = fast_config(k);
+    let config = progress_on_half_the_seeds(fast_config(k), seed);
     let mut sim = group(n, total, seed, &config);
     sim.loss = rng.random_range(0.0..0.05);
     sim.jitter = MS / 2;
@@ -226,7 +283,7 @@ fn partition_chaos(seed: u64, k: u32, order: checker::Order) -> Result<(), Strin
     use rand::{Rng, SeedableRng};
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x05EE_DCA7);
     let n = 7usize;
-    let config = fast_config(k);
+    let config = progress_on_half_the_seeds(fast_config(k), seed);
     let mut sim = group(n, n, seed, &config);
     sim.loss = rng.random_range(0.0..0.03);
     sim.jitter = MS / 2;

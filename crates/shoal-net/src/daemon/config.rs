@@ -190,11 +190,14 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// a committee of 3, so that one failed daemon, the primary included, does
 /// not stop the cluster (P000 §6 measures k = 1); datagrams up to 65,000
 /// bytes, since daemons talk over loopback (DESIGN.md "Pack and batch"),
-/// leaving room for the authentication envelope.
+/// leaving room for the authentication envelope; progress reports every
+/// 100 ms, so that the committee collects delivered records at once rather
+/// than holding every record of a view period (gigabytes at full rate).
 pub fn default_cluster() -> shoal_core::cluster::Config {
     let mut c = shoal_core::cluster::Config::default();
     c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
     c.vsync.pbcast.max_datagram_size = 65_000;
+    c.vsync.progress_interval = std::time::Duration::from_millis(100);
     c
 }
 
@@ -435,6 +438,7 @@ mod tests {
         // Daemon defaults kept, not reset to the engine's.
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
         assert_eq!(c.cluster.vsync.pbcast.max_datagram_size, 65_000);
+        assert_eq!(c.cluster.vsync.progress_interval.as_millis(), 100);
         let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
         assert_eq!(c.cluster.found_after.as_millis(), 700);
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
