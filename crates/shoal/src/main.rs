@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Shoal: group communication (Bimodal Multicast today; virtual synchrony,
-/// QSM regions and Spread-style daemons to come).
+/// Shoal: group communication (Bimodal Multicast, virtual synchrony over
+/// gossip, Spread-style daemons).
 #[derive(Debug, Parser)]
 #[command(name = "shoal", version, about)]
 struct Cli {
