@@ -660,6 +660,13 @@ impl Vsync {
         if hb.committee.first() != Some(&from.0) {
             return;
         }
+        // A primary outside this member's view was removed by a view this
+        // member installed: a stale primary (across a cut) whose epoch grew
+        // while it dropped the backups it could not reach. Following it
+        // would take this member out of the real committee.
+        if self.status == super::Status::Member && !super::contains(&self.view.members, from) {
+            return;
+        }
         if !hb.committee.contains(&self.me.0) {
             if epoch.is_none_or(|e| hb.epoch > e) {
                 self.committee = None;
