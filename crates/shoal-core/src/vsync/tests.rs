@@ -303,7 +303,7 @@ fn cut_run(seed: u64, config: &Config, order: checker::Order) -> Result<(), Stri
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x05EE_DCA7);
     let n = 7usize;
     let k = config.committee_size.get();
-    let mut sim = group(n, n, seed, &config);
+    let mut sim = group(n, n, seed, config);
     sim.loss = rng.random_range(0.0..0.03);
     sim.jitter = MS / 2;
     let cut_at = rng.random_range(100..600u64) * 10;
