@@ -33,7 +33,7 @@ mod faults;
 mod node;
 mod socket;
 
-pub use addr::AddressBook;
+pub use addr::{AddressBook, Learned};
 pub use auth::{
     AuthError, AuthStats, ClusterKey, KeyError, Mode, Opened, Opener, OpenerConfig, SealError,
     Sealer, OVERHEAD,
