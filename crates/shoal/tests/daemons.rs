@@ -481,6 +481,15 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     assert_eq!(value("shoal_clients"), 1);
     assert_eq!(value("shoal_view_members"), 2);
     assert!(value("shoal_packets_sent_total{kind=\"gossip\"}") > 0);
+    // The engines' buffers are reported (values depend on timing).
+    for held in [
+        "shoal_vsync_store_records",
+        "shoal_vsync_store_bytes",
+        "shoal_vsync_pending_records",
+        "shoal_pbcast_buffered_messages",
+    ] {
+        value(held);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

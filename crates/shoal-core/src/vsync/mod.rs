@@ -139,6 +139,21 @@ pub struct Stats {
     pub vsync_datagrams_sent: u64,
 }
 
+/// What a member holds in its buffers ([`Vsync::buffered`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Buffered {
+    /// Records in this member's committee store (0 outside the committee):
+    /// until every member of the view delivered them (`progress_interval`),
+    /// or until the next view change.
+    pub committee_records: usize,
+    /// Payload bytes of those records.
+    pub committee_bytes: usize,
+    /// Records that arrived ahead of the next one to deliver.
+    pub pending_records: usize,
+    /// Messages pbcast keeps for gossip repair (`gc_rounds`).
+    pub pbcast_messages: usize,
+}
+
 /// Where this member stands in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -406,6 +421,22 @@ impl Vsync {
     /// Pbcast's counters (none while joining or after removal).
     pub fn pbcast_stats(&self) -> Option<&pbcast::Stats> {
         self.pbcast.as_ref().map(Pbcast::stats)
+    }
+
+    /// What this member holds in its buffers, for memory metrics.
+    pub fn buffered(&self) -> Buffered {
+        let store = self.committee.as_ref().map(|c| &c.store);
+        let payload_bytes = |r: &Record| match r {
+            Record::Data { payload, .. } => payload.len(),
+            Record::Newview(_) => 0,
+        };
+        Buffered {
+            committee_records: store.map_or(0, BTreeMap::len),
+            committee_bytes: store
+                .map_or(0, |s| s.values().map(|r| payload_bytes(&r.record)).sum()),
+            pending_records: self.member.pending.len(),
+            pbcast_messages: self.pbcast.as_ref().map_or(0, Pbcast::buffered),
+        }
     }
 
     /// Multicasts `payload` by pbcast alone, outside the total order: each

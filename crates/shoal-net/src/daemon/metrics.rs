@@ -208,6 +208,31 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         "bytes queued to clients, all clients",
         core.client_queue_bytes,
     );
+    let held = v.buffered();
+    gauge(
+        &mut r,
+        "vsync_store_records",
+        "records in this daemon's committee store (0 outside the committee)",
+        held.committee_records as u64,
+    );
+    gauge(
+        &mut r,
+        "vsync_store_bytes",
+        "payload bytes of the committee store's records",
+        held.committee_bytes as u64,
+    );
+    gauge(
+        &mut r,
+        "vsync_pending_records",
+        "records received ahead of the next to deliver",
+        held.pending_records as u64,
+    );
+    gauge(
+        &mut r,
+        "pbcast_buffered_messages",
+        "messages pbcast keeps for gossip repair",
+        held.pbcast_messages as u64,
+    );
     gauge(
         &mut r,
         "resident_bytes",
