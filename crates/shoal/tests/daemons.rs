@@ -603,8 +603,60 @@ fn tcp_clients_need_the_token() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A socket of this test that also receives `group`'s datagrams on
-/// loopback, as each daemon's does (SO_REUSEADDR).
+/// A daemon stopped (SIGSTOP) past its committee timeout is evicted; when
+/// it runs again it rejoins under its next incarnation and keeps its client,
+/// who hears a network membership with itself alone, then the merged one,
+/// and whose messages reach everyone again.
+#[test]
+fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
+    let dir = temp_dir("evict");
+    let files = cluster_files(&dir, [KEY; 3]);
+    let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients = one_client_each_in_g(&files, "e");
+    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
+    // Until the committee is full its primary alone orders (k = 1 in
+    // effect), and a stopped primary would stop the cluster.
+    let start = Instant::now();
+    while !status(&sockets[0]).contains("committee: 3 ") {
+        assert!(start.elapsed() < PATIENCE, "{}", status(&sockets[0]));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    daemons[2].signal("-STOP");
+    for c in &mut clients[..2] {
+        let frames = c.until_or_dump(
+            "g with 2 members",
+            |f| matches!(f, Frame::Membership { members, .. } if members.len() == 2),
+            &sockets[..2],
+        );
+        assert!(
+            matches!(
+                frames.last(),
+                Some(Frame::Membership {
+                    reason: Reason::Network,
+                    ..
+                })
+            ),
+            "{frames:?}"
+        );
+    }
+    daemons[2].signal("-CONT");
+    let alone = clients[2].until_or_dump(
+        "a network membership with itself alone",
+        |f| matches!(f, Frame::Membership { reason: Reason::Network, members, .. } if members.len() == 1),
+        &sockets,
+    );
+    assert!(
+        !alone.iter().any(|f| matches!(f, Frame::Error { .. })),
+        "{alone:?}"
+    );
+    for c in clients.iter_mut() {
+        let (reason, members) = c.until_members("g", 3);
+        assert_eq!(reason, Reason::Network, "{members:?}");
+    }
+    fifo_reaches_everyone(&mut clients, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A client on each daemon (`{prefix}0`, `{prefix}1`, ...), all in group
 /// "g", once each sees all of them there.
 fn one_client_each_in_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Client> {
@@ -635,6 +687,8 @@ fn fifo_reaches_everyone(clients: &mut [Client], from: usize) {
     }
 }
 
+/// A socket of this test that also receives `group`'s datagrams on
+/// loopback, as each daemon's does (SO_REUSEADDR).
 fn group_listener(group: std::net::SocketAddrV4) -> UdpSocket {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();

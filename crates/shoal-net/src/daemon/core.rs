@@ -149,6 +149,12 @@ impl Batches {
         self.queue.clear();
         self.bytes = 0;
     }
+
+    /// Puts `later`'s batches after these.
+    fn append(&mut self, later: Batches) {
+        self.queue.extend(later.queue);
+        self.bytes += later.bytes;
+    }
 }
 
 /// Counters shown by `shoal status` and the metrics.
@@ -204,6 +210,12 @@ pub struct Core {
     received: BTreeMap<NodeId, u64>,
     shutting_down: bool,
     goodbye_delivered: bool,
+    /// The highest global sequence number delivered (for the view id of a
+    /// network event at eviction, which only this daemon's clients see).
+    last_gseq: u64,
+    /// A snapshot being applied: the daemon's members it replaces, to
+    /// announce the groups it changes.
+    snapshot_before: BTreeSet<(String, String)>,
     stats: CoreStats,
 }
 
@@ -231,6 +243,8 @@ impl Core {
             received: BTreeMap::new(),
             shutting_down: false,
             goodbye_delivered: false,
+            last_gseq: 0,
+            snapshot_before: BTreeSet::new(),
             stats: CoreStats::default(),
         }
     }
@@ -287,8 +301,15 @@ impl Core {
         self.outputs.push(output);
     }
 
+    /// Whether a batch can be taken: items wait and this daemon is a
+    /// member (a rejoining daemon's clients' items wait for the rejoin).
+    pub fn batch_waiting(&self) -> bool {
+        self.me.is_some() && !self.pending.queue.is_empty()
+    }
+
     /// The next batch to multicast to the daemons, if any item waits.
     pub fn take_batch(&mut self) -> Option<Bytes> {
+        self.me?;
         let batch = self.pending.take()?;
         self.stats.batches_sent += 1;
         self.in_flight += 1;
@@ -624,6 +645,7 @@ impl Core {
 
     fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: Bytes) {
         self.stats.batches_received += 1;
+        self.last_gseq = self.last_gseq.max(gseq);
         if Some(sender) == self.me {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
@@ -807,6 +829,7 @@ impl Core {
                 // Replace what we hold for that daemon: identical at old
                 // members, the news at a newly joined daemon.
                 if first {
+                    self.snapshot_before = self.members_of(daemon);
                     for members in self.table.values_mut() {
                         members.retain(|m| m.daemon != daemon);
                     }
@@ -825,6 +848,7 @@ impl Core {
                 self.table.retain(|_, members| !members.is_empty());
                 if last {
                     self.awaiting_snapshots.remove(&daemon);
+                    self.snapshot_applied(daemon, view_id);
                 }
             }
             // Counted on arrival (`note_received`).
@@ -958,6 +982,37 @@ impl Core {
         }
     }
 
+    /// `(group, client)` of every member daemon `daemon` serves.
+    fn members_of(&self, daemon: NodeId) -> BTreeSet<(String, String)> {
+        self.table
+            .iter()
+            .flat_map(|(g, members)| {
+                members
+                    .iter()
+                    .filter(move |m| m.daemon == daemon)
+                    .map(move |m| (g.clone(), m.client.clone()))
+            })
+            .collect()
+    }
+
+    /// A daemon's whole snapshot is in. Where it changed a group, the
+    /// group's local members hear the new membership, reason network: a
+    /// daemon that rejoined with its clients (everywhere, its own clients
+    /// included, as its snapshot and the others' are ordered), or a join a
+    /// snapshot carried ahead of its JOIN item.
+    fn snapshot_applied(&mut self, daemon: NodeId, view_id: u64) {
+        let before = std::mem::take(&mut self.snapshot_before);
+        let after = self.members_of(daemon);
+        let groups: BTreeSet<String> = before
+            .symmetric_difference(&after)
+            .map(|(g, _)| g.clone())
+            .collect();
+        for group in groups {
+            self.stats.group_changes += 1;
+            self.announce(&group, view_id, Reason::Network, None);
+        }
+    }
+
     /// Tells local members of `group` its new membership (and a leaving
     /// local client that it left).
     fn announce(&mut self, group: &str, view_id: u64, reason: Reason, left: Option<&Member>) {
@@ -1024,7 +1079,12 @@ impl Core {
             // members joined with it: those send an empty snapshot.)
             self.awaiting_snapshots = view.members.iter().copied().filter(|m| *m != me).collect();
             self.me = Some(me);
+            // A daemon that rejoined with its clients: their groups (the
+            // snapshot) go before what they sent while it was out, so that
+            // they are members again when those messages are delivered.
+            let waiting = std::mem::take(&mut self.pending);
             self.send_snapshot();
+            self.pending.append(waiting);
         } else if !view.joined.is_empty() {
             self.send_snapshot();
         }
@@ -1077,11 +1137,15 @@ impl Core {
         self.unsequenced.clear();
         self.held.clear();
         self.received.clear();
+        if reason == RemovedReason::Dropped && !self.shutting_down {
+            self.keep_clients_while_rejoining();
+            return;
+        }
         let (code, text) = match reason {
             RemovedReason::Left => (code::SHUTDOWN, "the daemon left its cluster"),
             RemovedReason::Dropped => (
-                code::UNAVAILABLE,
-                "the daemon lost its cluster membership and is rejoining; reconnect",
+                code::SHUTDOWN,
+                "the daemon lost its cluster membership while shutting down",
             ),
         };
         let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
@@ -1090,6 +1154,45 @@ impl Core {
         }
         self.sessions.clear();
         self.by_name.clear();
+    }
+
+    /// Evicted (or merging into another cluster): the daemon rejoins under
+    /// its next incarnation and keeps its clients, as Spread keeps them
+    /// across a partition. Each client hears, for each of its groups, the
+    /// members this daemon still reaches (its own clients), reason network;
+    /// once the daemon is back, the merged membership. What they send
+    /// meanwhile waits and is ordered after the rejoin; batches the old
+    /// cluster had not ordered at the eviction are lost (docs/daemon.md).
+    fn keep_clients_while_rejoining(&mut self) {
+        let mut local: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for session in self.sessions.values() {
+            for group in &session.groups {
+                local
+                    .entry(group)
+                    .or_default()
+                    .push(session.private_group.clone());
+            }
+        }
+        // The view id is this daemon's own: no other daemon announces it.
+        let view_id = (self.last_gseq << 16) | 0xFFFF;
+        let mut frames = Vec::new();
+        for (id, session) in &self.sessions {
+            for group in &session.groups {
+                let mut members = local[group.as_str()].clone();
+                members.sort();
+                let frame = Frame::Membership {
+                    group: group.clone(),
+                    view_id,
+                    reason: Reason::Network,
+                    members,
+                };
+                frames.push((*id, frame));
+            }
+        }
+        for (session, frame) in frames {
+            self.stats.group_changes += 1;
+            self.send(session, frame);
+        }
     }
 
     /// Graceful shutdown, first step: tell the other daemons (a GOODBYE in

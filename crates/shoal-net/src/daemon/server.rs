@@ -361,7 +361,7 @@ impl CoreTask {
             // Batching under load (see HOLD_MAX): a batch that is not full
             // goes when none of ours is being ordered, or when its first
             // item has waited HOLD_MAX.
-            let pending = self.core.pending_bytes() > 0;
+            let pending = self.core.batch_waiting();
             if !pending {
                 pending_since = None;
             } else if pending_since.is_none() {

@@ -560,23 +560,75 @@ fn a_daemon_shutting_down_says_goodbye_in_the_total_order() {
     ));
 }
 
+/// Evicted (or merging into another cluster), a daemon keeps its clients:
+/// they hear a network membership with the members it still reaches, what
+/// they send meanwhile waits for the rejoin, and once the daemon is back
+/// (a new incarnation) everyone hears the merged membership, in the order
+/// the snapshots take, and the waiting message is delivered.
 #[test]
-fn an_evicted_daemon_closes_its_clients_with_unavailable() {
+fn an_evicted_daemon_keeps_its_clients_and_rejoins_with_them() {
     let mut c = two_in_chat();
-    c.cores[0].cluster_event(
-        NodeId(10),
-        Event::Removed {
-            view: 3,
-            reason: RemovedReason::Dropped,
-        },
-    );
+    c.connect(0, 2, "ann");
+    c.frame(0, 2, join("chat"));
+    c.settle();
+    for (d, session) in [(0, 1), (0, 2), (1, 1)] {
+        c.take(d, session);
+    }
+    let removed = Event::Removed {
+        view: 3,
+        reason: RemovedReason::Dropped,
+    };
+    c.cores[0].cluster_event(NodeId(10), removed);
     c.collect();
-    assert!(matches!(
-        c.closed.get(&(0, 1)),
-        Some(Some(Frame::Error { code, .. })) if *code == code::UNAVAILABLE
-    ));
+    c.install(&[1, 2], &[]);
+    let alone = vec![(
+        s("chat"),
+        Reason::Network,
+        vec![s("#alice#n0"), s("#ann#n0")],
+    )];
+    assert_eq!(memberships(&c.take(0, 1)), alone);
+    assert_eq!(memberships(&c.take(0, 2)), alone);
+    assert!(c.closed.is_empty(), "{:?}", c.closed);
+    assert_eq!(
+        memberships(&c.take(1, 1)),
+        vec![(s("chat"), Reason::Network, vec![s("#bob#n1")])]
+    );
     assert!(!c.cores[0].ready());
-    assert_eq!(c.cores[0].clients(), 0);
+    assert_eq!(c.cores[0].clients(), 2);
+    c.connect(0, 3, "late");
+    assert!(matches!(
+        c.closed.remove(&(0, 3)),
+        Some(Some(Frame::Error { code, .. })) if code == code::UNAVAILABLE
+    ));
+    // Alice speaks while her daemon is out: the message waits.
+    c.frame(0, 1, multicast(Service::Agreed, &["chat"], b"meanwhile"));
+    assert!(c.cores[0].take_batch().is_none());
+    // The daemon rejoins under its next incarnation.
+    c.ids[0] = NodeId(20);
+    c.install(&[0, 1, 2], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready());
+    let merged = (
+        s("chat"),
+        Reason::Network,
+        vec![s("#alice#n0"), s("#ann#n0"), s("#bob#n1")],
+    );
+    let bob = c.take(1, 1);
+    assert_eq!(memberships(&bob), vec![merged.clone()]);
+    assert_eq!(
+        messages(&bob),
+        vec![(s("#alice#n0"), vec![s("chat")], b"meanwhile".to_vec())]
+    );
+    // At the rejoined daemon its own snapshot comes first (its clients
+    // alone), then bob's daemon's adds bob.
+    let alice_frames = c.take(0, 1);
+    let alice = memberships(&alice_frames);
+    assert_eq!(alice.last(), Some(&merged), "{alice:?}");
+    // Her groups went into the order before her message: she is a member
+    // again when it is delivered, and gets it too.
+    assert_eq!(messages(&alice_frames), messages(&bob));
+    assert!(alice.iter().all(|m| m.1 == Reason::Network), "{alice:?}");
+    assert!(c.closed.is_empty(), "{:?}", c.closed);
 }
 
 #[test]
