@@ -996,20 +996,30 @@ impl Core {
     }
 
     /// A daemon's whole snapshot is in. Where it changed a group, the
-    /// group's local members hear the new membership, reason network: a
-    /// daemon that rejoined with its clients (everywhere, its own clients
-    /// included, as its snapshot and the others' are ordered), or a join a
-    /// snapshot carried ahead of its JOIN item.
+    /// group's local members hear the new membership: reason network from
+    /// a daemon new to this one's table (one that rejoined with its
+    /// clients: everywhere, its own clients included, as its snapshot and
+    /// the others' are ordered); join or leave where a known daemon's
+    /// snapshot carried a client's join or leave whose own item had not
+    /// been ordered (it was in flight across the view change).
     fn snapshot_applied(&mut self, daemon: NodeId, view_id: u64) {
         let before = std::mem::take(&mut self.snapshot_before);
         let after = self.members_of(daemon);
-        let groups: BTreeSet<String> = before
-            .symmetric_difference(&after)
-            .map(|(g, _)| g.clone())
-            .collect();
-        for group in groups {
+        let mut changed: BTreeMap<String, Reason> = BTreeMap::new();
+        for (group, _) in after.difference(&before) {
+            let reason = if before.is_empty() {
+                Reason::Network
+            } else {
+                Reason::Join
+            };
+            changed.insert(group.clone(), reason);
+        }
+        for (group, _) in before.difference(&after) {
+            changed.entry(group.clone()).or_insert(Reason::Leave);
+        }
+        for (group, reason) in changed {
             self.stats.group_changes += 1;
-            self.announce(&group, view_id, Reason::Network, None);
+            self.announce(&group, view_id, reason, None);
         }
     }
 

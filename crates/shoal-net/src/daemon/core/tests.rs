@@ -560,6 +560,26 @@ fn a_daemon_shutting_down_says_goodbye_in_the_total_order() {
     ));
 }
 
+/// A join whose batch was lost across a view change reaches the others in
+/// the daemon's snapshot; the member hears it, reason join (it used to be
+/// added silently).
+#[test]
+fn a_join_carried_only_by_a_snapshot_is_announced() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.frame(0, 1, join("news"));
+    // Its batch leaves and is lost in the view change that follows.
+    assert!(c.cores[0].take_batch().is_some());
+    c.cores[2] = Core::new("n2", Limits::default(), BATCH_MAX);
+    c.install(&[0, 1], &[]);
+    c.install(&[0, 1, 2], &[2]);
+    c.settle();
+    assert_eq!(
+        memberships(&c.take(0, 1)),
+        vec![(s("news"), Reason::Join, vec![s("#alice#n0")])]
+    );
+}
+
 /// Evicted (or merging into another cluster), a daemon keeps its clients:
 /// they hear a network membership with the members it still reaches, what
 /// they send meanwhile waits for the rejoin, and once the daemon is back
