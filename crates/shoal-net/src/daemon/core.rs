@@ -213,9 +213,10 @@ pub struct Core {
     /// The highest global sequence number delivered (for the view id of a
     /// network event at eviction, which only this daemon's clients see).
     last_gseq: u64,
-    /// A snapshot being applied: the daemon's members it replaces, to
-    /// announce the groups it changes.
-    snapshot_before: BTreeSet<(String, String)>,
+    /// Snapshots being applied (their parts may interleave with other
+    /// daemons' in the total order): per daemon, the members its snapshot
+    /// replaces, to announce the groups it changes.
+    snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
     stats: CoreStats,
 }
 
@@ -244,7 +245,7 @@ impl Core {
             shutting_down: false,
             goodbye_delivered: false,
             last_gseq: 0,
-            snapshot_before: BTreeSet::new(),
+            snapshot_before: BTreeMap::new(),
             stats: CoreStats::default(),
         }
     }
@@ -829,7 +830,8 @@ impl Core {
                 // Replace what we hold for that daemon: identical at old
                 // members, the news at a newly joined daemon.
                 if first {
-                    self.snapshot_before = self.members_of(daemon);
+                    let before = self.members_of(daemon);
+                    self.snapshot_before.insert(daemon, before);
                     for members in self.table.values_mut() {
                         members.retain(|m| m.daemon != daemon);
                     }
@@ -1003,7 +1005,7 @@ impl Core {
     /// snapshot carried a client's join or leave whose own item had not
     /// been ordered (it was in flight across the view change).
     fn snapshot_applied(&mut self, daemon: NodeId, view_id: u64) {
-        let before = std::mem::take(&mut self.snapshot_before);
+        let before = self.snapshot_before.remove(&daemon).unwrap_or_default();
         let after = self.members_of(daemon);
         let mut changed: BTreeMap<String, Reason> = BTreeMap::new();
         for (group, _) in after.difference(&before) {
@@ -1102,6 +1104,7 @@ impl Core {
         if !gone.is_empty() {
             self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
             self.partials.retain(|(d, _), _| !gone.contains(d));
+            self.snapshot_before.retain(|d, _| !gone.contains(d));
         }
         self.daemons = view.members;
     }
@@ -1147,6 +1150,7 @@ impl Core {
         self.unsequenced.clear();
         self.held.clear();
         self.received.clear();
+        self.snapshot_before.clear();
         if reason == RemovedReason::Dropped && !self.shutting_down {
             self.keep_clients_while_rejoining();
             return;

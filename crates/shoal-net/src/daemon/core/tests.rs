@@ -580,6 +580,54 @@ fn a_join_carried_only_by_a_snapshot_is_announced() {
     );
 }
 
+/// Snapshots in several parts may interleave in the total order: each is
+/// compared with what its own daemon had, so an unchanged one announces
+/// nothing and a new daemon's clients are announced once.
+#[test]
+fn interleaved_snapshot_parts_are_told_apart() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    let part = |first, last, clients: Vec<(&str, Vec<&str>)>| {
+        let mut b = Batches::default();
+        b.push(
+            &Item::Snapshot {
+                first,
+                last,
+                clients,
+            },
+            BATCH_MAX,
+        );
+        b.take().expect("one batch")
+    };
+    let (known, new) = (c.ids[1], NodeId(30));
+    let parts = [
+        (known, part(true, false, vec![("#bob#n1", vec!["chat"])])),
+        (new, part(true, false, vec![("#xena#n3", vec!["chat"])])),
+        (known, part(false, true, vec![])),
+        (new, part(false, true, vec![])),
+    ];
+    for (sender, payload) in parts {
+        let gseq = c.gseq;
+        c.gseq += 1;
+        let event = Event::Deliver {
+            sender,
+            local_id: 0,
+            gseq,
+            payload,
+        };
+        c.cores[0].cluster_event(c.ids[0], event);
+    }
+    c.collect();
+    assert_eq!(
+        memberships(&c.take(0, 1)),
+        vec![(
+            s("chat"),
+            Reason::Network,
+            vec![s("#alice#n0"), s("#bob#n1"), s("#xena#n3")]
+        )]
+    );
+}
+
 /// Evicted (or merging into another cluster), a daemon keeps its clients:
 /// they hear a network membership with the members it still reaches, what
 /// they send meanwhile waits for the rejoin, and once the daemon is back
