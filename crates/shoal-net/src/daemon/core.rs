@@ -1203,8 +1203,8 @@ impl Core {
                 frames.push((*id, frame));
             }
         }
+        self.stats.group_changes += local.len() as u64;
         for (session, frame) in frames {
-            self.stats.group_changes += 1;
             self.send(session, frame);
         }
     }
