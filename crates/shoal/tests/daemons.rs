@@ -616,11 +616,7 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
     let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
     // Until the committee is full its primary alone orders (k = 1 in
     // effect), and a stopped primary would stop the cluster.
-    let start = Instant::now();
-    while !status(&sockets[0]).contains("committee: 3 ") {
-        assert!(start.elapsed() < PATIENCE, "{}", status(&sockets[0]));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until_committee_full(&sockets[0]);
     daemons[2].signal("-STOP");
     for c in &mut clients[..2] {
         let frames = c.until_or_dump(
@@ -655,6 +651,15 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
     }
     fifo_reaches_everyone(&mut clients, 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits until the daemon at `socket` reports a committee of three.
+fn until_committee_full(socket: &Path) {
+    let start = Instant::now();
+    while !status(socket).contains("committee: 3 ") {
+        assert!(start.elapsed() < PATIENCE, "{}", status(socket));
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `(base, committed)` from a committee member's `vsync state` status line.
@@ -692,11 +697,7 @@ fn the_daemons_collect_what_every_daemon_delivered_between_view_changes() {
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
     let mut clients = one_client_each_in_g(&files, "k");
     let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
-    let start = Instant::now();
-    while !status(&sockets[0]).contains("committee: 3 ") {
-        assert!(start.elapsed() < PATIENCE, "{}", status(&sockets[0]));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until_committee_full(&sockets[0]);
     let before = collection_state(&sockets[0]).expect("a committee member");
     for from in 0..3 {
         fifo_reaches_everyone(&mut clients, from);
