@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// (to compare two builds with the same clients).
     #[arg(long)]
     daemon_exe: Option<PathBuf>,
+    /// Committee size k of the daemons the bench starts (`committee_size`;
+    /// the daemon's default is 3, P000's experiments use 1). With
+    /// --sockets, the committee size the bench waits for.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    committee: u32,
 }
 
 /// A blocking connection speaking the client frames.
@@ -192,7 +197,7 @@ struct LocalCluster {
 }
 
 impl LocalCluster {
-    fn start(n: usize, exe: Option<&Path>) -> anyhow::Result<LocalCluster> {
+    fn start(n: usize, exe: Option<&Path>, committee: u32) -> anyhow::Result<LocalCluster> {
         let exe = match exe {
             Some(e) => e.to_path_buf(),
             None => std::env::current_exe()?,
@@ -222,7 +227,7 @@ impl LocalCluster {
             std::fs::write(
                 &config,
                 format!(
-                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 500\n",
+                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n",
                     socket.display(),
                     addrs[i],
                     peers.join(", ")
@@ -251,12 +256,12 @@ impl Drop for LocalCluster {
     }
 }
 
-/// Waits until every daemon's committee is full (min(3, daemons)): a
+/// Waits until every daemon's committee is full (min(k, daemons)): a
 /// young cluster changes view once more to fill it, and a view change
 /// pauses sending for `ack_wait` (P000 §5.2), which would be measured as a
 /// one-second stall.
-fn wait_for_committee(sockets: &[PathBuf]) -> anyhow::Result<()> {
-    let want = format!("committee: {} ", sockets.len().min(3));
+fn wait_for_committee(sockets: &[PathBuf], k: u32) -> anyhow::Result<()> {
+    let want = format!("committee: {} ", sockets.len().min(k as usize));
     let deadline = Instant::now() + Duration::from_secs(30);
     for socket in sockets {
         loop {
@@ -321,7 +326,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _cluster;
     let mut pids = Vec::new();
     let sockets = if args.sockets.is_empty() {
-        let c = LocalCluster::start(args.daemons, args.daemon_exe.as_deref())?;
+        let c = LocalCluster::start(args.daemons, args.daemon_exe.as_deref(), args.committee)?;
         let s = c.sockets.clone();
         pids = c.children.iter().map(|c| c.id()).collect();
         _cluster = c;
@@ -329,7 +334,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         args.sockets.clone()
     };
-    wait_for_committee(&sockets)?;
+    wait_for_committee(&sockets, args.committee)?;
     let cpu_before = cpu_seconds(&pids);
     let result = match args.mode {
         Mode::Stream => stream(&args, &sockets),
