@@ -436,15 +436,7 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     text.push_str(&format!("\n[metrics]\naddress = \"{metrics}\"\n"));
     std::fs::write(&files[0].0, text).unwrap();
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
-    let mut clients: Vec<Client> = files
-        .iter()
-        .enumerate()
-        .map(|(i, (_, socket))| {
-            let mut c = Client::connect(socket, &format!("k{i}"));
-            c.join("g");
-            c
-        })
-        .collect();
+    let mut clients = one_client_each_joining_g(&files, "k");
     // The two daemons with the key share the group; the third is alone
     // (it founded a cluster of its own, deaf to the others).
     clients[0].until_members("g", 2);
@@ -720,10 +712,10 @@ fn the_daemons_collect_what_every_daemon_delivered_between_view_changes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A client on each daemon (`{prefix}0`, `{prefix}1`, ...), all in group
-/// "g", once each sees all of them there.
-fn one_client_each_in_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Client> {
-    let mut clients: Vec<Client> = files
+/// A client on each daemon (`{prefix}0`, `{prefix}1`, ...), each asking to
+/// join group "g".
+fn one_client_each_joining_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Client> {
+    files
         .iter()
         .enumerate()
         .map(|(i, (_, socket))| {
@@ -731,7 +723,12 @@ fn one_client_each_in_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Clien
             c.join("g");
             c
         })
-        .collect();
+        .collect()
+}
+
+/// As `one_client_each_joining_g`, once each client sees all of them in "g".
+fn one_client_each_in_g(files: &[(PathBuf, PathBuf)], prefix: &str) -> Vec<Client> {
+    let mut clients = one_client_each_joining_g(files, prefix);
     for c in clients.iter_mut() {
         c.until_members("g", files.len());
     }
