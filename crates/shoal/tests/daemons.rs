@@ -747,6 +747,14 @@ fn fifo_reaches_everyone(clients: &mut [Client], from: usize) {
     }
 }
 
+/// An administratively scoped group `239.255.{third}.x` (x from this
+/// process, so that concurrent runs do not share it) on a free port.
+fn test_group(third: u8) -> std::net::SocketAddrV4 {
+    let last = (std::process::id() % 250) as u8 + 1;
+    let port = free_udp_port().port();
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(239, 255, third, last), port)
+}
+
 /// A socket of this test that also receives `group`'s datagrams on
 /// loopback, as each daemon's does (SO_REUSEADDR).
 fn group_listener(group: std::net::SocketAddrV4) -> UdpSocket {
@@ -771,11 +779,7 @@ fn group_listener(group: std::net::SocketAddrV4) -> UdpSocket {
 fn daemons_deliver_over_ip_multicast_on_loopback() {
     let dir = temp_dir("mcast");
     let files = cluster_files(&dir, [KEY, KEY, KEY]);
-    let port = free_udp_port().port();
-    let group = std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::new(239, 255, 77, (std::process::id() % 250) as u8 + 1),
-        port,
-    );
+    let group = test_group(77);
     for (config, _) in &files {
         let text = std::fs::read_to_string(config).unwrap();
         let text = text.replacen("\n[auth]", &format!("multicast = \"{group}\"\n\n[auth]"), 1);
@@ -815,11 +819,7 @@ fn daemons_deliver_over_ip_multicast_on_loopback() {
 fn daemons_without_peers_discover_each_other_by_ip_multicast() {
     let dir = temp_dir("discovery");
     let files = cluster_files(&dir, [KEY, KEY, KEY]);
-    let port = free_udp_port().port();
-    let group = std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::new(239, 255, 78, (std::process::id() % 250) as u8 + 1),
-        port,
-    );
+    let group = test_group(78);
     for (slot, (config, _)) in files.iter().enumerate() {
         let text = std::fs::read_to_string(config).unwrap();
         let peers = text.lines().find(|l| l.starts_with("peers = ")).unwrap();
