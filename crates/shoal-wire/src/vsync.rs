@@ -94,6 +94,24 @@ pub enum Carried<'a> {
     Unsequenced { payload: &'a [u8] },
 }
 
+/// What a member reports, in its AckPrefreshview, about the view the
+/// Prefreshview asks for: the Newview it accepted (`Message::Accept`) for
+/// that view, or, with `epoch == INSTALLED`, the Newview it installed (that
+/// view or a later one). Paxos' phase-1 answer (docs/vsync.md, "Newviews
+/// chosen by a majority").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The epoch of the Accept, or [`INSTALLED`].
+    pub epoch: u64,
+    /// The gseq the Newview takes.
+    pub gseq: u64,
+    pub newview: NewView,
+}
+
+/// [`Report::epoch`] of a Newview the member installed: it outranks every
+/// epoch (an installed view was chosen).
+pub const INSTALLED: u64 = u64::MAX;
+
 /// The primary's heartbeat to its backups (committee replication, Shoal's
 /// primary-backup choice; docs/vsync.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,8 +153,14 @@ pub enum Message<'a> {
     /// Tag 6: `view u64`: you are not in view `view` and the history you
     /// lack is collected.
     Removed { view: u64 },
-    /// Tag 7: `view u64, epoch u64, next u64`.
-    AckPrefreshview { view: u64, epoch: u64, next: u64 },
+    /// Tag 7: `view u64, epoch u64, next u64`, then, if bytes follow, a
+    /// report: `epoch u64, gseq u64` and a Newview entry.
+    AckPrefreshview {
+        view: u64,
+        epoch: u64,
+        next: u64,
+        report: Option<Report>,
+    },
     /// Tag 8: `joiner u32`.
     Join { joiner: u32 },
     /// Tag 9: `member u32`.
@@ -165,6 +189,21 @@ pub enum Message<'a> {
     /// `next`". The primary collects what every member of its view has
     /// delivered without waiting for the next view change.
     Progress { next: u64 },
+    /// Tag 15: `epoch u64, gseq u64`, a Newview entry: primary to the
+    /// members that acknowledged its Prefreshview, "accept this Newview at
+    /// this epoch" (Paxos' phase 2).
+    Accept {
+        epoch: u64,
+        gseq: u64,
+        newview: NewView,
+    },
+    /// Tag 16: `view u64, epoch u64`: the member accepted the Newview for
+    /// `view` at `epoch`.
+    Accepted { view: u64, epoch: u64 },
+    /// Tag 17: `view u64, epoch u64`: member to a proposer whose
+    /// Prefreshview or Accept it refused: it promised `epoch` for `view`,
+    /// which outranks the proposer's.
+    Outranked { view: u64, epoch: u64 },
 }
 
 // ---- encoding -------------------------------------------------------------
@@ -283,7 +322,19 @@ impl Message<'_> {
             }
             Message::RepairDone { committed, view } => u64s(out, 5, &[*committed, *view]),
             Message::Removed { view } => u64s(out, 6, &[*view]),
-            Message::AckPrefreshview { view, epoch, next } => u64s(out, 7, &[*view, *epoch, *next]),
+            Message::AckPrefreshview {
+                view,
+                epoch,
+                next,
+                report,
+            } => {
+                u64s(out, 7, &[*view, *epoch, *next]);
+                if let Some(r) = report {
+                    out.extend_from_slice(&r.epoch.to_be_bytes());
+                    out.extend_from_slice(&r.gseq.to_be_bytes());
+                    Entry::Newview(r.newview.clone()).encode(out)?;
+                }
+            }
             Message::Join { joiner } => {
                 out.push(8);
                 out.extend_from_slice(&joiner.to_be_bytes());
@@ -312,6 +363,16 @@ impl Message<'_> {
                 out.extend_from_slice(&upto.to_be_bytes());
             }
             Message::Progress { next } => u64s(out, 14, &[*next]),
+            Message::Accept {
+                epoch,
+                gseq,
+                newview,
+            } => {
+                u64s(out, 15, &[*epoch, *gseq]);
+                Entry::Newview(newview.clone()).encode(out)?;
+            }
+            Message::Accepted { view, epoch } => u64s(out, 16, &[*view, *epoch]),
+            Message::Outranked { view, epoch } => u64s(out, 17, &[*view, *epoch]),
         }
         Ok(())
     }
@@ -357,6 +418,15 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
             view: r.u64()?,
             epoch: r.u64()?,
             next: r.u64()?,
+            report: if r.bytes.is_empty() {
+                None
+            } else {
+                Some(Report {
+                    epoch: r.u64()?,
+                    gseq: r.u64()?,
+                    newview: r.newview_entry()?,
+                })
+            },
         },
         8 => Message::Join { joiner: r.u32()? },
         9 => Message::Leave { member: r.u32()? },
@@ -376,6 +446,19 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
             upto: r.u64()?,
         },
         14 => Message::Progress { next: r.u64()? },
+        15 => Message::Accept {
+            epoch: r.u64()?,
+            gseq: r.u64()?,
+            newview: r.newview_entry()?,
+        },
+        16 => Message::Accepted {
+            view: r.u64()?,
+            epoch: r.u64()?,
+        },
+        17 => Message::Outranked {
+            view: r.u64()?,
+            epoch: r.u64()?,
+        },
         tag => return Err(VsyncError::UnknownTag(tag)),
     };
     r.finish()?;
@@ -475,6 +558,14 @@ impl<'a> Reader<'a> {
                 payload: self.rest(),
             }),
             2 => Ok(Entry::Newview(self.newview()?)),
+            tag => Err(VsyncError::UnknownEntry(tag)),
+        }
+    }
+
+    /// An entry that must be a Newview.
+    fn newview_entry(&mut self) -> Result<NewView, VsyncError> {
+        match self.u8()? {
+            2 => self.newview(),
             tag => Err(VsyncError::UnknownEntry(tag)),
         }
     }
@@ -592,7 +683,25 @@ mod tests {
                 view: 1,
                 epoch: 2,
                 next: 3,
+                report: None,
             },
+            Message::AckPrefreshview {
+                view: 3,
+                epoch: 2,
+                next: 3,
+                report: Some(Report {
+                    epoch: INSTALLED,
+                    gseq: 40,
+                    newview: view(),
+                }),
+            },
+            Message::Accept {
+                epoch: 9,
+                gseq: 41,
+                newview: view(),
+            },
+            Message::Accepted { view: 3, epoch: 9 },
+            Message::Outranked { view: 3, epoch: 10 },
             Message::Join { joiner: 7 },
             Message::Leave { member: 7 },
             Message::Replicate {
@@ -706,6 +815,11 @@ mod tests {
             assert_eq!(decode(&bytes), Err(error), "{name}");
         }
         assert_eq!(decode_carried(&[4]), Err(VsyncError::UnknownTag(4)));
+        // An Accept must carry a Newview, not a data entry.
+        let mut accept_data = vec![15];
+        accept_data.extend_from_slice(&[0; 16]);
+        accept_data.push(1);
+        assert_eq!(decode(&accept_data), Err(VsyncError::UnknownEntry(1)));
     }
 
     proptest! {

@@ -507,6 +507,7 @@ impl Traditional {
                     view: f.view.view,
                     epoch: 0,
                     next: 0,
+                    report: None,
                 };
                 self.send_control(c, &ok);
             }

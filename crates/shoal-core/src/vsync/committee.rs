@@ -104,6 +104,21 @@ pub(super) struct Primary {
     /// Members' delivery frontiers (`Message::Progress`), for collecting
     /// between view changes.
     pub progress: BTreeMap<NodeId, u64>,
+    /// This primary took over or dropped backups since its last Newview
+    /// committed: a rival proposer may exist, so its Newviews are chosen by
+    /// a majority (viewchange.rs) even in a committee of one.
+    pub contested: bool,
+    /// A takeover's store ended with a Newview not known to be committed:
+    /// it was set aside, and is proposed again only if a majority reports
+    /// it (Paxos' phase 1); otherwise the takeover decides its own.
+    pub candidate: Option<Candidate>,
+}
+
+/// A Newview set aside at a takeover, with the epoch that wrote it here.
+pub(super) struct Candidate {
+    pub gseq: u64,
+    pub newview: NewView,
+    pub epoch: u64,
 }
 
 impl Committee {
@@ -145,7 +160,7 @@ impl Committee {
             Role::Primary(p) => {
                 let vc =
                     p.vc.as_ref()
-                        .filter(|v| !v.decided || p.fence.is_some())
+                        .filter(|v| !v.decided || p.fence.is_some() || v.outranked.is_some())
                         .map(|v| v.deadline);
                 let periodic = p.vc.is_none().then_some(p.next_view_at);
                 let change = p.change_at.filter(|_| p.vc.is_none());
@@ -154,6 +169,19 @@ impl Committee {
                     .flatten()
                     .min()
             }
+            Role::Backup(_) => None,
+        }
+    }
+
+    /// The view whose decided Newview this primary has not committed yet.
+    /// Such a primary does not yield to a higher epoch (a backup's ack, a
+    /// rival's heartbeat): members may have accepted its Newview, and a
+    /// rival that sees so in its phase 1 abandons (viewchange.rs), so if
+    /// this one yielded too, nobody would finish the view (cut seeds 674,
+    /// k = 3, and 670, k = 2). It outranks the rival after a backoff.
+    pub(super) fn finishing_view(&self) -> Option<u64> {
+        match &self.role {
+            Role::Primary(p) => p.vc.as_ref().filter(|vc| vc.decided).map(|vc| vc.view),
             Role::Backup(_) => None,
         }
     }
@@ -188,6 +216,19 @@ impl Committee {
             end += 1;
         }
         end
+    }
+
+    /// Whether every record from the committed frontier up to `gseq`
+    /// (inclusive) was written here by the proposer that chose `epoch` (its
+    /// low bits, `next_epoch`): then this store holds that proposer's log up
+    /// to its Newview at `gseq`, and may complete that Newview.
+    pub(super) fn holds_log_of(&self, gseq: u64, epoch: u64) -> bool {
+        let proposer = epoch & 0xF_FFFF;
+        (self.committed..gseq).all(|g| {
+            self.store
+                .get(&g)
+                .is_some_and(|s| s.epoch & 0xF_FFFF == proposer)
+        })
     }
 
     /// Collects records below `base`, remembering each sender's floor.
@@ -234,6 +275,8 @@ impl Primary {
             welcome: None,
             grow_for_leave: false,
             progress: BTreeMap::new(),
+            contested: false,
+            candidate: None,
         }
     }
 
@@ -667,6 +710,11 @@ impl Vsync {
         if self.status == super::Status::Member && !super::contains(&self.view.members, from) {
             return;
         }
+        let finishing = self.committee.as_ref().and_then(Committee::finishing_view);
+        if let Some(view) = finishing.filter(|_| epoch.is_some_and(|e| hb.epoch > e)) {
+            self.on_outranked(now, view, hb.epoch);
+            return;
+        }
         if !hb.committee.contains(&self.me.0) {
             if epoch.is_none_or(|e| hb.epoch > e) {
                 self.committee = None;
@@ -744,6 +792,11 @@ impl Vsync {
             return;
         };
         if epoch > c.epoch {
+            // A primary finishing a Newview stays (`finishing_view`).
+            if let Some(view) = c.finishing_view() {
+                self.on_outranked(now, view, epoch);
+                return;
+            }
             // A newer primary exists: step down; its heartbeat re-admits us
             // (with a fresh store) if its committee still lists us.
             self.committee = None;
@@ -841,10 +894,11 @@ impl Vsync {
                 {
                     b.heard = now;
                 }
-            } else if c.store_end() < c.announced {
+            } else if c.store_end().max(self.member.next) < c.announced {
                 // This backup lacks records the primary already committed
                 // (it was re-admitted with an empty store and the resend is
-                // not done). Its takeover would cut its store below them and
+                // not done), and its own member side has not delivered
+                // them either (if it has, `take_over` starts after them). Its takeover would cut its store below them and
                 // give their gseqs to other messages. It waits instead,
                 // blocking rather than splitting; a later backup, which holds
                 // every committed record, takes over after its own timeout.
@@ -910,6 +964,7 @@ impl Vsync {
             // heartbeat without them ends their committee role.
             dropped.extend(silent.iter().copied());
             c.epoch = next_epoch(c.epoch, bump, me);
+            p.contested = true;
             let (list, base) = (c.list.clone(), c.base);
             p.reset_backups(&list, base, now);
             p.next_heartbeat = now + p.heartbeat_every;
@@ -969,9 +1024,51 @@ impl Vsync {
         if c.list.first() != Some(&me) {
             c.list.insert(0, me);
         }
-        let end = c.store_end();
+        // What this member delivered was committed, whether or not a
+        // heartbeat said so yet. If its store lacks some of it (the
+        // replicas never came), this primary must not give those gseqs
+        // again: it starts from its member's frontier, as if it had
+        // collected them (cut seed 674, k = 3: the only backup left
+        // otherwise cut its store there and reused a delivered gseq).
+        let delivered = self.member.next;
+        if c.store_end() < delivered {
+            c.collect(delivered);
+        }
+        let mut end = c.store_end();
         c.store.split_off(&end);
-        c.committed = c.committed.min(end);
+        c.committed = c.committed.max(delivered).min(end);
+        // A Newview at the end of the store that is not known to be
+        // committed may or may not have been chosen: set it aside, and let
+        // the majority's reports decide (viewchange.rs, `verdict`).
+        let candidate = match latest_view(&c.store) {
+            Some((newview, gseq)) if gseq >= c.committed => {
+                let epoch = c.store.get(&gseq).map_or(0, |s| s.epoch);
+                let proposers = [epoch & 0xF_FFFF, newview.epoch & 0xF_FFFF];
+                let followed = c
+                    .store
+                    .get(&(gseq + 1))
+                    .is_some_and(|s| proposers.contains(&(s.epoch & 0xF_FFFF)));
+                if followed {
+                    // Its proposer (or a primary that took its log over)
+                    // sequenced records after it, which a primary does only
+                    // once the Newview committed.
+                    c.committed = c.committed.max(gseq + 1);
+                    None
+                } else {
+                    // Records after it from another proposer are a stale
+                    // primary's, which nobody committed (each needed the
+                    // ack of this Newview's proposer, who lacked them).
+                    c.store.split_off(&gseq);
+                    end = gseq;
+                    Some(Candidate {
+                        gseq,
+                        newview,
+                        epoch,
+                    })
+                }
+            }
+            _ => None,
+        };
         let (cview, cview_gseq) = latest_view(&c.store).unwrap_or_else(|| {
             let v = NewView {
                 view: view.id,
@@ -997,6 +1094,12 @@ impl Vsync {
             }
         }
         p.reset_backups(&c.list, c.base, now);
+        // Nothing beyond what is known committed commits until this
+        // primary's first Newview is chosen by a majority: a live primary
+        // across a cut may be sequencing the same gseqs.
+        p.fence = Some(c.committed);
+        p.contested = true;
+        p.candidate = candidate;
         c.role = Role::Primary(Box::new(p));
         self.stats.takeovers += 1;
         self.request_view_change(now, wire::REASON_COMMITTEE);

@@ -55,7 +55,14 @@ pub(super) struct MemberState {
     /// The highest (view, epoch) this member acknowledged a Prefreshview for.
     /// It never acknowledges a lower one again, even once that ack's plan is
     /// spent (see `on_prefreshview`).
-    promised: (u64, u64),
+    pub(super) promised: (u64, u64),
+    /// The Newview this member accepted (`Message::Accept`, Paxos' phase 2)
+    /// for a view it has not installed yet, with the Accept's epoch. It is
+    /// reported in the AckPrefreshview of a later proposer for that view.
+    pub(super) accepted: Option<wire::Report>,
+    /// The Newview this member installed last, and its gseq: reported to a
+    /// proposer that asks for a view this member already has.
+    installed: Option<(u64, NewView)>,
     /// The frontier last reported to the primary (`Message::Progress`), and
     /// when the next report may leave.
     progress_reported: u64,
@@ -86,6 +93,8 @@ impl MemberState {
             repair_attempt: 0,
             repair_jitter: 100,
             promised: (0, 0),
+            accepted: None,
+            installed: None,
             repair_target: 0,
             unanswered: 0,
             repair_paused_until: now,
@@ -194,12 +203,33 @@ impl Vsync {
             committee: nodes(&v.committee),
         };
         self.member.ack = self.member.ack.take().filter(|a| a.view > v.view);
+        self.member.accepted = self
+            .member
+            .accepted
+            .take()
+            .filter(|a| a.newview.view > v.view);
+        self.member.installed = Some((gseq, v.clone()));
         self.stats.views_installed += 1;
         let backup_left_out = self
             .committee
             .as_ref()
             .is_some_and(|c| !c.is_primary() && !v.committee.contains(&self.me.0));
-        if backup_left_out {
+        // A primary still proposing this view (or an earlier one) when
+        // another proposer's Newview for it arrives lost that round: its own
+        // proposal is obsolete, and it leaves the committee; the new
+        // primary's heartbeats re-admit it if its committee lists it.
+        let proposal_obsolete = self
+            .committee
+            .as_ref()
+            .and_then(|c| match &c.role {
+                super::committee::Role::Primary(p) => p.vc.as_ref(),
+                super::committee::Role::Backup(_) => None,
+            })
+            .is_some_and(|vc| vc.view <= v.view);
+        if proposal_obsolete {
+            self.stats.newviews_abandoned += 1;
+        }
+        if backup_left_out || proposal_obsolete {
             self.committee = None;
         }
         self.events.push_back(Event::View(event));
@@ -275,7 +305,11 @@ impl Vsync {
     }
 
     pub(super) fn on_prefreshview(&mut self, now: Instant, view: u64, epoch: u64, primary: NodeId) {
-        if primary == self.me || view <= self.view.id || self.status != Status::Member {
+        if primary == self.me || self.status != Status::Member {
+            return;
+        }
+        if view <= self.view.id {
+            self.report_installed(view, epoch, primary);
             return;
         }
         if self
@@ -297,6 +331,7 @@ impl Vsync {
         // (`a_dropped_backup_cannot_win_acks_for_a_view_the_primary_proposed`).
         // The same pair again (a primary asking once more) is answered.
         if (view, epoch) < self.member.promised {
+            self.tell_outranked(view, primary);
             return;
         }
         self.member.promised = (view, epoch);
@@ -316,6 +351,69 @@ impl Vsync {
         // are spread.
         let spread = Duration::from_nanos(self.repair_rng.random_range(0..=max));
         self.member.repair_paused_until = now + self.config.ack_wait + spread;
+    }
+
+    /// A proposer asks for a view this member already installed (it is
+    /// stale: cut off, or asleep, when the view was chosen). The answer
+    /// tells it which Newview was chosen, so that it cannot choose another
+    /// (docs/vsync.md, "Newviews chosen by a majority").
+    fn report_installed(&mut self, view: u64, epoch: u64, primary: NodeId) {
+        let Some((gseq, newview)) = self.member.installed.clone() else {
+            return;
+        };
+        let report = wire::Report {
+            epoch: wire::INSTALLED,
+            gseq,
+            newview,
+        };
+        let message = Message::AckPrefreshview {
+            view,
+            epoch,
+            next: self.member.next,
+            report: Some(report),
+        };
+        self.stats.acks_prefreshview_sent += 1;
+        self.send(primary, &message);
+    }
+
+    /// Paxos' phase 2 at a member: accept the Newview unless this member
+    /// promised a higher (view, epoch) or already installed that view.
+    pub(super) fn on_accept(&mut self, from: NodeId, epoch: u64, gseq: u64, newview: NewView) {
+        let view = newview.view;
+        if from == self.me || self.status != Status::Member {
+            return;
+        }
+        if view <= self.view.id {
+            // Installed already: that Newview was chosen. A proposer
+            // completing the same one (a backup that took over without
+            // having seen it delivered) counts this member as accepting.
+            if self.member.installed.as_ref() == Some(&(gseq, newview)) {
+                self.send(from, &Message::Accepted { view, epoch });
+            }
+            return;
+        }
+        if (view, epoch) < self.member.promised {
+            self.tell_outranked(view, from);
+            return;
+        }
+        self.member.promised = (view, epoch);
+        self.member.accepted = Some(wire::Report {
+            epoch,
+            gseq,
+            newview,
+        });
+        self.send(from, &Message::Accepted { view, epoch });
+    }
+
+    /// A proposer for `view` asked below this member's promise for that
+    /// view: tell it the epoch to outrank. The proposer that got the promise
+    /// may have abandoned the view change (viewchange.rs), and without this
+    /// answer the other would ask at its old epoch for ever.
+    fn tell_outranked(&mut self, view: u64, proposer: NodeId) {
+        let (promised_view, epoch) = self.member.promised;
+        if promised_view == view {
+            self.send(proposer, &Message::Outranked { view, epoch });
+        }
     }
 
     /// The current repair timeout (see the module docs).
@@ -388,10 +486,16 @@ impl Vsync {
         let Some(ack) = self.member.ack.as_mut() else {
             return;
         };
+        let report = self
+            .member
+            .accepted
+            .clone()
+            .filter(|a| a.newview.view == ack.view);
         let message = Message::AckPrefreshview {
             view: ack.view,
             epoch: ack.epoch,
             next: self.member.next,
+            report,
         };
         let to = ack.primary;
         if ack.retries_left == 0 {

@@ -136,6 +136,10 @@ pub struct Stats {
     /// Takeovers this backup declined because its store lacked records the
     /// primary had announced committed.
     pub takeovers_refused: u64,
+    /// View changes this primary abandoned (it left the committee): a
+    /// majority's answers showed another proposer's Newview may have been
+    /// chosen for that view, one this primary cannot complete.
+    pub newviews_abandoned: u64,
     pub vsync_datagrams_sent: u64,
 }
 
@@ -587,9 +591,12 @@ impl Vsync {
             Message::Entry { gseq, entry } => self.on_repair_entry(now, gseq, entry),
             Message::RepairDone { committed, .. } => self.on_repair_done(now, committed),
             Message::Removed { view } => self.on_removed(view, RemovedReason::Dropped),
-            Message::AckPrefreshview { view, epoch, next } => {
-                self.on_ack_prefreshview(now, from, view, epoch, next)
-            }
+            Message::AckPrefreshview {
+                view,
+                epoch,
+                next,
+                report,
+            } => self.on_ack_prefreshview(now, from, (view, epoch, next), report),
             Message::Join { joiner } => self.on_join(now, from, NodeId(joiner)),
             Message::Leave { member } => self.on_leave(now, from, NodeId(member)),
             Message::Replicate { epoch, gseq, entry } => {
@@ -603,6 +610,13 @@ impl Vsync {
                 upto,
             } => self.on_repair_for(NodeId(requester), next, upto),
             Message::Progress { next } => self.on_progress(from, next),
+            Message::Accept {
+                epoch,
+                gseq,
+                newview,
+            } => self.on_accept(from, epoch, gseq, newview),
+            Message::Accepted { view, epoch } => self.on_accepted(now, from, view, epoch),
+            Message::Outranked { view, epoch } => self.on_outranked(now, view, epoch),
         }
     }
 

@@ -6,10 +6,25 @@
 //! Newview as their welcome. Collection: the store keeps nothing below the
 //! lowest progress the acknowledging members reported, nor below the
 //! Newview (the checkpoint).
+//!
+//! Newviews chosen by a majority (docs/vsync.md). Whenever more than one
+//! committee member could be proposing (a committee of two or more, or a
+//! primary that took over or dropped backups), the Prefreshview round is
+//! Paxos' phase 1: a member's AckPrefreshview is a promise and reports the
+//! Newview it accepted, or installed, for that view. If one is reported the
+//! primary may only propose that same Newview (which it can when its store
+//! holds it and the log before it) and otherwise abandons the change. The
+//! Newview it decides is then sent to the members who acknowledged
+//! (`Message::Accept`, phase 2), and it commits only once a majority of the
+//! old view accepted it. Two primaries on two sides of a cut can then no
+//! longer both install a view V+1: whichever majority comes second learns
+//! of the first Newview, or refuses the second proposer's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shoal_wire::vsync::{self as wire, Carried, Entry, Message, NewView};
+use rand::Rng;
+
+use shoal_wire::vsync::{self as wire, Carried, Entry, Message, NewView, Report};
 
 use super::committee::Role;
 use super::{nodes, Record, Vsync};
@@ -25,6 +40,26 @@ pub(super) struct ViewChange {
     pub decided: bool,
     /// The members of the view this change starts from (the quorum's base).
     pub old: Vec<u32>,
+    /// Newviews the acknowledging members reported (accepted or installed).
+    pub reports: BTreeMap<NodeId, Report>,
+    /// Phase 2 under way: the decided Newview waits for a majority of `old`
+    /// to accept it (`accepts`); `deadline` is when the Accepts go again.
+    pub accepting: bool,
+    pub accepts: BTreeSet<NodeId>,
+    /// A member promised this epoch to a rival proposer; this primary
+    /// outranks it when `deadline` comes (`on_outranked`).
+    pub outranked: Option<u64>,
+}
+
+/// What a majority's reports allow the primary to propose.
+enum Verdict {
+    /// Nobody reported a Newview for this view: any value.
+    Free,
+    /// The value reported with the highest epoch, which this primary holds
+    /// (its own decided Newview, or a takeover's candidate).
+    Same,
+    /// Another proposer's Newview, which this primary cannot complete.
+    Abandon,
 }
 
 impl Vsync {
@@ -53,17 +88,13 @@ impl Vsync {
         };
         let fenced = p.fence.is_some();
         match &p.vc {
-            Some(vc) if (!vc.decided || fenced) && vc.deadline <= now => {
-                let decided = vc.decided;
-                if self.has_quorum() {
-                    if let Some(p) = self.primary_mut() {
-                        p.fence = None;
-                    }
-                    if decided {
-                        self.try_commit(now);
-                    } else {
-                        self.decide_view(now);
-                    }
+            Some(vc) if (!vc.decided || fenced || vc.outranked.is_some()) && vc.deadline <= now => {
+                if let Some(rival) = vc.outranked {
+                    self.outrank(now, rival);
+                } else if vc.accepting {
+                    self.send_accepts(now);
+                } else if self.has_quorum() {
+                    self.on_quorum(now);
                 } else {
                     self.retry_without_quorum(now);
                 }
@@ -81,24 +112,33 @@ impl Vsync {
         }
     }
 
+    /// A primary's phase 1 for the next view. Its own acknowledgement is a
+    /// promise like any member's; it counts unless it promised more.
     fn start_view_change(&mut self, now: Instant, reasons: u8) {
         let (me, next, wait) = (self.me, self.member.next, self.config.ack_wait);
-        let Some(c) = self.committee.as_mut() else {
+        let Some((view, epoch)) = self
+            .primary_mut()
+            .map(|p| p.cview.view + 1)
+            .zip(self.epoch())
+        else {
             return;
         };
-        let epoch = c.epoch;
-        let Role::Primary(p) = &mut c.role else {
+        let own = self.promise_own(view, epoch);
+        let Some(p) = self.primary_mut() else {
             return;
         };
-        let view = p.cview.view + 1;
         p.change_at = None;
         p.vc = Some(ViewChange {
             view,
             deadline: now + wait,
-            acks: BTreeMap::from([(me, next)]),
+            acks: own.map(|()| (me, next)).into_iter().collect(),
             reasons,
             decided: false,
             old: p.cview.members.clone(),
+            reports: BTreeMap::new(),
+            accepting: false,
+            accepts: BTreeSet::new(),
+            outranked: None,
         });
         let prefresh = Carried::Prefreshview {
             view,
@@ -163,13 +203,258 @@ impl Vsync {
         self.pbcast_carried(now, &prefresh);
     }
 
+    fn epoch(&self) -> Option<u64> {
+        self.committee.as_ref().map(|c| c.epoch)
+    }
+
+    /// This primary's member side promises (view, epoch), as an acceptor,
+    /// unless it promised a higher pair to another proposer.
+    fn promise_own(&mut self, view: u64, epoch: u64) -> Option<()> {
+        if (view, epoch) < self.member.promised {
+            return None;
+        }
+        self.member.promised = (view, epoch);
+        Some(())
+    }
+
+    /// A majority of the old view acknowledged. Without a possible rival
+    /// proposer (a committee of one that neither took over nor dropped a
+    /// backup) the Newview commits like any record; otherwise it is chosen
+    /// by Paxos' phase 2 first (module docs).
+    fn on_quorum(&mut self, now: Instant) {
+        let by_majority = self.newviews_by_majority();
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        let decided = p.vc.as_ref().is_some_and(|vc| vc.decided);
+        if !by_majority {
+            p.fence = None;
+            if decided {
+                self.try_commit(now);
+            } else {
+                self.decide_view(now);
+            }
+            return;
+        }
+        match self.verdict() {
+            Verdict::Abandon => self.abandon_view_change(),
+            Verdict::Same if !decided => {
+                self.adopt_candidate(now);
+                self.send_accepts(now);
+            }
+            Verdict::Same | Verdict::Free => {
+                if !decided {
+                    // The Newview must not commit before a majority accepted it.
+                    if let Some(p) = self.primary_mut() {
+                        p.fence = Some(p.fence.unwrap_or(u64::MAX).min(p.next_gseq));
+                    }
+                    self.decide_view(now);
+                }
+                self.send_accepts(now);
+            }
+        }
+    }
+
+    /// Whether this primary's Newviews must be accepted by a majority.
+    pub(super) fn newviews_by_majority(&self) -> bool {
+        self.committee.as_ref().is_some_and(|c| match &c.role {
+            Role::Primary(p) => p.contested || c.list.len() > 1,
+            Role::Backup(_) => false,
+        })
+    }
+
+    /// Paxos' rule for the value: the Newview reported with the highest
+    /// epoch, if any, is the only one this primary may propose.
+    fn verdict(&self) -> Verdict {
+        let Some(c) = self.committee.as_ref() else {
+            return Verdict::Abandon;
+        };
+        let Role::Primary(p) = &c.role else {
+            return Verdict::Abandon;
+        };
+        let Some(vc) = p.vc.as_ref() else {
+            return Verdict::Abandon;
+        };
+        let Some(highest) = vc.reports.values().max_by_key(|r| r.epoch) else {
+            return Verdict::Free;
+        };
+        let held = if vc.decided {
+            highest.gseq == p.cview_gseq && highest.newview == p.cview
+        } else {
+            p.candidate.as_ref().is_some_and(|cand| {
+                cand.gseq == highest.gseq
+                    && cand.newview == highest.newview
+                    && c.holds_log_of(cand.gseq, cand.epoch)
+            })
+        };
+        if held {
+            Verdict::Same
+        } else {
+            Verdict::Abandon
+        }
+    }
+
+    /// Another proposer's Newview may have been chosen for this view, and
+    /// this primary does not hold it: it must not choose another, so it
+    /// leaves the committee (deciding nothing cannot break agreement). The
+    /// other proposer, or a member of its committee that holds its log,
+    /// completes the view; this member installs it, or learns it was
+    /// removed, as any member does.
+    fn abandon_view_change(&mut self) {
+        self.committee = None;
+        self.stats.newviews_abandoned += 1;
+    }
+
+    /// A takeover's candidate (the Newview its store ended with, not known
+    /// to be committed) is the value a majority reported: it becomes this
+    /// primary's decided Newview again, at the same gseq.
+    fn adopt_candidate(&mut self, now: Instant) {
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        let Some(cand) = p.candidate.take() else {
+            return;
+        };
+        if let Some(vc) = p.vc.as_mut() {
+            vc.decided = true;
+        }
+        debug_assert_eq!(p.next_gseq, cand.gseq);
+        self.assign(now, Record::Newview(cand.newview));
+    }
+
+    /// Phase 2: the decided Newview to the members that acknowledged (again,
+    /// to those that have not accepted yet, each `ack_wait`).
+    fn send_accepts(&mut self, now: Instant) {
+        let (me, wait) = (self.me, self.config.ack_wait);
+        let Some(epoch) = self.epoch() else {
+            return;
+        };
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        let (gseq, newview) = (p.cview_gseq, p.cview.clone());
+        let Some(vc) = p.vc.as_mut() else {
+            return;
+        };
+        vc.accepting = true;
+        vc.deadline = now + wait;
+        let to: Vec<NodeId> = vc
+            .acks
+            .keys()
+            .copied()
+            .filter(|m| *m != me && !vc.accepts.contains(m))
+            .collect();
+        let own = self.promise_own(newview.view, epoch).is_some();
+        if own {
+            self.member.accepted = Some(Report {
+                epoch,
+                gseq,
+                newview: newview.clone(),
+            });
+            if let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) {
+                vc.accepts.insert(me);
+            }
+        }
+        let accept = Message::Accept {
+            epoch,
+            gseq,
+            newview,
+        };
+        for m in to {
+            self.send(m, &accept);
+        }
+        self.check_accepted(now);
+    }
+
+    pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, view: u64, epoch: u64) {
+        if self.epoch() != Some(epoch) {
+            return;
+        }
+        let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) else {
+            return;
+        };
+        if vc.view == view && vc.accepting {
+            vc.accepts.insert(from);
+            self.check_accepted(now);
+        }
+    }
+
+    /// A member promised a higher epoch for this view than this primary's
+    /// (a rival proposer's, across a cut): after a backoff, this primary
+    /// outranks it (`outrank`).
+    pub(super) fn on_outranked(&mut self, now: Instant, view: u64, epoch: u64) {
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let Some(vc) = p.vc.as_mut().filter(|vc| vc.view == view) else {
+            return;
+        };
+        if epoch <= c.epoch.max(vc.outranked.unwrap_or(0)) {
+            return;
+        }
+        // Not at once: two live primaries that outrank each other at once
+        // never finish a phase (Paxos' duelling proposers). A random wait
+        // of one to three ack waits lets one of them finish.
+        let wait = self.config.ack_wait;
+        let backoff = wait + wait.mul_f64(self.rng.random_range(0.0..2.0));
+        // The first rival epoch sets the wait; higher ones heard meanwhile
+        // (a rival's heartbeats) only raise the epoch to outrank, or the
+        // wait would never end.
+        if vc.outranked.is_none() {
+            vc.deadline = vc.deadline.max(now + backoff);
+        }
+        vc.outranked = Some(epoch);
+    }
+
+    /// The backoff after `on_outranked` is over: an epoch above the rival's,
+    /// and phase 1 again. The backups re-acknowledge at the new epoch, as
+    /// after a drop.
+    fn outrank(&mut self, now: Instant, rival: u64) {
+        let me = self.me;
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        c.epoch = super::committee::next_epoch(rival.max(c.epoch), 1, me);
+        p.contested = true;
+        let (list, base) = (c.list.clone(), c.base);
+        p.reset_backups(&list, base, now);
+        self.send_heartbeats();
+        self.restart_view_change(now);
+    }
+
+    /// A majority of the old view accepted: the Newview is chosen, and
+    /// commits as soon as the backups hold it.
+    fn check_accepted(&mut self, now: Instant) {
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        let Some(vc) = p.vc.as_mut().filter(|vc| vc.accepting) else {
+            return;
+        };
+        let accepted = vc
+            .old
+            .iter()
+            .filter(|m| vc.accepts.contains(&NodeId(**m)))
+            .count();
+        if 2 * accepted > vc.old.len() {
+            vc.accepting = false;
+            p.fence = None;
+            self.try_commit(now);
+        }
+    }
+
     pub(super) fn on_ack_prefreshview(
         &mut self,
         _now: Instant,
         from: NodeId,
-        view: u64,
-        epoch: u64,
-        next: u64,
+        (view, epoch, next): (u64, u64, u64),
+        report: Option<Report>,
     ) {
         let Some(c) = self.committee.as_mut() else {
             return;
@@ -185,6 +470,9 @@ impl Vsync {
         let open = |vc: &ViewChange| vc.view == view && (!vc.decided || p.fence.is_some());
         if let Some(vc) = p.vc.as_mut().filter(|vc| open(vc)) {
             vc.acks.insert(from, next);
+            if let Some(report) = report.filter(|r| r.newview.view >= view) {
+                vc.reports.insert(from, report);
+            }
         }
     }
 
@@ -193,17 +481,23 @@ impl Vsync {
     /// towards lifting the fence (`Primary::fence`).
     pub(super) fn restart_view_change(&mut self, now: Instant) {
         let (me, next, wait) = (self.me, self.member.next, self.config.ack_wait);
-        let Some(c) = self.committee.as_mut() else {
+        let Some((view, epoch)) = self
+            .primary_mut()
+            .and_then(|p| p.vc.as_ref())
+            .map(|vc| vc.view)
+            .zip(self.epoch())
+        else {
             return;
         };
-        let epoch = c.epoch;
-        let Role::Primary(p) = &mut c.role else {
+        let own = self.promise_own(view, epoch);
+        let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) else {
             return;
         };
-        let Some(vc) = p.vc.as_mut() else {
-            return;
-        };
-        vc.acks = BTreeMap::from([(me, next)]);
+        vc.acks = own.map(|()| (me, next)).into_iter().collect();
+        vc.reports.clear();
+        vc.accepts.clear();
+        vc.accepting = false;
+        vc.outranked = None;
         vc.deadline = now + wait;
         let prefresh = Carried::Prefreshview {
             view: vc.view,
@@ -305,7 +599,16 @@ impl Vsync {
         let Some(vc) = p.vc.take_if(|vc| vc.view <= v.view) else {
             return;
         };
+        p.contested = false;
+        p.candidate = None;
         p.next_view_at = now + period;
+        // A Newview adopted from another proposer names that proposer
+        // first: this primary changes the view again at once to take the
+        // role it holds.
+        if v.committee.first() != Some(&me.0) && v.members.contains(&me.0) {
+            p.pending_reasons |= wire::REASON_COMMITTEE;
+            p.change_at = Some(now);
+        }
         if !p.joins.is_empty() || !p.leaves.is_empty() {
             p.change_at = Some(now + delay);
         }
@@ -317,11 +620,15 @@ impl Vsync {
             p.pending_reasons |= wire::REASON_COMMITTEE;
             p.change_at = Some(now + delay);
         }
+        // Members of the old view whose progress this round did not report
+        // (a committee member kept without an ack, or an ack of an earlier
+        // round: the acks restart with each epoch, the Newview does not)
+        // hold collection back; joiners start at the Newview.
         let members = nodes(&v.members);
         let base = members
             .iter()
-            .filter_map(|m| vc.acks.get(m))
-            .copied()
+            .filter(|m| vc.old.contains(&m.0))
+            .map(|m| vc.acks.get(m).copied().unwrap_or(0))
             .fold(gseq, u64::min);
         c.collect(base.min(c.committed));
         let list = nodes(&v.committee);
