@@ -151,6 +151,12 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         "committee takeovers by this daemon",
         s.takeovers,
     );
+    counter(
+        &mut r,
+        "newviews_abandoned",
+        "view changes this daemon abandoned as primary: another proposer's Newview may have been chosen",
+        s.newviews_abandoned,
+    );
     gauge(
         &mut r,
         "view_members",

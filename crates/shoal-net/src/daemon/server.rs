@@ -690,10 +690,11 @@ fn engine_lines(engine: &Cluster, now: shoal_core::Instant, runtime: &RuntimeSta
             c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
-            "vsync: delivered {}, views {}, takeovers {}, repairs sent {} asked {}, malformed {}",
+            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}",
             s.delivered,
             s.views_installed,
             s.takeovers,
+            s.newviews_abandoned,
             s.repairs_sent,
             s.repair_requests_sent,
             s.malformed
