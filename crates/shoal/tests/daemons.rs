@@ -645,6 +645,63 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The primary daemon stopped (SIGSTOP) past its committee timeout is alive
+/// but silent, as across a network cut: a backup takes over and the other
+/// two daemons move on without it, deciding their Newview with a majority
+/// (docs/vsync.md, "Newviews chosen by a majority"). Resumed, the old
+/// primary holds a stale role and a stale view; it must not order anything
+/// beside the new primary. The clients of the two daemons that stayed
+/// deliver the same agreed sequence, every message of theirs included, and
+/// the resumed daemon rejoins with its client.
+#[test]
+fn a_primary_daemon_stopped_past_its_timeout_resumes_without_splitting_the_order() {
+    let dir = temp_dir("primary-stop");
+    let files = cluster_files(&dir, [KEY; 3]);
+    let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients = one_client_each_in_g(&files, "p");
+    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
+    until_committee_full(&sockets[0]);
+    let primary = (0..3)
+        .find(|&i| status(&sockets[i]).contains("; primary next gseq"))
+        .expect("one daemon is the primary");
+    let others: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
+    // Messages in flight through the primary as it stops, then more while
+    // it is stopped (ordered only once a backup took over).
+    for m in 0..5u8 {
+        for &i in &others {
+            clients[i].multicast(Service::Agreed, "g", &[i as u8, m]);
+        }
+    }
+    daemons[primary].signal("-STOP");
+    for m in 5..10u8 {
+        for &i in &others {
+            clients[i].multicast(Service::Agreed, "g", &[i as u8, m]);
+        }
+    }
+    let mut orders = Vec::new();
+    for &i in &others {
+        let mut got = Vec::new();
+        clients[i].until_or_dump(
+            "the 20 agreed messages of the two daemons that stayed",
+            |f| {
+                if let Frame::Message { payload, .. } = f {
+                    got.push(payload.clone());
+                }
+                got.iter().filter(|p| p.len() == 2).count() >= 20
+            },
+            &sockets,
+        );
+        orders.push(got);
+    }
+    assert_eq!(orders[0], orders[1], "agreed order differs");
+    daemons[primary].signal("-CONT");
+    for c in clients.iter_mut() {
+        c.until_members("g", 3);
+    }
+    fifo_reaches_everyone(&mut clients, primary);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Waits until the daemon at `socket` reports a committee of three.
 fn until_committee_full(socket: &Path) {
     let start = Instant::now();
