@@ -336,12 +336,19 @@ impl Vsync {
         let Some(vc) = p.vc.as_mut() else {
             return;
         };
-        vc.accepting = true;
+        // First to the members that acknowledged (known to be there); when
+        // asking again, to every member of the old view: an acknowledger
+        // may have crashed since, and any member that promised nothing
+        // higher may accept.
+        let resend = std::mem::replace(&mut vc.accepting, true);
         vc.deadline = now + wait;
-        let to: Vec<NodeId> = vc
-            .acks
-            .keys()
-            .copied()
+        let pool: Vec<NodeId> = if resend {
+            nodes(&vc.old)
+        } else {
+            vc.acks.keys().copied().collect()
+        };
+        let to: Vec<NodeId> = pool
+            .into_iter()
             .filter(|m| *m != me && !vc.accepts.contains(m))
             .collect();
         let own = self.promise_own(newview.view, epoch).is_some();
