@@ -124,6 +124,9 @@ pub struct Heartbeat {
     /// Entries below `committed` are stable on every backup and may be
     /// served and delivered.
     pub committed: u64,
+    /// The latest view the primary assigned a gseq to: a member that
+    /// installed a later view ignores this primary (it is behind).
+    pub view: u64,
 }
 
 /// A decoded vsync control body.
@@ -171,7 +174,8 @@ pub enum Message<'a> {
         gseq: u64,
         entry: Entry<'a>,
     },
-    /// Tag 11: `epoch u64, base u64, committed u64`, `count u16` × `u32`.
+    /// Tag 11: `epoch u64, base u64, committed u64, view u64`, `count u16` ×
+    /// `u32`.
     Heartbeat(Heartbeat),
     /// Tag 12: `epoch u64, next u64`: the backup holds every entry below
     /// `next` written in `epoch`.
@@ -204,6 +208,11 @@ pub enum Message<'a> {
     /// Prefreshview or Accept it refused: it promised `epoch` for `view`,
     /// which outranks the proposer's.
     Outranked { view: u64, epoch: u64 },
+    /// Tag 18: `view u64, epoch u64`: a Prefreshview sent directly to a
+    /// member that has not acknowledged the pbcast one (a primary without
+    /// a majority asks each member it lacks; one that moved on without it
+    /// answers with the view it installed).
+    Prefreshview { view: u64, epoch: u64 },
 }
 
 // ---- encoding -------------------------------------------------------------
@@ -348,7 +357,7 @@ impl Message<'_> {
                 entry.encode(out)?;
             }
             Message::Heartbeat(h) => {
-                u64s(out, 11, &[h.epoch, h.base, h.committed]);
+                u64s(out, 11, &[h.epoch, h.base, h.committed, h.view]);
                 put_u32s(&h.committee, out)?;
             }
             Message::ReplicaAck { epoch, next } => u64s(out, 12, &[*epoch, *next]),
@@ -373,6 +382,7 @@ impl Message<'_> {
             }
             Message::Accepted { view, epoch } => u64s(out, 16, &[*view, *epoch]),
             Message::Outranked { view, epoch } => u64s(out, 17, &[*view, *epoch]),
+            Message::Prefreshview { view, epoch } => u64s(out, 18, &[*view, *epoch]),
         }
         Ok(())
     }
@@ -456,6 +466,10 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
             epoch: r.u64()?,
         },
         17 => Message::Outranked {
+            view: r.u64()?,
+            epoch: r.u64()?,
+        },
+        18 => Message::Prefreshview {
             view: r.u64()?,
             epoch: r.u64()?,
         },
@@ -606,6 +620,7 @@ impl<'a> Reader<'a> {
             epoch: self.u64()?,
             base: self.u64()?,
             committed: self.u64()?,
+            view: self.u64()?,
             committee: self.committee()?,
         })
     }
@@ -647,6 +662,7 @@ mod tests {
             committee: vec![2, 0, 5],
             base: 10,
             committed: 20,
+            view: 3,
         };
         let data = Entry::Data {
             sender: 3,
@@ -702,6 +718,7 @@ mod tests {
             },
             Message::Accepted { view: 3, epoch: 9 },
             Message::Outranked { view: 3, epoch: 10 },
+            Message::Prefreshview { view: 4, epoch: 11 },
             Message::Join { joiner: 7 },
             Message::Leave { member: 7 },
             Message::Replicate {
@@ -746,10 +763,10 @@ mod tests {
     #[test]
     fn malformed_bodies_are_refused_with_their_error() {
         let mut huge_count = vec![11];
-        huge_count.extend_from_slice(&[0; 24]);
+        huge_count.extend_from_slice(&[0; 32]);
         huge_count.extend_from_slice(&0xFFFFu16.to_be_bytes());
         let mut empty_committee = vec![11];
-        empty_committee.extend_from_slice(&[0; 24]);
+        empty_committee.extend_from_slice(&[0; 32]);
         empty_committee.extend_from_slice(&0u16.to_be_bytes());
         let mut trailing = Message::Removed { view: 1 }.to_vec().unwrap();
         trailing.push(0);

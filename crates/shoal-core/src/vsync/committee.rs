@@ -710,6 +710,13 @@ impl Vsync {
         if self.status == super::Status::Member && !super::contains(&self.view.members, from) {
             return;
         }
+        // Nor does a primary still at an earlier view than this member
+        // installed (a stale proposer whose epoch rose while it tried to
+        // outrank): following it would take this member out of the
+        // committee of the view it has (cut seed 1282, k = 2).
+        if self.status == super::Status::Member && hb.view < self.view.id {
+            return;
+        }
         let finishing = self.committee.as_ref().and_then(Committee::finishing_view);
         if let Some(view) = finishing.filter(|_| epoch.is_some_and(|e| hb.epoch > e)) {
             self.on_outranked(now, view, hb.epoch);
@@ -820,6 +827,7 @@ impl Vsync {
                     committee: c.list.iter().map(|n| n.0).collect(),
                     base: c.base,
                     committed: c.committed,
+                    view: p.cview.view,
                 });
                 self.send(from, &notice);
             }
@@ -1001,6 +1009,7 @@ impl Vsync {
             committee: c.list.iter().map(|n| n.0).collect(),
             base: c.base,
             committed: c.committed,
+            view: p.cview.view,
         });
         let mut backups: Vec<NodeId> = p.backups.keys().copied().collect();
         backups.extend_from_slice(extra);

@@ -617,6 +617,7 @@ impl Vsync {
             } => self.on_accept(from, epoch, gseq, newview),
             Message::Accepted { view, epoch } => self.on_accepted(now, from, view, epoch),
             Message::Outranked { view, epoch } => self.on_outranked(now, view, epoch),
+            Message::Prefreshview { view, epoch } => self.on_prefreshview(now, view, epoch, from),
         }
     }
 

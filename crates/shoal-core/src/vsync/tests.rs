@@ -253,7 +253,19 @@ fn debug_dump(sim: &Sim<Vsync>, sent: &[Vec<u64>]) {
                 super::committee::Role::Primary(p) => format!(
                     "PRIMARY next_gseq={} vc={:?} backups={:?} joins={:?} next_view_at={:?} change_at={:?}",
                     p.next_gseq,
-                    p.vc.as_ref().map(|v| (v.view, v.decided, v.deadline)),
+                    p.vc.as_ref().map(|v| {
+                        let acks: Vec<u32> = v.acks.keys().map(|n| n.0).collect();
+                        let reports: Vec<(u32, u64, u64)> = v
+                            .reports
+                            .iter()
+                            .map(|(n, r)| (n.0, r.epoch, r.newview.view))
+                            .collect();
+                        let accepts: Vec<u32> = v.accepts.iter().map(|n| n.0).collect();
+                        format!(
+                            "(view {} decided {} deadline {:?} acks {acks:?} reports {reports:?} accepting {} accepts {accepts:?} outranked {:?} fence {:?})",
+                            v.view, v.decided, v.deadline, v.accepting, v.outranked, p.fence
+                        )
+                    }),
                     p.backups.iter().map(|(k, r)| (k.0, r.acked, r.sent)).collect::<Vec<_>>(),
                     p.joins,
                     p.next_view_at,
@@ -648,6 +660,7 @@ fn silent_primary_after_heartbeat(committed: u64) -> Stats {
         committee: vec![0, 1],
         base: 0,
         committed,
+        view: 0,
     });
     let body = heartbeat.to_vec().unwrap();
     let datagram = shoal_wire::Packet::Vsync { body: &body }.to_vec(0).unwrap();

@@ -195,12 +195,26 @@ impl Vsync {
             return;
         };
         vc.deadline = now + wait;
+        let view = vc.view;
+        // Also to each member that has not answered, directly: one that
+        // moved on without this primary (it was cut off with a minority
+        // while the rest changed view) no longer takes its pbcast, and its
+        // answer, the view it installed, is what ends this proposal
+        // (`on_ack_prefreshview`; cut seed 2445, k = 3).
+        let silent: Vec<NodeId> = nodes(&vc.old)
+            .into_iter()
+            .filter(|m| !vc.acks.contains_key(m))
+            .collect();
         let prefresh = Carried::Prefreshview {
-            view: vc.view,
+            view,
             epoch,
             primary: self.me.0,
         };
         self.pbcast_carried(now, &prefresh);
+        let direct = Message::Prefreshview { view, epoch };
+        for m in silent {
+            self.send(m, &direct);
+        }
     }
 
     fn epoch(&self) -> Option<u64> {
@@ -475,11 +489,21 @@ impl Vsync {
             return;
         };
         let open = |vc: &ViewChange| vc.view == view && (!vc.decided || p.fence.is_some());
-        if let Some(vc) = p.vc.as_mut().filter(|vc| open(vc)) {
-            vc.acks.insert(from, next);
-            if let Some(report) = report.filter(|r| r.newview.view >= view) {
-                vc.reports.insert(from, report);
-            }
+        let Some(vc) = p.vc.as_mut().filter(|vc| open(vc)) else {
+            return;
+        };
+        vc.acks.insert(from, next);
+        let Some(report) = report.filter(|r| r.newview.view >= view) else {
+            return;
+        };
+        let installed = report.epoch == wire::INSTALLED;
+        vc.reports.insert(from, report);
+        // A view installed elsewhere was chosen: if it is not this
+        // primary's to complete, waiting for a majority only delays the
+        // inevitable (and may never end: members that promised a later
+        // view do not answer this proposer's Prefreshviews).
+        if installed && matches!(self.verdict(), Verdict::Abandon) {
+            self.abandon_view_change();
         }
     }
 
