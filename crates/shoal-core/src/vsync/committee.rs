@@ -180,8 +180,13 @@ impl Committee {
     /// this one yielded too, nobody would finish the view (cut seeds 674,
     /// k = 3, and 670, k = 2). It outranks the rival after a backoff.
     pub(super) fn finishing_view(&self) -> Option<u64> {
+        self.view_change().filter(|vc| vc.decided).map(|vc| vc.view)
+    }
+
+    /// The view change this member runs as primary, if any.
+    pub(super) fn view_change(&self) -> Option<&super::viewchange::ViewChange> {
         match &self.role {
-            Role::Primary(p) => p.vc.as_ref().filter(|vc| vc.decided).map(|vc| vc.view),
+            Role::Primary(p) => p.vc.as_ref(),
             Role::Backup(_) => None,
         }
     }
@@ -219,15 +224,14 @@ impl Committee {
     }
 
     /// Whether every record from the committed frontier up to `gseq`
-    /// (inclusive) was written here by the proposer that chose `epoch` (its
-    /// low bits, `next_epoch`): then this store holds that proposer's log up
-    /// to its Newview at `gseq`, and may complete that Newview.
+    /// (inclusive) was written here by the proposer that chose `epoch`:
+    /// then this store holds that proposer's log up to its Newview at
+    /// `gseq`, and may complete that Newview.
     pub(super) fn holds_log_of(&self, gseq: u64, epoch: u64) -> bool {
-        let proposer = epoch & 0xF_FFFF;
         (self.committed..gseq).all(|g| {
             self.store
                 .get(&g)
-                .is_some_and(|s| s.epoch & 0xF_FFFF == proposer)
+                .is_some_and(|s| proposer(s.epoch) == proposer(epoch))
         })
     }
 
@@ -906,8 +910,9 @@ impl Vsync {
                 // This backup lacks records the primary already committed
                 // (it was re-admitted with an empty store and the resend is
                 // not done), and its own member side has not delivered
-                // them either (if it has, `take_over` starts after them). Its takeover would cut its store below them and
-                // give their gseqs to other messages. It waits instead,
+                // them either (if it has, `take_over` starts after them).
+                // Its takeover would cut its store below them and give
+                // their gseqs to other messages. It waits instead,
                 // blocking rather than splitting; a later backup, which holds
                 // every committed record, takes over after its own timeout.
                 self.stats.takeovers_refused += 1;
@@ -1052,11 +1057,11 @@ impl Vsync {
         let candidate = match latest_view(&c.store) {
             Some((newview, gseq)) if gseq >= c.committed => {
                 let epoch = c.store.get(&gseq).map_or(0, |s| s.epoch);
-                let proposers = [epoch & 0xF_FFFF, newview.epoch & 0xF_FFFF];
+                let proposers = [proposer(epoch), proposer(newview.epoch)];
                 let followed = c
                     .store
                     .get(&(gseq + 1))
-                    .is_some_and(|s| proposers.contains(&(s.epoch & 0xF_FFFF)));
+                    .is_some_and(|s| proposers.contains(&proposer(s.epoch)));
                 if followed {
                     // Its proposer (or a primary that took its log over)
                     // sequenced records after it, which a primary does only
@@ -1121,7 +1126,12 @@ impl Vsync {
 /// two members taking over concurrently never pick the same epoch (a
 /// backup would otherwise take one primary's acks for another's records).
 pub(super) fn next_epoch(epoch: u64, bump: u64, me: NodeId) -> u64 {
-    (((epoch >> 20) + bump) << 20) | (u64::from(me.0) & 0xF_FFFF)
+    (((epoch >> 20) + bump) << 20) | proposer(u64::from(me.0))
+}
+
+/// The primary that chose `epoch` (its low 20 bits, `next_epoch`).
+fn proposer(epoch: u64) -> u64 {
+    epoch & 0xF_FFFF
 }
 
 fn latest_view(store: &Store) -> Option<(NewView, u64)> {

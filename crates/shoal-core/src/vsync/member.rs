@@ -221,10 +221,7 @@ impl Vsync {
         let proposal_obsolete = self
             .committee
             .as_ref()
-            .and_then(|c| match &c.role {
-                super::committee::Role::Primary(p) => p.vc.as_ref(),
-                super::committee::Role::Backup(_) => None,
-            })
+            .and_then(|c| c.view_change())
             .is_some_and(|vc| vc.view <= v.view);
         if proposal_obsolete {
             self.stats.newviews_abandoned += 1;

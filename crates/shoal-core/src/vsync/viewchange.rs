@@ -115,7 +115,7 @@ impl Vsync {
     /// A primary's phase 1 for the next view. Its own acknowledgement is a
     /// promise like any member's; it counts unless it promised more.
     fn start_view_change(&mut self, now: Instant, reasons: u8) {
-        let (me, next, wait) = (self.me, self.member.next, self.config.ack_wait);
+        let (me, wait) = (self.me, self.config.ack_wait);
         let Some((view, epoch)) = self
             .primary_mut()
             .map(|p| p.cview.view + 1)
@@ -123,7 +123,7 @@ impl Vsync {
         else {
             return;
         };
-        let own = self.promise_own(view, epoch);
+        let acks = self.own_ack(view, epoch);
         let Some(p) = self.primary_mut() else {
             return;
         };
@@ -131,7 +131,7 @@ impl Vsync {
         p.vc = Some(ViewChange {
             view,
             deadline: now + wait,
-            acks: own.map(|()| (me, next)).into_iter().collect(),
+            acks,
             reasons,
             decided: false,
             old: p.cview.members.clone(),
@@ -229,6 +229,16 @@ impl Vsync {
         }
         self.member.promised = (view, epoch);
         Some(())
+    }
+
+    /// A phase 1's acknowledgements to start from: this primary's own, if
+    /// it may promise (`promise_own`), with its delivery frontier.
+    fn own_ack(&mut self, view: u64, epoch: u64) -> BTreeMap<NodeId, u64> {
+        let (me, next) = (self.me, self.member.next);
+        self.promise_own(view, epoch)
+            .map(|()| (me, next))
+            .into_iter()
+            .collect()
     }
 
     /// A majority of the old view acknowledged. Without a possible rival
@@ -511,7 +521,7 @@ impl Vsync {
     /// again at the new epoch: acknowledgements of the old one do not count
     /// towards lifting the fence (`Primary::fence`).
     pub(super) fn restart_view_change(&mut self, now: Instant) {
-        let (me, next, wait) = (self.me, self.member.next, self.config.ack_wait);
+        let (me, wait) = (self.me, self.config.ack_wait);
         let Some((view, epoch)) = self
             .primary_mut()
             .and_then(|p| p.vc.as_ref())
@@ -520,11 +530,11 @@ impl Vsync {
         else {
             return;
         };
-        let own = self.promise_own(view, epoch);
+        let acks = self.own_ack(view, epoch);
         let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) else {
             return;
         };
-        vc.acks = own.map(|()| (me, next)).into_iter().collect();
+        vc.acks = acks;
         vc.reports.clear();
         vc.accepts.clear();
         vc.accepting = false;
