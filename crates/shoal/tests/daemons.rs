@@ -601,14 +601,7 @@ fn tcp_clients_need_the_token() {
 /// and whose messages reach everyone again.
 #[test]
 fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
-    let dir = temp_dir("evict");
-    let files = cluster_files(&dir, [KEY; 3]);
-    let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
-    let mut clients = one_client_each_in_g(&files, "e");
-    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
-    // Until the committee is full its primary alone orders (k = 1 in
-    // effect), and a stopped primary would stop the cluster.
-    until_committee_full(&sockets[0]);
+    let (dir, mut daemons, mut clients, sockets) = committee_of_three("evict", "e");
     daemons[2].signal("-STOP");
     for c in &mut clients[..2] {
         let frames = c.until_or_dump(
@@ -655,12 +648,7 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
 /// the resumed daemon rejoins with its client.
 #[test]
 fn a_primary_daemon_stopped_past_its_timeout_resumes_without_splitting_the_order() {
-    let dir = temp_dir("primary-stop");
-    let files = cluster_files(&dir, [KEY; 3]);
-    let mut daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
-    let mut clients = one_client_each_in_g(&files, "p");
-    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
-    until_committee_full(&sockets[0]);
+    let (dir, mut daemons, mut clients, sockets) = committee_of_three("primary-stop", "p");
     let primary = (0..3)
         .find(|&i| status(&sockets[i]).contains("; primary next gseq"))
         .expect("one daemon is the primary");
@@ -700,6 +688,23 @@ fn a_primary_daemon_stopped_past_its_timeout_resumes_without_splitting_the_order
     }
     fifo_reaches_everyone(&mut clients, primary);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three daemons (in `temp_dir(tag)`), a client of each in "g" (names
+/// `{prefix}0..2`), and their sockets, once the committee is full: until
+/// then its primary alone orders (k = 1 in effect), and a stopped daemon
+/// could stop the cluster.
+fn committee_of_three(
+    tag: &str,
+    prefix: &str,
+) -> (PathBuf, Vec<Daemon>, Vec<Client>, Vec<PathBuf>) {
+    let dir = temp_dir(tag);
+    let files = cluster_files(&dir, [KEY; 3]);
+    let daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let clients = one_client_each_in_g(&files, prefix);
+    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
+    until_committee_full(&sockets[0]);
+    (dir, daemons, clients, sockets)
 }
 
 /// Waits until the daemon at `socket` reports a committee of three.
