@@ -48,6 +48,23 @@ pub struct Report {
     pub wall: Wall,
 }
 
+/// What every member must deliver: every message a sender got accepted. A
+/// multicast the engine refused (flow control, a view change) was never
+/// sent. Engines without refusals accept all `messages`.
+pub(crate) fn owed<E: Engine<Event: crate::metrics::SimEvent>>(sim: &Sim<E>, messages: u64) -> u64 {
+    let originated = originated(sim);
+    if originated == 0 {
+        messages
+    } else {
+        originated.min(messages)
+    }
+}
+
+/// Messages the senders got accepted, summed over members.
+fn originated<E: Engine<Event: crate::metrics::SimEvent>>(sim: &Sim<E>) -> u64 {
+    sim.hosts().map(|(_, m)| m.originated).sum()
+}
+
 impl Report {
     /// Collects a finished simulation; `messages` is how many were sent and
     /// `duration_ns` the simulated time (for link utilisation).
@@ -100,21 +117,13 @@ impl Report {
             .iter()
             .map(|v| format!("member {} source {}: {}", v.host, v.source, v.what))
             .collect();
-        // Every member must deliver every message a sender got accepted: a
-        // multicast the engine refused (flow control, a view change) was
-        // never sent. Engines without refusals accept all `messages`.
-        let originated: u64 = sim.hosts().map(|(_, m)| m.originated).sum();
-        let owed = if originated == 0 {
-            messages
-        } else {
-            originated.min(messages)
-        };
+        let owed = owed(sim, messages);
         let complete = delivered_min == owed && lost == 0 && violations.is_empty();
         let mut summary = head;
         let mut put = |k: &str, v: String| summary.push((k.to_string(), v));
         put("members", sim.hosts().count().to_string());
         put("messages", messages.to_string());
-        put("originated", originated.to_string());
+        put("originated", originated(sim).to_string());
         put("delivered_min", delivered_min.to_string());
         put("lost", lost.to_string());
         put("recovered", recovered.to_string());

@@ -158,8 +158,9 @@ impl<'a> Run<'a> {
         let drain = match self.protocol.pbcast_config(self.delivery) {
             Some(config) => drain_ns(&config),
             // SRM never gives up and backs off exponentially (adaptive SRM
-            // by 3× per try): a long drain.
-            None => ns(60.0),
+            // by 3× per try): a long drain, lengthened below while a
+            // request is still outstanding.
+            None => SRM_DRAIN_NS,
         };
         let (seed, protocol, delivery) = (self.seed, self.protocol, self.delivery);
         let hierarchy = self.hierarchy.as_ref();
@@ -189,13 +190,26 @@ impl<'a> Run<'a> {
             sim.sleep(member, ns(start), ns(start + length));
         }
         let send_end = ns(0.5) + gap * self.messages;
-        let end = send_end + drain;
+        let mut end = send_end + drain;
         sim.run_until(send_end);
         // Link load is measured over the sending period only: the drain
         // would otherwise dilute it, or (when repair backlogs outlast the
         // sending) inflate it past the link's capacity.
         let link_bytes = sim.link_bytes();
         sim.run_until(end);
+        // SRM is reliable: a member keeps asking, at its backed-off
+        // interval, until the repair comes. A message still missing after
+        // the drain is late, not lost, so the run goes on (in steps) until
+        // every member has every message or `SRM_DRAIN_MAX_NS` has passed.
+        // pbcast runs end at their drain: by then a gap has been declared
+        // lost (`Event::Lost`), which is pbcast's answer.
+        while protocol.is_srm()
+            && end < send_end + SRM_DRAIN_MAX_NS
+            && !everyone_has_all(&sim, self.messages)
+        {
+            end += SRM_DRAIN_NS / 6;
+            sim.run_until(end);
+        }
         if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
             for (i, (_, m)) in sim.hosts().enumerate() {
                 if !m.lost_ranges.is_empty() {
@@ -245,6 +259,26 @@ impl<'a> Run<'a> {
             bins,
         }
     }
+}
+
+/// SRM's drain after the last message: past the longest backed-off
+/// request interval of fixed SRM on the papers' topologies.
+const SRM_DRAIN_NS: u64 = 60_000_000_000;
+
+/// SRM's drain at most, when requests are still outstanding after
+/// `SRM_DRAIN_NS` (adaptive SRM backs off 3× per try, to 3^5 = 243 times its
+/// first interval).
+const SRM_DRAIN_MAX_NS: u64 = 600_000_000_000;
+
+/// Every member delivered every message the senders got accepted (the
+/// test `Report::collect` applies for `complete`, without the loss and
+/// violation checks, which cannot change by running longer).
+fn everyone_has_all<E: shoal_core::Engine<Event: crate::metrics::SimEvent>>(
+    sim: &Sim<E>,
+    messages: u64,
+) -> bool {
+    let owed = crate::report::owed(sim, messages);
+    sim.hosts().all(|(_, m)| m.delivered >= owed)
 }
 
 /// Runs independent jobs on every core (`SHOAL_SIM_THREADS` overrides),

@@ -105,10 +105,10 @@ mod tests {
     use super::*;
 
     /// SRM's overhead grows faster than linearly once the links saturate.
-    /// Hierarchical pbcast delivers everything with overhead far below
-    /// SRM's. (Flat pbcast collapses here in our model: its unicast repairs
-    /// and gossip crossing the root overflow the 1.5 Mbit/s links from
-    /// n = 60; docs/reproduction.md.)
+    /// Both SRMs and hierarchical pbcast deliver everything, hierarchical
+    /// pbcast with overhead far below SRM's. (Flat pbcast collapses here in
+    /// our model: its unicast repairs and gossip crossing the root overflow
+    /// the 1.5 Mbit/s links from n = 60; docs/reproduction.md.)
     #[test]
     fn srm_overhead_grows_superlinearly_and_hierarchical_pbcast_copes() {
         let f = run(Scale {
@@ -125,7 +125,10 @@ mod tests {
         assert!(overhead("pbcast-hier", 100) * 10.0 < c);
         let hier_incomplete = f.incomplete.iter().filter(|r| r.contains("pbcast-hier"));
         assert_eq!(hier_incomplete.count(), 0, "{:?}", f.incomplete);
-        let srm_incomplete = f.incomplete.iter().filter(|r| r.contains("=srm "));
+        // Both SRMs deliver everything, however late: a run goes on while a
+        // member still misses a message (adaptive SRM at n = 100 did not
+        // finish within the 60 s drain before that).
+        let srm_incomplete = f.incomplete.iter().filter(|r| r.contains("=srm"));
         assert_eq!(srm_incomplete.count(), 0, "{:?}", f.incomplete);
     }
 }
