@@ -7,7 +7,10 @@
 //! should not change with n; SRM's high-latency share should grow.
 //!
 //! Bottom: a 500-node tree with 300 members placed at random, 1% loss:
-//! pbcast unordered, pbcast FIFO and SRM.
+//! pbcast unordered, pbcast FIFO and SRM. P001 gives this tree's link
+//! speed nowhere; ours are Fig 1's 1.5 Mbit/s, or `SHOAL_SIM_LARGE_TREE_BPS`
+//! bits/s when that is set (a probe of how much the result owes to the
+//! links: `docs/reproduction.md`).
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -23,6 +26,17 @@ use crate::{LinkSpec, Topology};
 pub const NAME: &str = "p001-fig3-histograms";
 
 const LOSS: f64 = 0.01;
+
+/// The large tree's link speed from `SHOAL_SIM_LARGE_TREE_BPS`, if set.
+/// A value that is not a positive number stops the run: a probe must not
+/// quietly measure the default.
+fn large_tree_bps() -> Option<f64> {
+    let value = std::env::var("SHOAL_SIM_LARGE_TREE_BPS").ok()?;
+    match value.parse::<f64>() {
+        Ok(bps) if bps.is_finite() && bps > 0.0 => Some(bps),
+        _ => panic!("SHOAL_SIM_LARGE_TREE_BPS must be a positive number of bits/s, got {value:?}"),
+    }
+}
 
 /// One histogram's runs: (label, protocol, delivery, tree nodes, members).
 type Config = (String, Protocol, Delivery, usize, usize);
@@ -83,7 +97,11 @@ pub fn run(scale: Scale) -> Figure {
                 // Dense trees as in Fig 1 (depth 4); the large tree as in
                 // Fig 2 (depth 6).
                 let depth = if members == nodes { 4 } else { 6 };
-                let topology = Topology::tree_of(nodes, depth, LinkSpec::paper(LOSS));
+                let mut link = LinkSpec::paper(LOSS);
+                if members != nodes {
+                    link.bandwidth_bps = large_tree_bps().unwrap_or(link.bandwidth_bps);
+                }
+                let topology = Topology::tree_of(nodes, depth, link);
                 let hosts = if members == nodes {
                     (0..nodes).collect()
                 } else {
