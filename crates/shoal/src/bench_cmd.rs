@@ -86,6 +86,11 @@ pub struct BenchArgs {
     /// --sockets, the committee size the bench waits for.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     committee: u32,
+    /// The daemons the bench starts send pbcast's first phase by IP
+    /// multicast (a group of 239.255.0.0/16 chosen from this process's id,
+    /// pinned to loopback with TTL 0) instead of the unicast relay tree.
+    #[arg(long)]
+    multicast: bool,
 }
 
 /// A blocking connection speaking the client frames.
@@ -197,7 +202,12 @@ struct LocalCluster {
 }
 
 impl LocalCluster {
-    fn start(n: usize, exe: Option<&Path>, committee: u32) -> anyhow::Result<LocalCluster> {
+    fn start(
+        n: usize,
+        exe: Option<&Path>,
+        committee: u32,
+        multicast: bool,
+    ) -> anyhow::Result<LocalCluster> {
         let exe = match exe {
             Some(e) => e.to_path_buf(),
             None => std::env::current_exe()?,
@@ -211,6 +221,21 @@ impl LocalCluster {
                     .context("pick a UDP port")
             })
             .collect::<anyhow::Result<_>>()?;
+        // One group per bench process, so that concurrent benches and tests
+        // on this host never hear each other.
+        let multicast_line = if multicast {
+            let pid = std::process::id();
+            let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            format!(
+                "multicast = \"239.255.{}.{}:{port}\"\n",
+                (pid >> 8) & 0xff,
+                (pid & 0xff).max(1)
+            )
+        } else {
+            String::new()
+        };
         let mut cluster = LocalCluster {
             sockets: Vec::new(),
             children: Vec::new(),
@@ -227,7 +252,7 @@ impl LocalCluster {
             std::fs::write(
                 &config,
                 format!(
-                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n",
+                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n{multicast_line}\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n",
                     socket.display(),
                     addrs[i],
                     peers.join(", ")
@@ -326,7 +351,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _cluster;
     let mut pids = Vec::new();
     let sockets = if args.sockets.is_empty() {
-        let c = LocalCluster::start(args.daemons, args.daemon_exe.as_deref(), args.committee)?;
+        let c = LocalCluster::start(
+            args.daemons,
+            args.daemon_exe.as_deref(),
+            args.committee,
+            args.multicast,
+        )?;
         let s = c.sockets.clone();
         pids = c.children.iter().map(|c| c.id()).collect();
         _cluster = c;
