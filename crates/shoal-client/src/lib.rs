@@ -348,16 +348,54 @@ impl Encoder {
         self.frame(&Frame::Disconnect)
     }
 
-    /// A `Multicast` frame without first copying the payload into a
-    /// [`Frame`]: the frame is encoded with an empty payload, whose length
-    /// field (the body's last field) is then patched and the payload
-    /// appended.
+    /// A `Multicast` frame, encoded as [`Encoder::append_multicast`]
+    /// does, alone in the buffer.
     pub(crate) fn multicast<G: AsRef<str>>(
         &mut self,
         service: Service,
         groups: &[G],
         payload: &[u8],
     ) -> Result<&[u8], ClientError> {
+        self.out.clear();
+        self.append_multicast(service, groups, payload)?;
+        Ok(&self.out)
+    }
+
+    /// One `Multicast` frame per payload, one after the other in the
+    /// buffer, so that a single write hands them all to the daemon. All or
+    /// nothing: if one payload is refused the buffer is left empty and the
+    /// error names that payload.
+    pub(crate) fn multicast_batch<G: AsRef<str>, P: AsRef<[u8]>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payloads: &[P],
+    ) -> Result<&[u8], ClientError> {
+        self.out.clear();
+        for (i, payload) in payloads.iter().enumerate() {
+            if let Err(e) = self.append_multicast(service, groups, payload.as_ref()) {
+                self.out.clear();
+                return Err(match e {
+                    ClientError::Invalid(why) => {
+                        ClientError::Invalid(format!("payload {i} of the batch: {why}"))
+                    }
+                    other => other,
+                });
+            }
+        }
+        Ok(&self.out)
+    }
+
+    /// Appends a `Multicast` frame without first copying the payload into
+    /// a [`Frame`]: the frame is encoded with an empty payload, whose
+    /// length field (the body's last field) is then patched and the
+    /// payload appended. On error the buffer is as it was.
+    fn append_multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
         if groups.is_empty() {
             return Err(ClientError::Invalid(
                 "a multicast names at least one group".into(),
@@ -385,15 +423,28 @@ impl Encoder {
             groups: groups.iter().map(|g| g.as_ref().to_owned()).collect(),
             payload: Vec::new(),
         };
-        self.frame(&head)?;
+        let start = self.out.len();
         let too_long = |_| ClientError::Invalid("the frame is too long".into());
-        let len = u32::try_from(payload.len()).map_err(too_long)?;
-        let at = self.out.len() - 4;
-        self.out[at..].copy_from_slice(&len.to_be_bytes());
-        self.out.extend_from_slice(payload);
-        let frame_len = u32::try_from(self.out.len() - LENGTH_LEN).map_err(too_long)?;
-        self.out[..LENGTH_LEN].copy_from_slice(&frame_len.to_be_bytes());
-        Ok(&self.out)
+        let encoded = head
+            .encode(&mut self.out)
+            .map_err(|e| ClientError::Invalid(e.to_string()))
+            .and_then(|()| {
+                let len = u32::try_from(payload.len()).map_err(too_long)?;
+                let at = self.out.len() - 4;
+                self.out[at..].copy_from_slice(&len.to_be_bytes());
+                self.out.extend_from_slice(payload);
+                u32::try_from(self.out.len() - start - LENGTH_LEN).map_err(too_long)
+            });
+        match encoded {
+            Ok(frame_len) => {
+                self.out[start..start + LENGTH_LEN].copy_from_slice(&frame_len.to_be_bytes());
+                Ok(())
+            }
+            Err(e) => {
+                self.out.truncate(start);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -577,6 +628,54 @@ mod tests {
             .unwrap();
             assert_eq!(bytes, want);
         }
+    }
+
+    #[test]
+    fn a_batch_is_the_frames_of_its_payloads_one_after_the_other() {
+        let mut enc = Encoder::new(Limits::default());
+        let payloads = [b"one".to_vec(), Vec::new(), vec![9u8; 70_000]];
+        let bytes = enc
+            .multicast_batch(Service::Fifo, &["g"], &payloads)
+            .unwrap()
+            .to_vec();
+        let mut want = Vec::new();
+        for payload in &payloads {
+            Frame::Multicast {
+                service: Service::Fifo,
+                groups: vec!["g".into()],
+                payload: payload.clone(),
+            }
+            .encode(&mut want)
+            .unwrap();
+        }
+        assert_eq!(bytes, want);
+        let none: [&[u8]; 0] = [];
+        assert!(enc
+            .multicast_batch(Service::Fifo, &["g"], &none)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_batch_with_one_refused_payload_sends_nothing() {
+        let limits = Limits {
+            payload_max: 10,
+            ..Limits::default()
+        };
+        let mut enc = Encoder::new(limits);
+        let payloads: [&[u8]; 3] = [b"fine", b"far too long", b"fine"];
+        match enc.multicast_batch(Service::Agreed, &["g"], &payloads) {
+            Err(ClientError::Invalid(why)) => {
+                assert!(why.starts_with("payload 1 of the batch"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(enc.out.is_empty());
+        // The encoder is usable afterwards.
+        assert!(!enc
+            .multicast(Service::Agreed, &["g"], b"x")
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -136,6 +136,17 @@ impl Client {
         self.send.multicast(service, groups, payload).await
     }
 
+    /// Sends each of `payloads` as one message in a single write; see the
+    /// blocking [`crate::blocking::Client::multicast_batch`].
+    pub async fn multicast_batch<G: AsRef<str>, P: AsRef<[u8]>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payloads: &[P],
+    ) -> Result<(), ClientError> {
+        self.send.multicast_batch(service, groups, payloads).await
+    }
+
     /// Waits for the next message or view. Cancel-safe.
     pub async fn receive(&mut self) -> Result<Received, ClientError> {
         self.recv.receive().await
@@ -216,6 +227,17 @@ impl SendHalf {
         payload: &[u8],
     ) -> Result<(), ClientError> {
         self.enc.multicast(service, groups, payload)?;
+        self.write_out().await
+    }
+
+    /// See [`Client::multicast_batch`].
+    pub async fn multicast_batch<G: AsRef<str>, P: AsRef<[u8]>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payloads: &[P],
+    ) -> Result<(), ClientError> {
+        self.enc.multicast_batch(service, groups, payloads)?;
         self.write_out().await
     }
 

@@ -435,3 +435,36 @@ fn split_halves_send_and_receive_on_two_threads() {
     assert_eq!(got, want);
     daemon.finish();
 }
+
+#[test]
+fn a_batch_arrives_as_consecutive_multicasts_and_a_refused_one_sends_nothing() {
+    let payloads: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 1000]).collect();
+    let expected = payloads.clone();
+    let daemon = FakeDaemon::unix(move |mut peer| {
+        peer.accept("#a#h");
+        for payload in expected {
+            assert_eq!(
+                peer.read_frame(),
+                Frame::Multicast {
+                    service: Service::Fifo,
+                    groups: vec!["g".into()],
+                    payload,
+                }
+            );
+        }
+        // The refused batch sent nothing: the next frame is the goodbye.
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    client
+        .multicast_batch(Service::Fifo, &["g"], &payloads)
+        .unwrap();
+    let too_big = vec![0u8; shoal_client::Limits::default().payload_max + 1];
+    let refused = client.multicast_batch(Service::Fifo, &["g"], &[&b"ok"[..], &too_big]);
+    assert!(
+        matches!(&refused, Err(ClientError::Invalid(why)) if why.contains("payload 1")),
+        "{refused:?}"
+    );
+    client.disconnect().unwrap();
+    daemon.finish();
+}

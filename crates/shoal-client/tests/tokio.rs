@@ -378,3 +378,33 @@ async fn split_halves_in_two_tasks() {
     .await;
     daemon.finish();
 }
+
+#[tokio::test]
+async fn a_batch_arrives_as_consecutive_multicasts() {
+    let payloads: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 3000]).collect();
+    let expected = payloads.clone();
+    let daemon = FakeDaemon::unix(move |mut peer| {
+        peer.accept("#a#h");
+        for payload in expected {
+            assert_eq!(
+                peer.read_frame(),
+                Frame::Multicast {
+                    service: Service::Agreed,
+                    groups: vec!["g1".into(), "g2".into()],
+                    payload,
+                }
+            );
+        }
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    bounded(async {
+        let mut client = Client::connect_to(&daemon.endpoint(), "a").await.unwrap();
+        client
+            .multicast_batch(Service::Agreed, &["g1", "g2"], &payloads)
+            .await
+            .unwrap();
+        client.disconnect().await.unwrap();
+    })
+    .await;
+    daemon.finish();
+}

@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// Messages per second per sender; 0 sends as fast as the daemon takes them.
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// Messages a stream sender hands its daemon per write, as the client
+    /// library's `multicast_batch` does (1: one write per message). With
+    /// `--rate`, a batch leaves when its first message is due.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    batch: u64,
     /// Service type.
     #[arg(long, default_value = "fifo")]
     service: Service,
@@ -156,6 +161,17 @@ impl Conn {
 
     fn send(&mut self, frame: &Frame) -> anyhow::Result<()> {
         self.stream.write_all(&frame.to_vec()?)?;
+        Ok(())
+    }
+
+    /// Several frames in one write (the bytes of the client library's
+    /// `multicast_batch`).
+    fn send_all(&mut self, frames: &[Frame], out: &mut Vec<u8>) -> anyhow::Result<()> {
+        out.clear();
+        for frame in frames {
+            frame.encode(out)?;
+        }
+        self.stream.write_all(out)?;
         Ok(())
     }
 
@@ -454,36 +470,41 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
             let barrier = barrier.clone();
             let delivered = delivered.clone();
             let senders_n = args.senders as u64;
-            let (count, rate, size, service) = (args.count, args.rate, args.size, args.service);
+            let (count, rate, size, service, batch) =
+                (args.count, args.rate, args.size, args.service, args.batch);
             senders.push(std::thread::spawn(move || -> anyhow::Result<()> {
                 barrier.wait();
                 let start = Instant::now();
-                for seq in 0..count {
-                    if seq % 64 == 0 {
-                        loop {
-                            let slowest = delivered
-                                .iter()
-                                .map(|d| d.load(Ordering::Relaxed))
-                                .min()
-                                .unwrap_or(0);
-                            if (seq * senders_n).saturating_sub(slowest) <= window {
-                                break;
-                            }
-                            std::thread::sleep(Duration::from_micros(200));
+                let mut frames = Vec::with_capacity(batch as usize);
+                let mut bytes = Vec::new();
+                for first in (0..count).step_by(batch as usize) {
+                    loop {
+                        let slowest = delivered
+                            .iter()
+                            .map(|d| d.load(Ordering::Relaxed))
+                            .min()
+                            .unwrap_or(0);
+                        if (first * senders_n).saturating_sub(slowest) <= window {
+                            break;
                         }
+                        std::thread::sleep(Duration::from_micros(200));
                     }
                     if rate > 0 {
-                        let due = start + Duration::from_secs_f64(seq as f64 / rate as f64);
+                        let due = start + Duration::from_secs_f64(first as f64 / rate as f64);
                         if let Some(wait) = due.checked_duration_since(Instant::now()) {
                             std::thread::sleep(wait);
                         }
                     }
-                    let now = origin.elapsed().as_nanos() as u64;
-                    out.send(&Frame::Multicast {
-                        service,
-                        groups: vec![group.to_string()],
-                        payload: payload(size, seq, now),
-                    })?;
+                    frames.clear();
+                    for seq in first..(first + batch).min(count) {
+                        let now = origin.elapsed().as_nanos() as u64;
+                        frames.push(Frame::Multicast {
+                            service,
+                            groups: vec![group.to_string()],
+                            payload: payload(size, seq, now),
+                        });
+                    }
+                    out.send_all(&frames, &mut bytes)?;
                 }
                 Ok(())
             }));
@@ -534,9 +555,10 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     let rate = expected as f64 / secs;
     let us = |q: f64| all.value_at_quantile(q) as f64 / 1e3;
     println!(
-        "stream: {} daemons, {n} receivers, {} sender(s), {} B, {}: {expected} messages to every receiver in {secs:.2} s = {rate:.0} msgs/s per receiver; latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; the first sender's daemon is {}the committee's primary",
+        "stream: {} daemons, {n} receivers, {} sender(s) writing {} per write, {} B, {}: {expected} messages to every receiver in {secs:.2} s = {rate:.0} msgs/s per receiver; latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; the first sender's daemon is {}the committee's primary",
         sockets.len(),
         args.senders,
+        args.batch,
         args.size,
         args.service.name(),
         us(0.5),

@@ -321,6 +321,19 @@ fn three_daemons_serve_groups_through_failure_restart_and_shutdown() {
         assert_eq!(c.messages(1), vec![b"public".to_vec()]);
     }
 
+    // The client library's batch: many messages in one write, ordered as
+    // consecutive FIFO messages of that client.
+    let batch: Vec<Vec<u8>> = (0..300u16).map(|i| i.to_be_bytes().repeat(50)).collect();
+    let endpoint = shoal_client::Endpoint::Unix(files[1].1.clone());
+    let mut batcher = shoal_client::Client::connect_to(&endpoint, "batcher").unwrap();
+    batcher
+        .multicast_batch(Service::Fifo, &["g"], &batch)
+        .unwrap();
+    for c in clients.iter_mut() {
+        assert_eq!(c.messages(batch.len()), batch);
+    }
+    batcher.disconnect().unwrap();
+
     // Garbage on a connection: an error frame, the connection closed, the
     // daemon still serving the others.
     let mut bad = UnixStream::connect(&files[0].1).unwrap();
