@@ -141,6 +141,21 @@ class Requests:
             )
         return self.encode(codec.Multicast(service, names, data))
 
+    def multicast_batch(
+        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+    ) -> bytes:
+        """One ``Multicast`` frame per payload, concatenated for one write.
+        All or nothing: a refused payload raises :class:`InvalidRequest`
+        naming it, and nothing is encoded."""
+        names = groups if isinstance(groups, str) else list(groups)
+        frames = []
+        for i, payload in enumerate(payloads):
+            try:
+                frames.append(self.multicast(service, names, payload))
+            except InvalidRequest as e:
+                raise InvalidRequest(f"payload {i} of the batch: {e}") from None
+        return b"".join(frames)
+
 
 def as_service(service: Service | int | str) -> Service:
     """A :class:`Service` from itself, its number or its name."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import socket as _socket
+from collections.abc import Iterable
 from types import TracebackType
 
 from . import codec
@@ -128,6 +129,13 @@ class Client:
     ) -> None:
         """Sends ``payload`` to every member of ``groups`` with ``service``."""
         await self._send(self._requests.multicast(service, groups, payload))
+
+    async def multicast_batch(
+        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+    ) -> None:
+        """Sends each of ``payloads`` as one message in a single write; see
+        :meth:`shoal_client.Client.multicast_batch`."""
+        await self._send(self._requests.multicast_batch(service, groups, payloads))
 
     async def receive(self, timeout: float | None = None) -> Event | None:
         """The next :class:`Message` or :class:`Membership`; ``None`` after

@@ -6,7 +6,7 @@ import select
 import socket as _socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -215,6 +215,16 @@ class Client:
         the guarantee ``service``. The sender need not be a member. A group
         may be a private group (``#name#daemon``)."""
         self._send(self._requests.multicast(service, groups, payload))
+
+    def multicast_batch(
+        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+    ) -> None:
+        """Sends each of ``payloads`` as one message, as :meth:`multicast`
+        would one after the other, in a single write: the daemon orders
+        them as consecutive messages of this client. All or nothing: if
+        one payload is refused, :class:`InvalidRequest` names it and
+        nothing is sent."""
+        self._send(self._requests.multicast_batch(service, groups, payloads))
 
     def receive(self, timeout: float | None = None) -> Event | None:
         """The next :class:`Message` or :class:`Membership`; ``None`` after

@@ -304,6 +304,23 @@ class Async(unittest.IsolatedAsyncioTestCase):
         self.addCleanup(daemon.finish)
         return daemon
 
+    async def test_a_batch_arrives_as_consecutive_multicasts(self) -> None:
+        payloads = [bytes([i]) * 700 for i in range(40)]
+        seen: list[codec.Frame] = []
+
+        def script(peer: Peer) -> None:
+            peer.accept_client("#b#h")
+            for _ in payloads:
+                seen.append(peer.frame())
+
+        d = self.serve(script)
+        async with await aio.Client.connect("b", d.address) as c:
+            await c.multicast_batch(Service.FIFO, ["g"], payloads)
+            with self.assertRaises(InvalidRequest):
+                await c.multicast_batch(Service.FIFO, ["g"], [b"x", bytes((1 << 20) + 1)])
+        d.finish()
+        self.assertEqual(seen, [codec.Multicast(Service.FIFO, ["g"], p) for p in payloads])
+
     async def test_requests_and_events(self) -> None:
         seen: list[codec.Frame] = []
         event = codec.Membership("chat", 5, Reason.LEAVE, [])

@@ -359,6 +359,24 @@ class RequestChecks(unittest.TestCase):
             with self.subTest(message), self.assertRaisesRegex(InvalidRequest, message):
                 self.req.multicast(*args)
 
+    def test_a_batch_is_its_frames_back_to_back_or_nothing(self) -> None:
+        payloads = [b"one", b"", bytes(5000)]
+        # The groups may be a one-shot iterator: every frame still names them.
+        data = self.req.multicast_batch(Service.FIFO, iter(["g", "h"]), iter(payloads))
+        self.assertEqual(
+            data,
+            b"".join(self.req.multicast(Service.FIFO, ["g", "h"], p) for p in payloads),
+        )
+        got, at = [], 0
+        while at < len(data):
+            frame, used = decode(data[at:])
+            got.append(frame)
+            at += used
+        self.assertEqual(got, [Multicast(Service.FIFO, ["g", "h"], p) for p in payloads])
+        self.assertEqual(self.req.multicast_batch(Service.FIFO, "g", []), b"")
+        with self.assertRaisesRegex(InvalidRequest, "payload 1 of the batch: a payload of"):
+            self.req.multicast_batch(Service.FIFO, "g", [b"ok", bytes((1 << 20) + 1)])
+
     def test_endpoints(self) -> None:
         self.assertEqual(endpoint("/x/s.sock", None, None).path, Path("/x/s.sock"))
         tcp = endpoint(None, "127.0.0.1:4803", "secret")

@@ -280,6 +280,14 @@ class TwoDaemons(unittest.TestCase):
             self.assertTrue(all(m.sender == alice.private_group for m in got))
             self.assertTrue(all(m.service == Service.FIFO and m.groups == [group] for m in got))
 
+    def test_a_batch_arrives_in_order_at_both_daemons(self) -> None:
+        group = f"batch{self.n}"
+        alice, bob = self.pair(group)
+        sent = [f"batch {i}".encode() * 20 for i in range(200)]
+        alice.multicast_batch(Service.FIFO, group, sent)
+        for c in (alice, bob):
+            self.assertEqual([m.payload for m in messages(c, len(sent))], sent)
+
     def test_agreed_messages_arrive_in_one_order_everywhere(self) -> None:
         group = f"agreed{self.n}"
         alice, bob = self.pair(group)
