@@ -348,8 +348,8 @@ impl Encoder {
         self.frame(&Frame::Disconnect)
     }
 
-    /// A `Multicast` frame, encoded as [`Encoder::append_multicast`]
-    /// does, alone in the buffer.
+    /// A `Multicast` frame alone in the buffer, without first copying the
+    /// payload into a [`Frame`] (see [`Encoder::append_payload`]).
     pub(crate) fn multicast<G: AsRef<str>>(
         &mut self,
         service: Service,
@@ -357,14 +357,18 @@ impl Encoder {
         payload: &[u8],
     ) -> Result<&[u8], ClientError> {
         self.out.clear();
-        self.append_multicast(service, groups, payload)?;
+        self.check_payload(payload)?;
+        self.multicast_head(service, groups)?;
+        self.append_payload(0, payload)?;
         Ok(&self.out)
     }
 
     /// One `Multicast` frame per payload, one after the other in the
-    /// buffer, so that a single write hands them all to the daemon. All or
-    /// nothing: if one payload is refused the buffer is left empty and the
-    /// error names that payload.
+    /// buffer, so that a single write hands them all to the daemon. The
+    /// groups are checked and the frame's head encoded once; each frame
+    /// is a copy of that head with its payload. All or nothing: if one
+    /// payload is refused the buffer is left empty and the error names
+    /// that payload.
     pub(crate) fn multicast_batch<G: AsRef<str>, P: AsRef<[u8]>>(
         &mut self,
         service: Service,
@@ -373,28 +377,49 @@ impl Encoder {
     ) -> Result<&[u8], ClientError> {
         self.out.clear();
         for (i, payload) in payloads.iter().enumerate() {
-            if let Err(e) = self.append_multicast(service, groups, payload.as_ref()) {
+            self.check_payload(payload.as_ref()).map_err(|e| match e {
+                ClientError::Invalid(why) => {
+                    ClientError::Invalid(format!("payload {i} of the batch: {why}"))
+                }
+                other => other,
+            })?;
+        }
+        if payloads.is_empty() {
+            return Ok(&self.out);
+        }
+        self.multicast_head(service, groups)?;
+        let head = self.out.len();
+        for (i, payload) in payloads.iter().enumerate() {
+            // The first frame's head is in place; the others copy it.
+            let start = if i == 0 { 0 } else { self.out.len() };
+            if i > 0 {
+                self.out.extend_from_within(..head);
+            }
+            if let Err(e) = self.append_payload(start, payload.as_ref()) {
                 self.out.clear();
-                return Err(match e {
-                    ClientError::Invalid(why) => {
-                        ClientError::Invalid(format!("payload {i} of the batch: {why}"))
-                    }
-                    other => other,
-                });
+                return Err(e);
             }
         }
         Ok(&self.out)
     }
 
-    /// Appends a `Multicast` frame without first copying the payload into
-    /// a [`Frame`]: the frame is encoded with an empty payload, whose
-    /// length field (the body's last field) is then patched and the
-    /// payload appended. On error the buffer is as it was.
-    fn append_multicast<G: AsRef<str>>(
+    fn check_payload(&self, payload: &[u8]) -> Result<(), ClientError> {
+        if payload.len() > self.limits.payload_max {
+            return Err(ClientError::Invalid(format!(
+                "a payload of {} bytes; the limit is {}",
+                payload.len(),
+                self.limits.payload_max
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks `groups` and appends a `Multicast` frame with an empty
+    /// payload: the head that [`Encoder::append_payload`] completes.
+    fn multicast_head<G: AsRef<str>>(
         &mut self,
         service: Service,
         groups: &[G],
-        payload: &[u8],
     ) -> Result<(), ClientError> {
         if groups.is_empty() {
             return Err(ClientError::Invalid(
@@ -411,40 +436,28 @@ impl Encoder {
         for g in groups {
             self.check_name("group name", g.as_ref())?;
         }
-        if payload.len() > self.limits.payload_max {
-            return Err(ClientError::Invalid(format!(
-                "a payload of {} bytes; the limit is {}",
-                payload.len(),
-                self.limits.payload_max
-            )));
-        }
-        let head = Frame::Multicast {
+        Frame::Multicast {
             service,
             groups: groups.iter().map(|g| g.as_ref().to_owned()).collect(),
             payload: Vec::new(),
-        };
-        let start = self.out.len();
-        let too_long = |_| ClientError::Invalid("the frame is too long".into());
-        let encoded = head
-            .encode(&mut self.out)
-            .map_err(|e| ClientError::Invalid(e.to_string()))
-            .and_then(|()| {
-                let len = u32::try_from(payload.len()).map_err(too_long)?;
-                let at = self.out.len() - 4;
-                self.out[at..].copy_from_slice(&len.to_be_bytes());
-                self.out.extend_from_slice(payload);
-                u32::try_from(self.out.len() - start - LENGTH_LEN).map_err(too_long)
-            });
-        match encoded {
-            Ok(frame_len) => {
-                self.out[start..start + LENGTH_LEN].copy_from_slice(&frame_len.to_be_bytes());
-                Ok(())
-            }
-            Err(e) => {
-                self.out.truncate(start);
-                Err(e)
-            }
         }
+        .encode(&mut self.out)
+        .map_err(|e| ClientError::Invalid(e.to_string()))
+    }
+
+    /// Completes the head that ends the buffer (the frame starting at
+    /// `start`) with `payload`: the payload's length field (the body's
+    /// last field) and the frame's length are patched, and the payload
+    /// appended.
+    fn append_payload(&mut self, start: usize, payload: &[u8]) -> Result<(), ClientError> {
+        let too_long = |_| ClientError::Invalid("the frame is too long".into());
+        let len = u32::try_from(payload.len()).map_err(too_long)?;
+        let at = self.out.len() - 4;
+        self.out[at..].copy_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(payload);
+        let frame_len = u32::try_from(self.out.len() - start - LENGTH_LEN).map_err(too_long)?;
+        self.out[start..start + LENGTH_LEN].copy_from_slice(&frame_len.to_be_bytes());
+        Ok(())
     }
 }
 
