@@ -10,6 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_core::engine::SendError;
 use shoal_core::{Destination, Engine, Instant, NodeId};
 
 use crate::metrics::{HostMetrics, Violation};
@@ -28,6 +29,8 @@ enum Ev {
     Divert { host: u32, count: u32 },
     /// `host`'s CPU is free: it takes the next datagram from its backlog.
     Process { host: u32 },
+    /// `host`'s CPU is free: its application retries its held multicasts.
+    Retry { host: u32 },
 }
 
 /// What a host's CPU spends per datagram it receives or sends, and how many
@@ -136,6 +139,11 @@ struct Host<E> {
     busy_until: u64,
     /// Received datagrams waiting for the CPU, oldest first.
     backlog: VecDeque<Packet>,
+    /// The sizes of multicasts the application is blocked on, oldest first
+    /// (`set_blocking_application`).
+    held: VecDeque<u32>,
+    /// A `Retry` is queued for then.
+    retry_at: Option<u64>,
     metrics: HostMetrics,
 }
 
@@ -151,6 +159,8 @@ pub struct Sim<E> {
     cost: Option<ProcessingCost>,
     /// See [`Sim::set_blocking_sends`].
     blocking_sends: bool,
+    /// See [`Sim::set_blocking_application`].
+    blocking_application: bool,
     pub events: u64,
     pub violations: Vec<Violation>,
 }
@@ -180,6 +190,8 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                     divert: None,
                     busy_until: 0,
                     backlog: VecDeque::new(),
+                    held: VecDeque::new(),
+                    retry_at: None,
                     metrics: HostMetrics::new(nodes.len()),
                 }
             })
@@ -193,6 +205,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
             cost: None,
             blocking_sends: false,
+            blocking_application: false,
             events: 0,
             violations: Vec::new(),
         };
@@ -305,6 +318,10 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 Ev::Send { host, size } => self.on_send(host as usize, size),
                 Ev::Divert { host, count } => self.on_divert(host as usize, count),
                 Ev::Process { host } => self.on_cpu_free(host as usize),
+                Ev::Retry { host } => {
+                    self.hosts[host as usize].retry_at = None;
+                    self.send_held(host as usize);
+                }
             }
         }
         self.now = self.now.max(until_ns);
@@ -335,6 +352,22 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     /// scenarios leave it off, the default).
     pub fn set_blocking_sends(&mut self, on: bool) {
         self.blocking_sends = on;
+    }
+
+    /// With `on`, an application whose multicast the engine refuses for flow
+    /// control (`SendError::WindowFull`) blocks on it, as a sender in a
+    /// blocking `send` loop does: the message and every later one it means
+    /// to send wait, in order, and go as soon as the engine takes them and
+    /// the CPU is free. A sender paced at a fixed rate therefore catches up
+    /// after a stall as fast as its host allows, and throughput falls only
+    /// when it cannot. Off (the default), a refused multicast is lost.
+    pub fn set_blocking_application(&mut self, on: bool) {
+        self.blocking_application = on;
+    }
+
+    /// Multicasts the application on `host` is blocked on.
+    pub fn held_sends(&self, host: usize) -> usize {
+        self.hosts[host].held.len()
     }
 
     /// Records each host's deliveries per `bin_ns` of simulated time.
@@ -372,6 +405,11 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         if self.is_asleep(host) {
             return;
         }
+        if self.blocking_application {
+            self.hosts[host].held.push_back(size);
+            self.send_held(host);
+            return;
+        }
         if self.blocking_sends && self.hosts[host].busy_until > self.now {
             // The application shares the host's CPU, which is still sending
             // (or blocked on a full interface queue): its multicast waits,
@@ -400,6 +438,40 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             self.hosts[host].metrics.originated += 1;
         }
         self.after_input(host);
+    }
+
+    /// The blocked application's multicasts, oldest first, while the engine
+    /// takes them and the CPU is free (`set_blocking_application`).
+    fn send_held(&mut self, host: usize) {
+        while let Some(&size) = self.hosts[host].held.front() {
+            if self.is_asleep(host) {
+                return; // Waking runs `after_input`, which comes back here.
+            }
+            if !self.hosts[host].backlog.is_empty() {
+                // Received datagrams first, as an event loop polls its
+                // socket between sends; processing them comes back here.
+                return;
+            }
+            let free = self.hosts[host].busy_until;
+            if self.blocking_sends && free > self.now {
+                let h = &mut self.hosts[host];
+                if h.retry_at.is_none_or(|at| at > free) {
+                    h.retry_at = Some(free);
+                    self.push(free, Ev::Retry { host: host as u32 });
+                }
+                return;
+            }
+            let now = Instant::from_nanos(self.now);
+            let mut payload = vec![0u8; (size as usize).max(8)];
+            payload[..8].copy_from_slice(&self.now.to_be_bytes());
+            match self.hosts[host].engine.multicast(now, Bytes::from(payload)) {
+                Err(SendError::WindowFull) => return, // An input will open it.
+                Err(_) => {}
+                Ok(_) => self.hosts[host].metrics.originated += 1,
+            }
+            self.hosts[host].held.pop_front();
+            self.drain(host);
+        }
     }
 
     fn on_wake(&mut self, host: usize, generation: u64) {
@@ -484,9 +556,18 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         self.after_input(host);
     }
 
-    /// Drains the engine after an input: datagrams into the network, events
-    /// into the metrics and checker, and the next wake-up.
+    /// Drains the engine after an input, then lets a blocked application
+    /// try again.
     fn after_input(&mut self, host: usize) {
+        self.drain(host);
+        if !self.hosts[host].held.is_empty() {
+            self.send_held(host);
+        }
+    }
+
+    /// Datagrams into the network, events into the metrics and checker, and
+    /// the next wake-up.
+    fn drain(&mut self, host: usize) {
         let now = Instant::from_nanos(self.now);
         while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
             self.hosts[host].metrics.count_sent(&t.payload);
@@ -681,6 +762,44 @@ mod tests {
         };
         let dropped = run(Some(overloaded), 200, 1000).dropped_backlog;
         assert!(dropped > 100, "dropped {dropped}");
+    }
+
+    /// Three members, a sender buffer of 4 and a member asleep for 300 ms
+    /// while the sender offers 100 messages, one per millisecond. Returns
+    /// (originated, fewest delivered by a member, held mid-sleep, held at
+    /// the end).
+    fn window_stall(blocking_application: bool) -> (u64, u64, usize, usize) {
+        use shoal_core::traditional::{self, Traditional};
+        let topology = Topology::star(3, LinkSpec::paper(0.0));
+        let config = traditional::Config {
+            window: std::num::NonZeroU32::new(4).unwrap(),
+            ..traditional::Config::default()
+        };
+        let mut sim = Sim::new(&topology, &[1, 2, 3], 1, |me, members| {
+            Traditional::new(me, members, config.clone(), Instant::ZERO).unwrap()
+        });
+        sim.set_blocking_application(blocking_application);
+        sim.schedule_stream(0, 10_000_000, 1_000_000, 100, 100);
+        sim.sleep(2, 20_000_000, 320_000_000);
+        sim.run_until(200_000_000);
+        let held_mid_sleep = sim.held_sends(0);
+        sim.run_until(5_000_000_000);
+        let originated = sim.hosts[0].metrics.originated;
+        let fewest = sim.hosts.iter().map(|h| h.metrics.delivered).min().unwrap();
+        assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+        (originated, fewest, held_mid_sleep, sim.held_sends(0))
+    }
+
+    #[test]
+    fn a_blocked_application_sends_everything_once_the_window_opens() {
+        // Lost: multicasts refused while the sleeper held the window.
+        let (originated, fewest, held, _) = window_stall(false);
+        assert!(originated < 50, "originated {originated}");
+        assert_eq!((fewest, held), (originated, 0));
+        // Blocked: they wait in order, then all go, and all arrive.
+        let (originated, fewest, held, held_at_end) = window_stall(true);
+        assert!(held > 50, "held mid-sleep {held}");
+        assert_eq!((originated, fewest, held_at_end), (100, 100, 0));
     }
 
     /// A star of 41 members around a router; member 0 fans each message out

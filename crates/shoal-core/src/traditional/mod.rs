@@ -118,6 +118,9 @@ pub struct Traditional {
     known: Vec<Vec<u64>>,
     /// When each peer last made progress on each source (for retransmission).
     progress_at: Vec<Vec<Instant>>,
+    /// When each of my own kept messages was sent, aligned with
+    /// `streams[my_index].kept`.
+    sent_at: VecDeque<Instant>,
     last_heard: Vec<Instant>,
     suspected: Vec<bool>,
     flush: Option<Flush>,
@@ -149,6 +152,7 @@ impl Traditional {
             streams: (0..n).map(|_| Stream::default()).collect(),
             known: vec![vec![0; n]; n],
             progress_at: vec![vec![now; n]; n],
+            sent_at: VecDeque::new(),
             last_heard: vec![now; n],
             suspected: vec![false; n],
             flush: None,
@@ -359,6 +363,9 @@ impl Traditional {
         while s.kept_from < keep_from && !s.kept.is_empty() {
             s.kept.pop_front();
             s.kept_from += 1;
+            if source == self.my_index {
+                self.sent_at.pop_front();
+            }
         }
     }
 
@@ -591,6 +598,19 @@ impl Traditional {
             .collect();
         for source in sources {
             let mine = self.streams[source].next;
+            // Only what a peer has had `timeout` to acknowledge is resent.
+            // A busy sender (unicast fan-out, CPU- or link-bound) holds
+            // reports in its backlog; counting the newest messages as lost
+            // resent up to a window to every member each round, which
+            // pushed it further behind until heartbeats missed their
+            // deadline and it suspected everyone (P000 Fig 1's meltdown,
+            // docs/reproduction.md).
+            let due = if source == self.my_index {
+                let s = &self.streams[source];
+                s.kept_from + self.sent_at.partition_point(|at| *at + timeout <= now) as u64
+            } else {
+                mine
+            };
             for &p in &peers {
                 if p == self.my_index {
                     continue;
@@ -599,8 +619,11 @@ impl Traditional {
                 if has >= mine || self.progress_at[p][source] + timeout > now {
                     continue;
                 }
+                if has >= due {
+                    continue;
+                }
                 self.progress_at[p][source] = now;
-                for seq in has..mine.min(has + burst) {
+                for seq in has..due.min(has + burst) {
                     let Some(payload) = self.streams[source].get(seq).cloned() else {
                         continue;
                     };
@@ -721,6 +744,7 @@ impl Engine for Traditional {
         };
         self.send_to_view(&packet);
         // The sender holds its own message like any receiver.
+        self.sent_at.push_back(now);
         self.on_message(now, me, seq, payload);
         for &p in &self.view.clone() {
             if p != me && self.known[p][me] == seq {

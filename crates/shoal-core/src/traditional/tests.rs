@@ -247,3 +247,28 @@ fn bad_config_and_foreign_datagrams_are_refused() {
     assert_eq!(e.stats().malformed, 2);
     assert!(e.poll_event().is_none());
 }
+
+/// A peer that has not reported for `retransmit_timeout` is resent only the
+/// messages it has had that long to acknowledge: a report still queued at a
+/// busy sender must not turn the newest messages into retransmissions.
+#[test]
+fn only_messages_older_than_the_timeout_are_retransmitted() {
+    use std::time::Duration;
+    let members = [NodeId(0), NodeId(1)];
+    let config = Config::default();
+    let timeout = config.retransmit_timeout;
+    let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+    let mut sender = Traditional::new(NodeId(0), &members, config, Instant::ZERO).unwrap();
+    let send = |sender: &mut Traditional, ms: u64| {
+        sender.multicast(at(ms), Bytes::from_static(b"m")).unwrap();
+        while sender.poll_transmit(at(ms)).is_some() {}
+    };
+    send(&mut sender, 0);
+    send(&mut sender, 90);
+    // The peer never reports. At 110 ms only the first message is due.
+    sender.handle_timeout(at(110));
+    assert_eq!(sender.stats().retransmits_sent, 1);
+    // A round later, the second one has had its time too.
+    sender.handle_timeout(at(110) + timeout);
+    assert_eq!(sender.stats().retransmits_sent, 3);
+}

@@ -7,7 +7,7 @@
 //! rising about linearly with n. The issue asks to go on to 1000.
 //!
 //! Setup: one sender, 1 KB messages, the paper's 20 s view period and 1 s
-//! ack wait, on the P000 switch with "fast" hosts (50 µs per datagram).
+//! ack wait, on the P000 switch with hosts at 50 µs per datagram.
 //! The pause is the longest run of empty 10 ms delivery bins at that member.
 //!
 //! Two first phases (no IP multicast, as on P000's testbed): the flat

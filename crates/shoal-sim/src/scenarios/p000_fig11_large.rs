@@ -19,7 +19,7 @@
 //! nor leader delivers at least 95% of it), as in `p000-fig10-scale`; the
 //! ladder climbs in steps of √2 from 25 to 2240/s, 45 s per run, and stops
 //! after the first rate that is not carried. Same
-//! testbed: the P000 switch (100 Mbit/s) with "fast" hosts, k = 1, 20 s view
+//! testbed: the P000 switch (100 Mbit/s) with hosts at 50 µs per datagram, k = 1, 20 s view
 //! period, one sender.
 
 use shoal_core::vsync;

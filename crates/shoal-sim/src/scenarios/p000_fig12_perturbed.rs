@@ -4,11 +4,12 @@
 //! member and at an unperturbed one. P000: the unperturbed members keep
 //! their throughput (within a few percent) for every p, and the perturbed
 //! member is dropped at the next view change. Compare `p000-fig1-traditional`
-//! (same host model, same sleep process), where one sleeper drags everyone.
+//! (same sleep process), where one sleeper drags everyone.
 //!
 //! The sender offers 100 messages/s of 1 KB (P000 §6's stack sustains
 //! about 100/s, Table 2); the view period is the paper's 20 s; hosts are
-//! the "fast" model of `p000-fig1-traditional` (50 µs per datagram).
+//! the hosts of `p000-fig1-traditional`'s IP-multicast model (50 µs per
+//! datagram).
 
 use shoal_core::vsync;
 use shoal_plot::Series;

@@ -9,7 +9,7 @@
 //! and, staying perturbed, is eventually dropped; it does not affect the
 //! healthy member.
 //!
-//! Setup: the P000 switch and "fast" hosts, k = 1, 20 s view period, one
+//! Setup: the P000 switch and hosts at 50 µs per datagram, k = 1, 20 s view period, one
 //! sender at 100 multicasts/s of 1 KB (Figs 12 and 14's load). Holes need
 //! loss, which P000's testbed had and does not quantify: every link here
 //! drops 1% of packets. The perturbed member sleeps through each 100 ms slot
@@ -30,7 +30,7 @@ use shoal_core::{Instant, NodeId};
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{head, perturb, real_hosts, HOSTS};
+use super::p000::{head, perturb, real_hosts, HOST_NS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, Sim, Topology};
@@ -107,7 +107,7 @@ fn group(n: usize, config: &vsync::Config, seed: u64) -> Sim<Vsync> {
         let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
         Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
     });
-    real_hosts(&mut sim, HOSTS[0].1);
+    real_hosts(&mut sim, HOST_NS);
     sim
 }
 

@@ -6,7 +6,7 @@
 //!
 //! We count the vsync packets the leader (member 0, k = 1) receives per
 //! second while a sender sends 100 messages/s and then while nobody sends,
-//! for n = 32 and 64, on the P000 switch with "fast" hosts.
+//! for n = 32 and 64, on the P000 switch with hosts at 50 µs per datagram.
 
 use shoal_core::vsync::{self, Vsync};
 use shoal_wire::Kind;
