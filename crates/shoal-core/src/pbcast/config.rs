@@ -93,18 +93,6 @@ pub struct Config {
     /// See `lost_evidence_min`. Default 2 × `gc_rounds`: by then every copy
     /// made in the first phase has been collected.
     pub lost_after_rounds: NonZeroU32,
-    /// With hierarchical gossip weights, a member that has lacked a message
-    /// for this many rounds gossips to a uniformly chosen member instead,
-    /// every round until it has it; 0 never does. Weights 1/k^d send a member
-    /// across the root rarely, so when a whole subtree lost a message (a
-    /// drop on the link above it), nobody inside holds it and it often
-    /// outlived the GC window before gossip from outside brought it
-    /// (P001 Fig 3's large tree, `docs/reproduction.md`). A uniform target
-    /// is outside the subtree with the probability of its share of the
-    /// group, and pushes the message back (push mode) while it is young.
-    /// Not in P001; Shoal's default 7 (`docs/pbcast.md`). Without weights it
-    /// changes nothing.
-    pub hierarchy_escape_rounds: u32,
     /// FIFO per sender or unordered.
     pub delivery: Delivery,
     /// The transport offers IP multicast: the first phase uses it. Otherwise
@@ -172,7 +160,6 @@ impl Default for Config {
             solicit_retry: Duration::from_millis(20),
             lost_evidence_min: 3,
             lost_after_rounds: NonZeroU32::new(20).unwrap(),
-            hierarchy_escape_rounds: 7,
             delivery: Delivery::Fifo,
             ip_multicast: false,
             relay_fanout: 16,

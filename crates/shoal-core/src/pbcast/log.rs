@@ -130,20 +130,6 @@ impl SourceLog {
         self.slots.get_mut(usize::try_from(index).ok()?)
     }
 
-    /// When this member learned of the oldest message it still lacks.
-    pub fn oldest_missing_since(&self) -> Option<Instant> {
-        if self.missing == 0 {
-            return None;
-        }
-        self.slots
-            .iter()
-            .filter_map(|slot| match slot {
-                Slot::Missing(m) => Some(m.since),
-                _ => None,
-            })
-            .min()
-    }
-
     pub fn payload(&self, seq: u64) -> Option<&Bytes> {
         match self.slot(seq) {
             Some(Slot::Held(held)) => Some(&held.payload),

@@ -779,9 +779,8 @@ impl Pbcast {
             self.give_up_dead_gaps(now, source, lost_wait);
             self.track(source);
         }
-        let uniform = self.escaping_hierarchy(now);
         for _ in 0..self.config.gossip_fanout.get() {
-            if let Some(target) = self.random_other_member(uniform) {
+            if let Some(target) = self.random_other_member() {
                 self.outbox
                     .control
                     .push_back(Control::Gossip { to: target });
@@ -819,27 +818,12 @@ impl Pbcast {
         });
     }
 
-    /// Whether this round's gossip goes to a uniformly chosen member
-    /// despite hierarchical weights (`Config::hierarchy_escape_rounds`).
-    fn escaping_hierarchy(&self, now: Instant) -> bool {
-        let rounds = self.config.hierarchy_escape_rounds;
-        if rounds == 0 || self.gossip_weights.is_none() {
-            return false;
-        }
-        let wait = self.config.gossip_interval * rounds;
-        self.busy.iter().any(|&source| {
-            self.logs[source]
-                .oldest_missing_since()
-                .is_some_and(|since| since + wait <= now)
-        })
-    }
-
-    fn random_other_member(&mut self, uniform: bool) -> Option<NodeId> {
+    fn random_other_member(&mut self) -> Option<NodeId> {
         let n = self.members.len();
         if n < 2 {
             return None;
         }
-        if let Some(cumulative) = self.gossip_weights.as_ref().filter(|_| !uniform) {
+        if let Some(cumulative) = &self.gossip_weights {
             let total = *cumulative.last()?;
             if total > 0.0 {
                 let x = self.rng.random::<f64>() * total;

@@ -635,37 +635,3 @@ fn gossip_repairs_what_a_relay_tree_loses() {
         }
     }
 }
-
-/// Hierarchical weights that keep {1, 2} and {0, 3} apart: each pair
-/// gossips only inside itself. Message 5 reaches neither 1 nor 2, so only
-/// gossip across the pairs can repair it. Returns (member 1's deliveries,
-/// member 2's deliveries).
-fn two_clusters_one_lost_at_the_far_one(escape_rounds: u32) -> (Vec<u64>, Vec<u64>) {
-    let config = Config {
-        hierarchy_escape_rounds: escape_rounds,
-        ..paper_config()
-    };
-    let mut net = net(4, config, 3);
-    for (me, peer) in [(0, 3), (3, 0), (1, 2), (2, 1)] {
-        let weights = [(NodeId(peer), 1.0)];
-        net.engines[me].set_gossip_weights(&weights).unwrap();
-    }
-    net.filter = Some(Box::new(|from, to, bytes| {
-        !(from == 0 && (to == 1 || to == 2) && bytes_has_data_seq(bytes, 5))
-    }));
-    send_stream(&mut net, 20, 10);
-    net.run_until(6_000);
-    (net.delivered_seqs(1, 0), net.delivered_seqs(2, 0))
-}
-
-#[test]
-fn a_cluster_that_lost_a_message_as_a_whole_gossips_outside_it() {
-    let all: Vec<u64> = (0..20).collect();
-    // Weights alone: nobody inside ever holds message 5.
-    let without_5: Vec<u64> = all.iter().copied().filter(|&s| s != 5).collect();
-    let (one, two) = two_clusters_one_lost_at_the_far_one(0);
-    assert_eq!((one, two), (without_5.clone(), without_5));
-    // Escaping after 3 rounds: a uniform target outside pushes it back.
-    let (one, two) = two_clusters_one_lost_at_the_far_one(3);
-    assert_eq!((one, two), (all.clone(), all));
-}
