@@ -427,17 +427,20 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             }
             return;
         }
-        let mut payload = vec![0u8; (size as usize).max(8)];
-        payload[..8].copy_from_slice(&self.now.to_be_bytes());
         let now = Instant::from_nanos(self.now);
-        if self.hosts[host]
-            .engine
-            .multicast(now, Bytes::from(payload))
-            .is_ok()
-        {
+        let payload = self.stamped_payload(size);
+        if self.hosts[host].engine.multicast(now, payload).is_ok() {
             self.hosts[host].metrics.originated += 1;
         }
         self.after_input(host);
+    }
+
+    /// An application payload of `size` bytes (at least 8) that starts with
+    /// its send time, from which receivers' metrics take the latency.
+    fn stamped_payload(&self, size: u32) -> Bytes {
+        let mut payload = vec![0u8; (size as usize).max(8)];
+        payload[..8].copy_from_slice(&self.now.to_be_bytes());
+        Bytes::from(payload)
     }
 
     /// The blocked application's multicasts, oldest first, while the engine
@@ -462,9 +465,8 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 return;
             }
             let now = Instant::from_nanos(self.now);
-            let mut payload = vec![0u8; (size as usize).max(8)];
-            payload[..8].copy_from_slice(&self.now.to_be_bytes());
-            match self.hosts[host].engine.multicast(now, Bytes::from(payload)) {
+            let payload = self.stamped_payload(size);
+            match self.hosts[host].engine.multicast(now, payload) {
                 Err(SendError::WindowFull) => return, // An input will open it.
                 Err(_) => {}
                 Ok(_) => self.hosts[host].metrics.originated += 1,

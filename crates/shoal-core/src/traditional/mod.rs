@@ -616,10 +616,8 @@ impl Traditional {
                     continue;
                 }
                 let has = self.known[p][source];
-                if has >= mine || self.progress_at[p][source] + timeout > now {
-                    continue;
-                }
-                if has >= due {
+                // `due` <= `mine`: nothing due means nothing lacked either.
+                if has >= due || self.progress_at[p][source] + timeout > now {
                     continue;
                 }
                 self.progress_at[p][source] = now;

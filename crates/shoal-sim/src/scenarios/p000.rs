@@ -26,11 +26,11 @@ pub fn cost(per_datagram_ns: u64) -> ProcessingCost {
     }
 }
 
-/// Makes `sim`'s hosts P000's real machines: `per_datagram_ns` of CPU per
-/// datagram (`cost`), and sockets that hold a sender while its interface is
+/// Makes `sim`'s hosts P000's real machines: `cost` of CPU per datagram
+/// (usually [`cost`]), and sockets that hold a sender while its interface is
 /// busy rather than drop its datagrams (`Sim::set_blocking_sends`).
-pub fn real_hosts<E: Engine<Event: SimEvent>>(sim: &mut Sim<E>, per_datagram_ns: u64) {
-    sim.set_processing_cost(cost(per_datagram_ns));
+pub fn real_hosts<E: Engine<Event: SimEvent>>(sim: &mut Sim<E>, cost: ProcessingCost) {
+    sim.set_processing_cost(cost);
     sim.set_blocking_sends(true);
 }
 
@@ -53,7 +53,7 @@ pub fn vsync_group(n: usize, config: &vsync::Config, seed: u64, bin_s: f64) -> S
         let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
         Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
     });
-    real_hosts(&mut sim, HOST_NS);
+    real_hosts(&mut sim, cost(HOST_NS));
     sim.record_throughput(ns(bin_s));
     sim
 }

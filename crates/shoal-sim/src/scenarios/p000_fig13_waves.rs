@@ -30,7 +30,7 @@ use shoal_core::{Instant, NodeId};
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{head, perturb, real_hosts, HOST_NS};
+use super::p000::{cost, head, perturb, real_hosts, HOST_NS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, Sim, Topology};
@@ -107,7 +107,7 @@ fn group(n: usize, config: &vsync::Config, seed: u64) -> Sim<Vsync> {
         let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
         Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
     });
-    real_hosts(&mut sim, HOST_NS);
+    real_hosts(&mut sim, cost(HOST_NS));
     sim
 }
 

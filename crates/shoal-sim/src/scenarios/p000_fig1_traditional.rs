@@ -89,11 +89,13 @@ pub fn one(model: Model, n: usize, p: f64, seconds: f64, seed: u64) -> (Report, 
     let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
         Traditional::new(me, members, config.clone(), Instant::ZERO).expect("valid config")
     });
-    real_hosts(&mut sim, model.cpu_ns);
-    sim.set_processing_cost(ProcessingCost {
-        per_byte_ns: model.per_byte_ns,
-        ..cost(model.cpu_ns)
-    });
+    real_hosts(
+        &mut sim,
+        ProcessingCost {
+            per_byte_ns: model.per_byte_ns,
+            ..cost(model.cpu_ns)
+        },
+    );
     sim.set_blocking_application(true);
     sim.record_throughput(ns(BIN_S));
     let start = 0.5;
