@@ -78,6 +78,18 @@ pub fn paper_pbcast() -> Config {
     }
 }
 
+/// A number a scenario reads from the environment variable `name` to probe
+/// a setting the paper leaves open; `None` when unset. A value that is not
+/// `what` (`valid` says) stops the run: a probe must not quietly measure
+/// the default.
+pub(crate) fn probe_setting(name: &str, what: &str, valid: impl Fn(f64) -> bool) -> Option<f64> {
+    let value = std::env::var(name).ok()?;
+    match value.parse::<f64>() {
+        Ok(x) if valid(x) => Some(x),
+        _ => panic!("{name} must be {what}, got {value:?}"),
+    }
+}
+
 /// Seconds to nanoseconds.
 pub(crate) fn ns(seconds: f64) -> u64 {
     (seconds * 1e9) as u64

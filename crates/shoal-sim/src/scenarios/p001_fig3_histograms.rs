@@ -28,14 +28,12 @@ pub const NAME: &str = "p001-fig3-histograms";
 const LOSS: f64 = 0.01;
 
 /// The large tree's link speed from `SHOAL_SIM_LARGE_TREE_BPS`, if set.
-/// A value that is not a positive number stops the run: a probe must not
-/// quietly measure the default.
 fn large_tree_bps() -> Option<f64> {
-    let value = std::env::var("SHOAL_SIM_LARGE_TREE_BPS").ok()?;
-    match value.parse::<f64>() {
-        Ok(bps) if bps.is_finite() && bps > 0.0 => Some(bps),
-        _ => panic!("SHOAL_SIM_LARGE_TREE_BPS must be a positive number of bits/s, got {value:?}"),
-    }
+    super::probe_setting(
+        "SHOAL_SIM_LARGE_TREE_BPS",
+        "a positive number of bits/s",
+        |bps| bps.is_finite() && bps > 0.0,
+    )
 }
 
 /// One histogram's runs: (label, protocol, delivery, tree nodes, members).

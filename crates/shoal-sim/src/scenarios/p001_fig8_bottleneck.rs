@@ -26,17 +26,26 @@ pub const PROTOCOLS: [Protocol; 5] = [
     Protocol::PbcastHier,
 ];
 
-/// Loss per link: 1%, or `SHOAL_SIM_BOTTLENECK_LOSS` when set. A value
-/// that is not a probability stops the run: a probe must not quietly
-/// measure the default.
+/// Loss per link: 1%, or `SHOAL_SIM_BOTTLENECK_LOSS` when set.
 fn loss_per_link() -> f64 {
-    let Ok(value) = std::env::var("SHOAL_SIM_BOTTLENECK_LOSS") else {
-        return 0.01;
-    };
-    match value.parse::<f64>() {
-        Ok(p) if (0.0..1.0).contains(&p) => p,
-        _ => panic!("SHOAL_SIM_BOTTLENECK_LOSS must be a probability in [0, 1), got {value:?}"),
+    super::probe_setting(
+        "SHOAL_SIM_BOTTLENECK_LOSS",
+        "a probability in [0, 1)",
+        |p| (0.0..1.0).contains(&p),
+    )
+    .unwrap_or(0.01)
+}
+
+/// The figure's tree of `n` members: depth 4, 1.5 Mbit/s links at the
+/// root, 10 Mbit/s below, `loss` on every link.
+fn tree(n: usize, loss: f64) -> Topology {
+    let mut t = Topology::tree_of(n, 4, LinkSpec::paper(loss));
+    for (parent, _, spec) in &mut t.links {
+        if *parent != 0 {
+            spec.bandwidth_bps = 10e6;
+        }
     }
+    t
 }
 
 pub fn run(scale: Scale) -> Figure {
@@ -44,21 +53,12 @@ pub fn run(scale: Scale) -> Figure {
     let sizes: &[usize] = scale.pick(&[20, 40, 60, 80, 100], &[20, 60, 100]);
     let loss = loss_per_link();
     let seconds = scale.pick(100.0, 10.0);
-    let tree = |n| {
-        let mut t = Topology::tree_of(n, 4, LinkSpec::paper(loss));
-        for (parent, _, spec) in &mut t.links {
-            if *parent != 0 {
-                spec.bandwidth_bps = 10e6;
-            }
-        }
-        t
-    };
     let runs = Sweep {
         size: 1000,
         ..Sweep::p001(NAME, &PROTOCOLS, sizes, scale, loss, seconds)
     }
     .run(&mut figure, &|n, _seed| {
-        let t = tree(n);
+        let t = tree(n, loss);
         let branching = (t.links.iter().filter(|l| l.0 == 0).count()) as f64;
         Setup {
             watch: vec![(0, 1), (1, 0)],
@@ -82,7 +82,7 @@ pub fn run(scale: Scale) -> Figure {
     let largest = *sizes.last().expect("sizes");
     overhead_notes(&mut figure, &PROTOCOLS, largest);
     // The receiver farthest from the sender (node 0) at the largest size.
-    let hops = Network::new(&tree(largest), &[]).hops_from(0);
+    let hops = Network::new(&tree(largest, loss), &[]).hops_from(0);
     let far = (0..largest).max_by_key(|&v| hops[v]).expect("nodes");
     let mut series = Vec::new();
     for p in PROTOCOLS {
@@ -171,6 +171,7 @@ mod trace {
 
     use shoal_core::pbcast::{Delivery, GossipMode, MulticastRepair, Pbcast};
     use shoal_core::{Instant, NodeId};
+    use shoal_wire::Kind;
 
     use super::*;
     use crate::Sim;
@@ -217,12 +218,7 @@ mod trace {
             .split_once(',')
             .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
             .expect("TRACE_LINK: two node numbers, as 0,1");
-        let mut topology = Topology::tree_of(n, 4, LinkSpec::paper(setting("TRACE_LOSS", 0.01)));
-        for (parent, _, spec) in &mut topology.links {
-            if *parent != 0 {
-                spec.bandwidth_bps = 10e6;
-            }
-        }
+        let topology = super::tree(n, setting("TRACE_LOSS", 0.01));
         let hosts: Vec<usize> = (0..n).collect();
         let config = config();
         let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
@@ -245,15 +241,15 @@ mod trace {
         for bin in 1..=135 {
             sim.run_until(bin * 100_000_000);
             let now = watched(&sim);
-            let kind = |k: usize| now.0[k] - before.0[k];
+            let kind = |k: Kind| now.0[k.index()] - before.0[k.index()];
             let recovered: u64 = sim.hosts().map(|(e, _)| e.stats().recovered).sum();
             eprintln!(
                 "{:>4.1} s  data {:>3} gossip {:>3} solicit {:>3} retransmit {:>3} queue drops {:>3}  (recovered in all {recovered})",
                 bin as f64 / 10.0,
-                kind(0),
-                kind(1),
-                kind(2),
-                kind(3),
+                kind(Kind::Data),
+                kind(Kind::Gossip),
+                kind(Kind::Solicit),
+                kind(Kind::Retransmit),
                 now.1 - before.1,
             );
             before = now;
