@@ -258,10 +258,12 @@ mod trace {
             sim.hosts().map(|(e, _)| f(e.stats())).sum()
         };
         eprintln!(
-            "lost {} recovered {} duplicates {}",
+            "lost {} recovered {} duplicates {} retransmissions sent {} (by multicast {})",
             total(|s| s.lost),
             total(|s| s.recovered),
-            total(|s| s.duplicates)
+            total(|s| s.duplicates),
+            total(|s| s.packets_sent[Kind::Retransmit.index()]),
+            total(|s| s.retransmits_multicast)
         );
         for l in sim.network().links.iter().filter(|l| l.dropped_queue > 0) {
             eprintln!("link {}->{}: {} queue drops", l.from, l.to, l.dropped_queue);
