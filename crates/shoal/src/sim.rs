@@ -215,8 +215,15 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
     }
     println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
     if !incomplete.is_empty() {
-        for r in incomplete.iter().take(10) {
+        const LISTED: usize = 10;
+        for r in incomplete.iter().take(LISTED) {
             println!("incomplete: {r}");
+        }
+        if incomplete.len() > LISTED {
+            println!(
+                "incomplete: {} more not listed (column `complete` of each summary.csv)",
+                incomplete.len() - LISTED
+            );
         }
         bail!("{} runs did not deliver every message", incomplete.len());
     }
