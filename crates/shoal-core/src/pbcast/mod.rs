@@ -87,6 +87,8 @@ pub struct Stats {
     pub lost: u64,
     /// Retransmissions sent by IP multicast (pbcast-IPMC, pbcast-grb).
     pub retransmits_multicast: u64,
+    /// Retransmissions pushed to a gossiper that lacked them (unsolicited).
+    pub retransmits_pushed: u64,
     /// Retransmissions not sent because the round's budget was spent.
     pub retransmits_suppressed: u64,
     pub gossip_rounds: u64,
@@ -650,7 +652,9 @@ impl Pbcast {
             budget,
         );
         for seq in seqs {
-            self.queue_retransmit(Destination::Node(self.members[to]), source, seq);
+            if self.queue_retransmit(Destination::Node(self.members[to]), source, seq) {
+                self.stats.retransmits_pushed += 1;
+            }
         }
     }
 

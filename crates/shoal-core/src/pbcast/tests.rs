@@ -97,6 +97,21 @@ fn pull_only_and_push_only_both_repair() {
                 "{mode:?} member {member}"
             );
         }
+        // Every retransmission of push-only is a push; pull-only never pushes.
+        let pushed: u64 = net
+            .engines
+            .iter()
+            .map(|e| e.stats().retransmits_pushed)
+            .sum();
+        let sent: u64 = net
+            .engines
+            .iter()
+            .map(|e| e.stats().packets_sent[shoal_wire::Kind::Retransmit.index()])
+            .sum();
+        match mode {
+            GossipMode::Pull => assert_eq!(pushed, 0),
+            _ => assert!(pushed > 0 && pushed >= sent, "pushed {pushed}, sent {sent}"),
+        }
     }
 }
 

@@ -160,8 +160,10 @@ mod tests {
 /// `TRACE_N` (60), `TRACE_LOSS` per link (0.01), `TRACE_SEED` (1),
 /// `TRACE_LINK` ("0,1"), `TRACE_MODE` (push-pull, pull or push),
 /// `TRACE_RETRY_MS` (solicitation retry, 20), `TRACE_BUDGET`
-/// (retransmissions per round, 500), `TRACE_REPAIR` (off, ipmc or grb) and
-/// `TRACE_THRESHOLD` (solicitations that make a repair a multicast, 2).
+/// (retransmissions per round, 500), `TRACE_REPAIR` (off, ipmc or grb),
+/// `TRACE_THRESHOLD` (solicitations that make a repair a multicast, 2),
+/// `TRACE_PUSH_MS` (push window, 1000) and `TRACE_SECS` (seconds of
+/// sending, 10; the figure sends for 100).
 ///
 /// `cargo test --release -p shoal-sim --lib root_link_trace -- --ignored --nocapture`
 #[cfg(test)]
@@ -191,6 +193,7 @@ mod trace {
             .expect("pbcast");
         config.solicit_retry = Duration::from_millis(setting("TRACE_RETRY_MS", 20));
         config.retransmits_per_round_max = setting("TRACE_BUDGET", 500);
+        config.push_age_max = Duration::from_millis(setting("TRACE_PUSH_MS", 1000));
         config.mode = match setting("TRACE_MODE", "push-pull".to_string()).as_str() {
             "pull" => GossipMode::Pull,
             "push" => GossipMode::Push,
@@ -227,7 +230,8 @@ mod trace {
         });
         sim.check_unordered();
         sim.watch_link(from, to);
-        sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 1000, 1000);
+        let seconds: u64 = setting("TRACE_SECS", 10);
+        sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 1000 * seconds, 1000);
         let watched = |sim: &Sim<Pbcast>| {
             let l = sim
                 .network()
@@ -238,7 +242,7 @@ mod trace {
             (*l.kinds.as_deref().expect("watched"), l.dropped_queue)
         };
         let mut before = watched(&sim);
-        for bin in 1..=135 {
+        for bin in 1..=(seconds * 10 + 35) {
             sim.run_until(bin * 100_000_000);
             let now = watched(&sim);
             let kind = |k: Kind| now.0[k.index()] - before.0[k.index()];
@@ -258,12 +262,13 @@ mod trace {
             sim.hosts().map(|(e, _)| f(e.stats())).sum()
         };
         eprintln!(
-            "lost {} recovered {} duplicates {} retransmissions sent {} (by multicast {})",
+            "lost {} recovered {} duplicates {} retransmissions sent {} (by multicast {}, pushed {})",
             total(|s| s.lost),
             total(|s| s.recovered),
             total(|s| s.duplicates),
             total(|s| s.packets_sent[Kind::Retransmit.index()]),
-            total(|s| s.retransmits_multicast)
+            total(|s| s.retransmits_multicast),
+            total(|s| s.retransmits_pushed)
         );
         for l in sim.network().links.iter().filter(|l| l.dropped_queue > 0) {
             eprintln!("link {}->{}: {} queue drops", l.from, l.to, l.dropped_queue);
