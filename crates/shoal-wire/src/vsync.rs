@@ -168,10 +168,16 @@ pub enum Message<'a> {
     Join { joiner: u32 },
     /// Tag 9: `member u32`.
     Leave { member: u32 },
-    /// Tag 10: `epoch u64, gseq u64`, entry: primary to backup.
+    /// Tag 10 (`open` false) or 19 (`open` true): `epoch u64, gseq u64`,
+    /// entry: primary to backup. An open entry commits as soon as every
+    /// backup of `epoch` holds it, so a backup that learns so from the
+    /// others' PeerAcks may deliver it; a closed one (a Newview, or an entry
+    /// at or above the primary's fence) commits only when the primary says
+    /// so.
     Replicate {
         epoch: u64,
         gseq: u64,
+        open: bool,
         entry: Entry<'a>,
     },
     /// Tag 11: `epoch u64, base u64, committed u64, view u64`, `count u16` ×
@@ -213,6 +219,11 @@ pub enum Message<'a> {
     /// a majority asks each member it lacks; one that moved on without it
     /// answers with the view it installed).
     Prefreshview { view: u64, epoch: u64 },
+    /// Tag 20: `epoch u64, next u64`: backup to the other backups, the
+    /// ReplicaAck it sent its primary (it holds every entry below `next`
+    /// written in `epoch`). With every backup's, a backup knows which open
+    /// entries are committed without waiting for the primary.
+    PeerAck { epoch: u64, next: u64 },
 }
 
 // ---- encoding -------------------------------------------------------------
@@ -352,8 +363,13 @@ impl Message<'_> {
                 out.push(9);
                 out.extend_from_slice(&member.to_be_bytes());
             }
-            Message::Replicate { epoch, gseq, entry } => {
-                u64s(out, 10, &[*epoch, *gseq]);
+            Message::Replicate {
+                epoch,
+                gseq,
+                open,
+                entry,
+            } => {
+                u64s(out, if *open { 19 } else { 10 }, &[*epoch, *gseq]);
                 entry.encode(out)?;
             }
             Message::Heartbeat(h) => {
@@ -383,6 +399,7 @@ impl Message<'_> {
             Message::Accepted { view, epoch } => u64s(out, 16, &[*view, *epoch]),
             Message::Outranked { view, epoch } => u64s(out, 17, &[*view, *epoch]),
             Message::Prefreshview { view, epoch } => u64s(out, 18, &[*view, *epoch]),
+            Message::PeerAck { epoch, next } => u64s(out, 20, &[*epoch, *next]),
         }
         Ok(())
     }
@@ -399,7 +416,8 @@ impl Message<'_> {
 /// Decodes one vsync control body.
 pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
     let mut r = Reader { bytes: body };
-    let message = match r.u8()? {
+    let tag = r.u8()?;
+    let message = match tag {
         1 => Message::GseqReq {
             sender: r.u32()?,
             local_id: r.u64()?,
@@ -440,9 +458,10 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
         },
         8 => Message::Join { joiner: r.u32()? },
         9 => Message::Leave { member: r.u32()? },
-        10 => Message::Replicate {
+        10 | 19 => Message::Replicate {
             epoch: r.u64()?,
             gseq: r.u64()?,
+            open: tag == 19,
             entry: r.entry()?,
         },
         11 => Message::Heartbeat(r.heartbeat()?),
@@ -472,6 +491,10 @@ pub fn decode(body: &[u8]) -> Result<Message<'_>, VsyncError> {
         18 => Message::Prefreshview {
             view: r.u64()?,
             epoch: r.u64()?,
+        },
+        20 => Message::PeerAck {
+            epoch: r.u64()?,
+            next: r.u64()?,
         },
         tag => return Err(VsyncError::UnknownTag(tag)),
     };
@@ -724,8 +747,16 @@ mod tests {
             Message::Replicate {
                 epoch: 1,
                 gseq: 2,
+                open: false,
+                entry: data.clone(),
+            },
+            Message::Replicate {
+                epoch: 1,
+                gseq: 2,
+                open: true,
                 entry: data,
             },
+            Message::PeerAck { epoch: 1, next: 2 },
             Message::Heartbeat(hb),
             Message::ReplicaAck { epoch: 1, next: 2 },
             Message::RepairFor {
@@ -865,7 +896,7 @@ mod tests {
             let members: Vec<u32> = set.into_iter().collect();
             let committee: Vec<u32> = members.iter().rev().take(3).copied().collect();
             let v = NewView { view, epoch, members, committee, left: left.into_iter().collect(), reasons };
-            let m = Message::Replicate { epoch, gseq: view, entry: Entry::Newview(v) };
+            let m = Message::Replicate { epoch, gseq: view, open: reasons % 2 == 0, entry: Entry::Newview(v) };
             let b = m.to_vec().unwrap();
             prop_assert_eq!(decode(&b), Ok(m.clone()));
         }

@@ -31,6 +31,9 @@ use crate::time::Instant;
 pub(crate) struct Stored {
     pub record: Record,
     pub epoch: u64,
+    /// Commits once every backup of `epoch` holds it (`Message::Replicate`);
+    /// meaningful on a backup only.
+    pub open: bool,
 }
 
 pub(super) struct Committee {
@@ -61,6 +64,9 @@ pub(super) struct Backup {
     pub confirmed: u64,
     pub heard: Instant,
     pub ack_due: bool,
+    /// The other backups' `confirmed`, from their PeerAcks in the current
+    /// epoch (`Config::committee_delivery`).
+    pub peers: BTreeMap<NodeId, u64>,
 }
 
 pub(super) struct Replica {
@@ -133,6 +139,7 @@ impl Committee {
                 confirmed: 0,
                 heard: now,
                 ack_due: false,
+                peers: BTreeMap::new(),
             })
         };
         Committee {
@@ -332,7 +339,14 @@ impl Vsync {
                     .retain(|m, _| v.members.binary_search(&m.0).is_ok());
             }
         }
-        c.store.insert(gseq, Stored { record, epoch });
+        c.store.insert(
+            gseq,
+            Stored {
+                record,
+                epoch,
+                open: false,
+            },
+        );
         self.pump_replication();
         self.try_commit(now);
         Some(gseq)
@@ -341,12 +355,18 @@ impl Vsync {
     /// Sends each backup the records it has not been sent, within the window.
     fn pump_replication(&mut self) {
         let window = u64::from(self.config.replicate_window.get());
+        let peer_commit = self.config.committee_delivery;
         let Some(c) = self.committee.as_mut() else {
             return;
         };
         let Role::Primary(p) = &mut c.role else {
             return;
         };
+        // Entries at or above the fence must wait for the primary's word;
+        // the fence only ever falls to `next_gseq` within an epoch, so an
+        // entry sent open stays below it (docs/vsync.md, "Delivery from the
+        // committee's stores").
+        let fence = p.fence.unwrap_or(u64::MAX);
         let mut batches = Vec::new();
         for (node, r) in p.backups.iter_mut() {
             let end = p.next_gseq.min(r.acked + window);
@@ -364,6 +384,7 @@ impl Vsync {
             let encoded = bodies(c.store.range(start..end).map(|(g, s)| Message::Replicate {
                 epoch,
                 gseq: *g,
+                open: peer_commit && *g < fence && matches!(s.record, Record::Data { .. }),
                 entry: s.record.to_wire(),
             }));
             self.send_bodies(node, encoded);
@@ -640,7 +661,7 @@ impl Vsync {
         now: Instant,
         from: NodeId,
         epoch: u64,
-        gseq: u64,
+        (gseq, open): (u64, bool),
         entry: wire::Entry<'_>,
     ) {
         let window = 2 * u64::from(self.config.replicate_window.get());
@@ -667,6 +688,7 @@ impl Vsync {
             Stored {
                 record: Record::from_wire(entry, Bytes::copy_from_slice),
                 epoch,
+                open,
             },
         );
         while c.store.get(&b.confirmed).is_some_and(|s| s.epoch == epoch) {
@@ -675,8 +697,10 @@ impl Vsync {
         b.ack_due = true;
     }
 
-    /// One ReplicaAck per datagram received.
-    pub(super) fn flush_replica_ack(&mut self) {
+    /// One ReplicaAck per datagram received (and, with
+    /// `committee_delivery`, the same as a PeerAck to each other backup).
+    pub(super) fn flush_replica_ack(&mut self, now: Instant) {
+        let me = self.me;
         let Some(c) = self.committee.as_mut() else {
             return;
         };
@@ -686,12 +710,66 @@ impl Vsync {
         if !std::mem::take(&mut b.ack_due) {
             return;
         }
-        let ack = Message::ReplicaAck {
-            epoch: c.epoch,
-            next: b.confirmed,
-        };
+        let (epoch, next) = (c.epoch, b.confirmed);
         let to = c.list[0];
-        self.send(to, &ack);
+        let peers: Vec<NodeId> = c.list[1..].iter().copied().filter(|n| *n != me).collect();
+        self.send(to, &Message::ReplicaAck { epoch, next });
+        if self.config.committee_delivery {
+            for peer in peers {
+                self.send(peer, &Message::PeerAck { epoch, next });
+            }
+            self.commit_from_peers(now);
+        }
+    }
+
+    /// Another backup's PeerAck: what it holds in `epoch`.
+    pub(super) fn on_peer_ack(&mut self, now: Instant, from: NodeId, epoch: u64, next: u64) {
+        let me = self.me;
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Backup(b) = &mut c.role else {
+            return;
+        };
+        // Only a backup of this very epoch counts: the list (and so which
+        // backups must hold an entry) changes only with the epoch.
+        if epoch != c.epoch || from == me || !c.list[1..].contains(&from) {
+            return;
+        }
+        let held = b.peers.entry(from).or_insert(0);
+        *held = (*held).max(next);
+        self.commit_from_peers(now);
+    }
+
+    /// A backup commits the open entries every backup of its epoch holds:
+    /// the primary's own rule (`try_commit`), applied to the same acks, so
+    /// a backup never commits an entry its primary would not. It delivers
+    /// them from its store at once.
+    fn commit_from_peers(&mut self, now: Instant) {
+        let me = self.me;
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let Role::Backup(b) = &c.role else {
+            return;
+        };
+        let stable = c.list[1..]
+            .iter()
+            .filter(|n| **n != me)
+            .map(|n| b.peers.get(n).copied().unwrap_or(0))
+            .fold(b.confirmed, u64::min);
+        let mut end = c.committed.max(c.base);
+        while end < stable
+            && c.store
+                .get(&end)
+                .is_some_and(|s| s.open && s.epoch == c.epoch)
+        {
+            end += 1;
+        }
+        if end > c.committed {
+            c.committed = end;
+            self.feed_member(now);
+        }
     }
 
     pub(super) fn on_heartbeat(&mut self, now: Instant, from: NodeId, hb: Heartbeat) {
@@ -780,6 +858,7 @@ impl Vsync {
                 confirmed: hb.base,
                 heard: now,
                 ack_due: true,
+                peers: BTreeMap::new(),
             }),
         });
         c.epoch = hb.epoch;
@@ -795,6 +874,7 @@ impl Vsync {
             confirmed,
             heard: now,
             ack_due: true,
+            peers: BTreeMap::new(),
         });
     }
 
@@ -1094,7 +1174,15 @@ impl Vsync {
             };
             (v, 0)
         });
+        // The latest committed Newview is the welcome for joiners it admitted
+        // whose welcome the old primary never sent: without one such a
+        // joiner, counted in the view, could never acknowledge, and with the
+        // old primary gone a view of four lost its majority (committee-only
+        // seed 504).
+        let welcome = (cview_gseq < c.committed && c.store.contains_key(&cview_gseq))
+            .then(|| (cview_gseq, cview.clone()));
         let mut p = Primary::new(cview, cview_gseq, &config, now);
+        p.welcome = welcome;
         p.next_gseq = end;
         p.next_local = c.floor.clone();
         for (g, s) in &c.store {

@@ -92,6 +92,18 @@ pub struct Config {
     /// the daemon uses 100 ms.
     #[serde(with = "crate::serde_ms")]
     pub progress_interval: Duration,
+    /// Committee members deliver records from their own stores as soon as
+    /// the records are committed: each backup also sends its ReplicaAck to
+    /// the other backups (`PeerAck`), so that it knows, without waiting for
+    /// its primary, when every backup holds a record; and a sender whose
+    /// whole view is on the committee does not pbcast its message, since
+    /// every member already holds it. Shoal's addition (P000 leaves the
+    /// intra-committee protocol open): an ordered message then reaches a
+    /// committee member 3 hops after it leaves its sender (Gseq Req,
+    /// Replicate, PeerAck) instead of 5 (..., ReplicaAck, Gseq Ack, pbcast).
+    /// Off by default (the simulator's figures keep the paper's path); the
+    /// daemon turns it on.
+    pub committee_delivery: bool,
 }
 
 impl Default for Config {
@@ -123,6 +135,7 @@ impl Default for Config {
             join_retry: Duration::from_millis(500),
             pending_max: 65_536,
             progress_interval: Duration::ZERO,
+            committee_delivery: false,
         }
     }
 }

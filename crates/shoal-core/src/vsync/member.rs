@@ -39,6 +39,19 @@ pub(super) struct MemberState {
     /// the same instant (the randomised request timers of SRM, P001 §B).
     repair_jitter: u32,
     repair_target: usize,
+    /// Who answered this member's latest repair request with entries that
+    /// advanced its delivery: asked first next time, as long as it keeps
+    /// doing so. Taking committee members in turn regardless wasted every
+    /// other request on one that had left (a backup removed while this
+    /// member lagged behind in a stale view), and each such request costs a
+    /// repair timeout of up to a second: a member that had slept through
+    /// seconds of traffic never caught up (chaos seed 382 with
+    /// `committee_delivery`). An answer that brings nothing does not count:
+    /// sticking to any member that answers kept members on a stale
+    /// primary's side after a cut (`a_cut_during_a_view_change_converges_for_every_seed`).
+    answered_by: Option<NodeId>,
+    /// `next` when the latest repair request left.
+    next_at_request: u64,
     /// Repair requests sent since the last answer. After
     /// `STALE_AFTER_UNANSWERED` this member's committee may be gone (its
     /// view is stale): it asks any member of its view, who passes the
@@ -96,6 +109,8 @@ impl MemberState {
             accepted: None,
             installed: None,
             repair_target: 0,
+            answered_by: None,
+            next_at_request: 0,
             unanswered: 0,
             repair_paused_until: now,
             committed_known: 0,
@@ -282,10 +297,11 @@ impl Vsync {
     }
 
     /// The end of a repair answer: ask again at once if more is committed.
-    pub(super) fn on_repair_done(&mut self, now: Instant, committed: u64) {
+    pub(super) fn on_repair_done(&mut self, now: Instant, from: NodeId, committed: u64) {
         let timeout = self.repair_timeout();
         let m = &mut self.member;
         m.unanswered = 0;
+        m.answered_by = (m.next > m.next_at_request).then_some(from);
         m.committed_known = m.committed_known.max(committed);
         // A gap left after the answer (it was cut at `repair_batch_max`), or
         // an idle probe (a second without progress, so nothing is in flight)
@@ -522,10 +538,12 @@ impl Vsync {
             None => m.next.saturating_sub(1),
         };
         m.probed = m.pending.is_empty() && m.next >= m.committed_known;
+        m.next_at_request = m.next;
         let message = Message::RepairReq { next: m.next, upto };
         let stale = m.unanswered >= STALE_AFTER_UNANSWERED;
+        let answered = m.unanswered == 0;
         m.unanswered = m.unanswered.saturating_add(1);
-        let Some(target) = self.repair_target(stale) else {
+        let Some(target) = self.repair_target(stale, answered) else {
             return;
         };
         self.stats.repair_requests_sent += 1;
@@ -534,13 +552,22 @@ impl Vsync {
 
     /// Committee members in turn, not this member; or, when this member's
     /// view may be stale (`anyone`), any member of it in turn.
-    fn repair_target(&mut self, anyone: bool) -> Option<NodeId> {
+    /// The member that answered the previous request, if it did
+    /// (`answered`), and it is still in the pool.
+    fn repair_target(&mut self, anyone: bool, answered: bool) -> Option<NodeId> {
         let me = self.me;
         let pool = if anyone {
             &self.view.members
         } else {
             &self.view.committee
         };
+        if let Some(last) = self
+            .member
+            .answered_by
+            .filter(|n| answered && pool.contains(n))
+        {
+            return Some(last);
+        }
         let others: Vec<NodeId> = pool.iter().copied().filter(|m| *m != me).collect();
         if others.is_empty() {
             return None;

@@ -571,7 +571,7 @@ impl Vsync {
                 }
             }
         }
-        self.flush_replica_ack();
+        self.flush_replica_ack(now);
     }
 
     fn on_message(&mut self, now: Instant, from: NodeId, message: Message<'_>) {
@@ -589,7 +589,7 @@ impl Vsync {
             } => self.on_gseq_ack(now, local_id, gseq, view),
             Message::RepairReq { next, upto } => self.on_repair_req(from, next, upto),
             Message::Entry { gseq, entry } => self.on_repair_entry(now, gseq, entry),
-            Message::RepairDone { committed, .. } => self.on_repair_done(now, committed),
+            Message::RepairDone { committed, .. } => self.on_repair_done(now, from, committed),
             Message::Removed { view } => self.on_removed(view, RemovedReason::Dropped),
             Message::AckPrefreshview {
                 view,
@@ -599,9 +599,13 @@ impl Vsync {
             } => self.on_ack_prefreshview(now, from, (view, epoch, next), report),
             Message::Join { joiner } => self.on_join(now, from, NodeId(joiner)),
             Message::Leave { member } => self.on_leave(now, from, NodeId(member)),
-            Message::Replicate { epoch, gseq, entry } => {
-                self.on_replicate(now, from, epoch, gseq, entry)
-            }
+            Message::Replicate {
+                epoch,
+                gseq,
+                open,
+                entry,
+            } => self.on_replicate(now, from, epoch, (gseq, open), entry),
+            Message::PeerAck { epoch, next } => self.on_peer_ack(now, from, epoch, next),
             Message::Heartbeat(hb) => self.on_heartbeat(now, from, hb),
             Message::ReplicaAck { epoch, next } => self.on_replica_ack(now, from, epoch, next),
             Message::RepairFor {

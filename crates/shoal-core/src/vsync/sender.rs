@@ -113,25 +113,41 @@ impl Vsync {
     }
 
     /// The committee sequenced one of our messages: disseminate it.
-    pub(super) fn on_gseq_ack(&mut self, now: Instant, local_id: u64, gseq: u64, _view: u64) {
+    pub(super) fn on_gseq_ack(&mut self, now: Instant, local_id: u64, gseq: u64, view: u64) {
         let Some(a) = self.sender.awaiting.remove(&local_id) else {
             return;
         };
-        let entry = Entry::Data {
-            sender: self.me.0,
-            local_id,
-            payload: &a.payload,
-        };
-        if let Ok(bytes) = (Carried::Sequenced { gseq, entry }).to_vec() {
-            self.sender.disseminate.push_back(Bytes::from(bytes));
+        if !self.view_on_committee(view) {
+            let entry = Entry::Data {
+                sender: self.me.0,
+                local_id,
+                payload: &a.payload,
+            };
+            if let Ok(bytes) = (Carried::Sequenced { gseq, entry }).to_vec() {
+                self.sender.disseminate.push_back(Bytes::from(bytes));
+            }
+            self.retry_dissemination(now);
         }
-        self.retry_dissemination(now);
         let record = Record::Data {
             sender: self.me,
             local_id,
             payload: a.payload,
         };
         self.on_entry(now, gseq, record);
+    }
+
+    /// Every member of `view` (the view the message is delivered in) is on
+    /// the committee, so each holds the message in its store and delivers it
+    /// from there (`Config::committee_delivery`): no pbcast needed. A view
+    /// this member has not installed yet is not known to be so.
+    fn view_on_committee(&self, view: u64) -> bool {
+        self.config.committee_delivery
+            && view == self.view.id
+            && self
+                .view
+                .members
+                .iter()
+                .all(|m| self.view.committee.contains(m))
     }
 
     pub(super) fn retry_dissemination(&mut self, now: Instant) {

@@ -192,12 +192,16 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// bytes, since daemons talk over loopback (DESIGN.md "Pack and batch"),
 /// leaving room for the authentication envelope; progress reports every
 /// 100 ms, so that the committee collects delivered records at once rather
-/// than holding every record of a view period (gigabytes at full rate).
+/// than holding every record of a view period (gigabytes at full rate);
+/// committee members delivering from their stores (`committee_delivery`),
+/// which takes two hops off an ordered message's way to them, and, in a
+/// cluster no larger than its committee, the pbcast of every payload.
 pub fn default_cluster() -> shoal_core::cluster::Config {
     let mut c = shoal_core::cluster::Config::default();
     c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
     c.vsync.pbcast.max_datagram_size = 65_000;
     c.vsync.progress_interval = std::time::Duration::from_millis(100);
+    c.vsync.committee_delivery = true;
     c
 }
 
@@ -439,6 +443,7 @@ mod tests {
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
         assert_eq!(c.cluster.vsync.pbcast.max_datagram_size, 65_000);
         assert_eq!(c.cluster.vsync.progress_interval.as_millis(), 100);
+        assert!(c.cluster.vsync.committee_delivery);
         let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
         assert_eq!(c.cluster.found_after.as_millis(), 700);
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
