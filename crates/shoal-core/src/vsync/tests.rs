@@ -226,25 +226,41 @@ fn chaos(seed: u64) -> Result<(), String> {
         if t == leave.0 - leave.0 % 10 && sim.alive(leave.1) {
             sim.with(leave.1, |e, now| e.leave(now));
         }
-        for _ in 0..2 {
-            let i = rng.random_range(0..total);
-            if sim.alive(i) && !sim.asleep(i) {
-                counter += 1;
-                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
-                    sent[i].push(id);
-                }
+        multicast_from_two(&mut sim, &mut rng, &mut counter, &mut sent);
+    }
+    quiet_end(&mut sim, &sent);
+    checker::check(&sim, &sent).map_err(|e| format!("seed {seed} (k={k}): {e}"))
+}
+
+/// Two random members (of all started or not) multicast, if alive and awake.
+fn multicast_from_two(
+    sim: &mut Sim<Vsync>,
+    rng: &mut rand_xoshiro::Xoshiro256PlusPlus,
+    counter: &mut u32,
+    sent: &mut [Vec<u64>],
+) {
+    use rand::Rng;
+    for _ in 0..2 {
+        let i = rng.random_range(0..sent.len());
+        if sim.alive(i) && !sim.asleep(i) {
+            *counter += 1;
+            if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
+                sent[i].push(id);
             }
         }
     }
+}
+
+/// The end of a chaotic run: no more loss, run to 22 s, and on while a view
+/// change is under way (seed 241 with `committee_delivery`: view 8 was
+/// decided 2 ms before 22 s).
+fn quiet_end(sim: &mut Sim<Vsync>, sent: &[Vec<u64>]) {
     sim.loss = 0.0;
     sim.run_until(22_000);
-    // A periodic view change may be under way at the end (seed 241 with
-    // `committee_delivery`: view 8 decided 2 ms before it).
-    settle(&mut sim, 22_000);
+    settle(sim, 22_000);
     if std::env::var("VSYNC_DEBUG").is_ok() {
-        debug_dump(&sim, &sent);
+        debug_dump(sim, sent);
     }
-    checker::check(&sim, &sent).map_err(|e| format!("seed {seed} (k={k}): {e}"))
 }
 
 /// Every member's views, committee state and counters (`VSYNC_DEBUG=1`).
@@ -1042,22 +1058,9 @@ fn chaos_committee_only(seed: u64) -> Result<(), String> {
             .unwrap();
             sim.start(3, e);
         }
-        for _ in 0..2 {
-            let i = rng.random_range(0..total);
-            if sim.alive(i) && !sim.asleep(i) {
-                counter += 1;
-                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
-                    sent[i].push(id);
-                }
-            }
-        }
+        multicast_from_two(&mut sim, &mut rng, &mut counter, &mut sent);
     }
-    sim.loss = 0.0;
-    sim.run_until(22_000);
-    settle(&mut sim, 22_000);
-    if std::env::var("VSYNC_DEBUG").is_ok() {
-        debug_dump(&sim, &sent);
-    }
+    quiet_end(&mut sim, &sent);
     checker::check(&sim, &sent).map_err(|e| {
         format!(
             "committee-only seed {seed} (crash {crash_at:?}, sleep {sleep:?}, join {join_at}): {e}"
