@@ -712,7 +712,11 @@ impl Vsync {
         }
         let (epoch, next) = (c.epoch, b.confirmed);
         let to = c.list[0];
-        let peers: Vec<NodeId> = c.list[1..].iter().copied().filter(|n| *n != me).collect();
+        let peers: Vec<NodeId> = if self.config.committee_delivery {
+            c.list[1..].iter().copied().filter(|n| *n != me).collect()
+        } else {
+            Vec::new()
+        };
         self.send(to, &Message::ReplicaAck { epoch, next });
         if self.config.committee_delivery {
             for peer in peers {
