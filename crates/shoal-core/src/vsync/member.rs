@@ -550,10 +550,11 @@ impl Vsync {
         self.send(target, &message);
     }
 
-    /// Committee members in turn, not this member; or, when this member's
-    /// view may be stale (`anyone`), any member of it in turn.
-    /// The member that answered the previous request, if it did
-    /// (`answered`), and it is still in the pool.
+    /// The member whose answer to the previous request advanced this
+    /// member's delivery, if that request was answered (`answered`) and it is
+    /// still in the pool; otherwise committee members in turn, not this
+    /// member, or, when this member's view may be stale (`anyone`), any
+    /// member of it in turn.
     fn repair_target(&mut self, anyone: bool, answered: bool) -> Option<NodeId> {
         let me = self.me;
         let pool = if anyone {

@@ -124,25 +124,25 @@ fn progress_reports_let_the_committee_collect_between_view_changes() {
 /// one rule for every seed (to tell a fault of collection from a schedule
 /// that merely changed with it).
 fn progress_on_half_the_seeds(config: Config, seed: u64) -> Config {
-    let forced = std::env::var("VSYNC_PROGRESS").ok();
-    let on = match forced.as_deref() {
-        Some("on") => true,
-        Some("off") => false,
-        _ => (seed / 3) % 2 == 1,
-    };
+    let on = forced("VSYNC_PROGRESS").unwrap_or((seed / 3) % 2 == 1);
     delivery_on_half_the_seeds(with_progress(config, on), seed)
+}
+
+/// A setting forced for every seed by an environment variable (`on` or
+/// `off`), or `None`.
+fn forced(var: &str) -> Option<bool> {
+    match std::env::var(var).ok().as_deref() {
+        Some("on") => Some(true),
+        Some("off") => Some(false),
+        _ => None,
+    }
 }
 
 /// Committee members deliver from their stores (`committee_delivery`, which
 /// the daemon uses) on seeds 6-11, 18-23, ...; the paper's path on the
 /// others. `VSYNC_COMMITTEE_DELIVERY=on` or `off` forces one for every seed.
 fn delivery_on_half_the_seeds(config: Config, seed: u64) -> Config {
-    let forced = std::env::var("VSYNC_COMMITTEE_DELIVERY").ok();
-    let committee_delivery = match forced.as_deref() {
-        Some("on") => true,
-        Some("off") => false,
-        _ => (seed / 6) % 2 == 1,
-    };
+    let committee_delivery = forced("VSYNC_COMMITTEE_DELIVERY").unwrap_or((seed / 6) % 2 == 1);
     Config {
         committee_delivery,
         ..config
@@ -1021,7 +1021,7 @@ fn chaos_committee_only(seed: u64) -> Result<(), String> {
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xC0_3317);
     let (n, total, k) = (3usize, 4usize, 3u32);
     let config = Config {
-        committee_delivery: std::env::var("VSYNC_COMMITTEE_DELIVERY").as_deref() != Ok("off"),
+        committee_delivery: forced("VSYNC_COMMITTEE_DELIVERY").unwrap_or(true),
         ..with_progress(fast_config(k), seed % 2 == 1)
     };
     let mut sim = group(n, total, seed, &config);
