@@ -115,6 +115,8 @@ pub struct HostMetrics {
     pub recovered: u64,
     pub lost: u64,
     pub dropped_asleep: u64,
+    /// Datagrams dropped on arrival by `Sim::set_receive_loss`.
+    pub dropped_receive_loss: u64,
     /// Received datagrams dropped because the CPU's backlog was full.
     pub dropped_backlog: u64,
     /// (source, first, last, time ns) of every `Lost` event.
@@ -144,6 +146,7 @@ impl HostMetrics {
             recovered: 0,
             lost: 0,
             dropped_asleep: 0,
+            dropped_receive_loss: 0,
             dropped_backlog: 0,
             lost_ranges: Vec::new(),
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds"),

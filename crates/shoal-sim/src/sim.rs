@@ -161,6 +161,8 @@ pub struct Sim<E> {
     blocking_sends: bool,
     /// See [`Sim::set_blocking_application`].
     blocking_application: bool,
+    /// See [`Sim::set_receive_loss`].
+    receive_loss: f64,
     pub events: u64,
     pub violations: Vec<Violation>,
 }
@@ -206,6 +208,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             cost: None,
             blocking_sends: false,
             blocking_application: false,
+            receive_loss: 0.0,
             events: 0,
             violations: Vec::new(),
         };
@@ -365,6 +368,18 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         self.blocking_application = on;
     }
 
+    /// Every datagram reaching a member is dropped there with probability
+    /// `p`, independently of every other member and datagram: loss at the
+    /// receivers rather than on the links, so that a drop is one member's
+    /// and never a whole subtree's (one reading of P001 §D's "data loss
+    /// rate was set to 1.0% for the entire network"). Forwarding through
+    /// the member's node is unaffected. 0, the default, draws nothing from
+    /// the simulation's random stream.
+    pub fn set_receive_loss(&mut self, p: f64) {
+        assert!((0.0..1.0).contains(&p), "receive loss {p} not in [0, 1)");
+        self.receive_loss = p;
+    }
+
     /// Multicasts the application on `host` is blocked on.
     pub fn held_sends(&self, host: usize) -> usize {
         self.hosts[host].held.len()
@@ -508,6 +523,10 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         let Some(host) = host else { return };
         if self.is_asleep(host) {
             self.hosts[host].metrics.dropped_asleep += 1;
+            return;
+        }
+        if self.receive_loss > 0.0 && self.rng.random::<f64>() < self.receive_loss {
+            self.hosts[host].metrics.dropped_receive_loss += 1;
             return;
         }
         let Some(cost) = self.cost else {

@@ -194,9 +194,18 @@ pub enum Packet<'a> {
         digest: Vec<SourceRanges>,
         repaired: Vec<SourceRanges>,
     },
-    /// Ranges the sender lacks and asks the receiver to retransmit.
-    /// Body: same layout as a gossip digest.
-    Solicit { wanted: Vec<SourceRanges> },
+    /// Ranges the sender lacks and asks the receiver to retransmit:
+    /// `wanted` asked for the first time, `again` asked for before (the
+    /// sender's retry after `solicit_retry`). A retransmitter counts only
+    /// `wanted` as evidence that one more member misses a message
+    /// (pbcast-IPMC's threshold, pbcast-grb's rule, P001 §B); SRM leaves
+    /// `again` empty. Body: `wanted` laid out as a gossip digest, then
+    /// `again` the same way, left out when empty (so a solicitation with
+    /// no repeats, and every SRM request, is one list).
+    Solicit {
+        wanted: Vec<SourceRanges>,
+        again: Vec<SourceRanges>,
+    },
     /// A buffered message sent again by a member other than (or equal to) its
     /// source. Body: `source u32, seq u64`, payload.
     Retransmit {
@@ -302,7 +311,8 @@ impl Packet<'_> {
             Packet::Gossip { digest, repaired } => {
                 ranges_list_len(digest) + ranges_list_len(repaired)
             }
-            Packet::Solicit { wanted } => ranges_list_len(wanted),
+            Packet::Solicit { wanted, again } if again.is_empty() => ranges_list_len(wanted),
+            Packet::Solicit { wanted, again } => ranges_list_len(wanted) + ranges_list_len(again),
             Packet::Retransmit { payload, .. } | Packet::Relay { payload, .. } => {
                 12 + payload.len()
             }
@@ -343,7 +353,12 @@ impl Packet<'_> {
                 encode_ranges_list(digest, out)?;
                 encode_ranges_list(repaired, out)?;
             }
-            Packet::Solicit { wanted } => encode_ranges_list(wanted, out)?,
+            Packet::Solicit { wanted, again } => {
+                encode_ranges_list(wanted, out)?;
+                if !again.is_empty() {
+                    encode_ranges_list(again, out)?;
+                }
+            }
             Packet::Retransmit {
                 source,
                 seq,
@@ -563,6 +578,7 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
         },
         Kind::Solicit => Packet::Solicit {
             wanted: reader.ranges_list()?,
+            again: reader.optional_ranges_list(Kind::Solicit)?,
         },
         Kind::Retransmit => Packet::Retransmit {
             source: reader.u32()?,
@@ -703,6 +719,20 @@ impl<'a> Reader<'a> {
             highest,
             echoes,
         })
+    }
+
+    /// A ranges list that is left out when empty: none if the body ends
+    /// here; present but empty is not the one encoding, so refused.
+    fn optional_ranges_list(&mut self, kind: Kind) -> Result<Vec<SourceRanges>, DecodeError> {
+        let extra = self.remaining();
+        if extra == 0 {
+            return Ok(Vec::new());
+        }
+        let list = self.ranges_list()?;
+        if list.is_empty() {
+            return Err(DecodeError::TrailingBytes { kind, extra });
+        }
+        Ok(list)
     }
 
     fn ranges_list(&mut self) -> Result<Vec<SourceRanges>, DecodeError> {

@@ -163,6 +163,47 @@ fn malformed_packets_are_rejected_with_their_error() {
 }
 
 #[test]
+fn a_solicitation_without_repeats_is_one_list() {
+    let wanted = vec![SourceRanges {
+        source: 5,
+        ranges: vec![SeqRange::single(9)],
+    }];
+    let one = Packet::Solicit {
+        wanted: wanted.clone(),
+        again: Vec::new(),
+    }
+    .to_vec(1)
+    .unwrap();
+    assert_eq!(one.len(), HEADER_LEN + 2 + 6 + RANGE_LEN);
+    // The same list again as `again`: a second list follows.
+    let both = Packet::Solicit {
+        wanted: wanted.clone(),
+        again: wanted.clone(),
+    }
+    .to_vec(1)
+    .unwrap();
+    let (_, decoded) = decode_packet(&both).unwrap();
+    assert_eq!(
+        decoded,
+        Packet::Solicit {
+            wanted: wanted.clone(),
+            again: wanted
+        }
+    );
+    // An empty second list is not how an empty `again` is written.
+    let mut body = one[HEADER_LEN..].to_vec();
+    body.extend_from_slice(&0u16.to_be_bytes());
+    let padded = with_body(header(Kind::Solicit as u8, 1, body.len() as u32), &body);
+    assert_eq!(
+        decode_packet(&padded).unwrap_err(),
+        DecodeError::TrailingBytes {
+            kind: Kind::Solicit,
+            extra: 2
+        }
+    );
+}
+
+#[test]
 fn decode_packet_refuses_a_second_packet() {
     let mut two = data(1, b"a");
     two.extend(data(2, b"b"));
@@ -233,7 +274,7 @@ fn arb_list() -> impl Strategy<Value = Vec<SourceRanges>> {
 enum Owned {
     Data(u64, Vec<u8>),
     Gossip(Vec<SourceRanges>, Vec<SourceRanges>),
-    Solicit(Vec<SourceRanges>),
+    Solicit(Vec<SourceRanges>, Vec<SourceRanges>),
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
     Session(Session),
@@ -254,7 +295,10 @@ impl Owned {
                 digest: d.clone(),
                 repaired: r.clone(),
             },
-            Owned::Solicit(l) => Packet::Solicit { wanted: l.clone() },
+            Owned::Solicit(w, a) => Packet::Solicit {
+                wanted: w.clone(),
+                again: a.clone(),
+            },
             Owned::Retransmit(s, seq, p) => Packet::Retransmit {
                 source: *s,
                 seq: *seq,
@@ -289,7 +333,7 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
     prop_oneof![
         (any::<u64>(), payload.clone()).prop_map(|(s, p)| Owned::Data(s, p)),
         (arb_list(), arb_list()).prop_map(|(d, r)| Owned::Gossip(d, r)),
-        arb_list().prop_map(Owned::Solicit),
+        (arb_list(), arb_list()).prop_map(|(w, a)| Owned::Solicit(w, a)),
         (any::<u32>(), any::<u64>(), payload.clone())
             .prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
         (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Relay(a, s, p)),

@@ -16,6 +16,13 @@ use shoal_wire::SeqRange;
 use crate::ranges::RangeBuilder;
 use crate::time::Instant;
 
+/// Where [`Log::solicit`] puts what it asks for: first asks, and repeats
+/// apart from them when `again` is given (else with them).
+pub struct Asks<'a> {
+    pub first: &'a mut RangeBuilder,
+    pub again: Option<&'a mut RangeBuilder>,
+}
+
 #[derive(Debug)]
 pub(super) struct Missing {
     /// When this member learned the message exists.
@@ -273,14 +280,15 @@ impl SourceLog {
     }
 
     /// Missing messages within `range` not solicited in the last `retry`;
-    /// marks them solicited. At most `max` sequence numbers.
+    /// marks them solicited, sorted as [`Asks`] says. At most `max`
+    /// sequence numbers in all.
     pub fn solicit(
         &mut self,
         range: SeqRange,
         now: Instant,
         retry: Duration,
         max: usize,
-        out: &mut RangeBuilder,
+        mut out: Asks<'_>,
         taken: &mut usize,
     ) {
         let first = range.first.max(self.base);
@@ -294,8 +302,12 @@ impl SourceLog {
                 continue;
             };
             if missing.solicited_at.is_none_or(|at| at + retry <= now) {
+                let builder = match out.again.as_deref_mut() {
+                    Some(again) if missing.solicited_at.is_some() => again,
+                    _ => &mut *out.first,
+                };
                 missing.solicited_at = Some(now);
-                out.push(seq);
+                builder.push(seq);
                 *taken += 1;
             }
             seq += 1;

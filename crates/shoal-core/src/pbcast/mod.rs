@@ -45,6 +45,10 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::{Packet, SeqRange, SourceRanges};
 
 use crate::engine::{member_list, Destination, Engine, NodeId, SendError, Transmit};
+
+/// What one digest makes a member solicit of one source: first asks, and
+/// asks again.
+type Pulled = (Option<SourceRanges>, Option<SourceRanges>);
 use crate::ranges::RangeBuilder;
 use crate::time::Instant;
 use log::{Inserted, Ready, SourceLog};
@@ -134,8 +138,7 @@ pub struct Pbcast {
     solicitations: BTreeMap<Key, (u32, Instant)>,
     /// Messages retransmitted by multicast in the current window, and when.
     multicast_recently: BTreeMap<Key, Instant>,
-    /// Recently retransmitted messages (pbcast-grb's repair bits): when, and
-    /// whether another member did it.
+    /// Recently retransmitted messages (pbcast-grb's repair bits).
     repair_bits: BTreeMap<Key, RepairBit>,
     /// First-phase messages new to this member in the datagram being
     /// handled, to pass on down their source's relay tree.
@@ -145,10 +148,19 @@ pub struct Pbcast {
 /// (source index, sequence number).
 type Key = (usize, u64);
 
-#[derive(Debug, Clone, Copy)]
+/// What a member knows of a message's recent unicast retransmissions.
+#[derive(Debug, Clone, Copy, Default)]
 struct RepairBit {
-    at: Instant,
-    by_other: bool,
+    /// When this member last sent one (it gossips these).
+    sent: Option<Instant>,
+    /// When it last heard, by gossip, that another member sent one.
+    heard: Option<Instant>,
+}
+
+impl RepairBit {
+    fn latest(&self) -> Option<Instant> {
+        self.sent.max(self.heard)
+    }
 }
 
 impl Pbcast {
@@ -487,7 +499,7 @@ impl Pbcast {
                 self.on_repair_bits(now, &repaired);
                 self.on_gossip(now, from, &digest);
             }
-            Packet::Solicit { wanted } => self.on_solicit(now, from, &wanted),
+            Packet::Solicit { wanted, again } => self.on_solicit(now, from, &wanted, &again),
             Packet::Status { source, next } => {
                 if source == self.me.0 {
                     let p = &mut self.progress[from];
@@ -577,7 +589,7 @@ impl Pbcast {
     /// A digest arrived: pull what the gossiper has and I lack, push young
     /// messages it lacks, and count evidence for declaring gaps lost.
     fn on_gossip(&mut self, now: Instant, from: usize, digest: &[SourceRanges]) {
-        let mut wanted = Vec::new();
+        let (mut wanted, mut again) = (Vec::new(), Vec::new());
         // (source index, sorted ranges) of every source the digest names.
         let mut advertised: Vec<(usize, Vec<SeqRange>)> = Vec::with_capacity(digest.len());
         for entry in digest {
@@ -591,8 +603,9 @@ impl Pbcast {
                 self.track(source);
             }
             if self.config.mode != GossipMode::Push {
-                if let Some(w) = self.pull(now, source, &ranges) {
-                    wanted.push(w);
+                if let Some((first, repeat)) = self.pull(now, source, &ranges) {
+                    wanted.extend(first);
+                    again.extend(repeat);
                 }
             }
             if self.config.mode != GossipMode::Pull {
@@ -609,33 +622,49 @@ impl Pbcast {
             };
             log.note_digest(ranges);
         }
-        if !wanted.is_empty() {
+        if !wanted.is_empty() || !again.is_empty() {
             let to = self.members[from];
             self.outbox
                 .control
-                .push_back(Control::Solicit { to, wanted });
+                .push_back(Control::Solicit { to, wanted, again });
         }
     }
 
-    /// Ranges to solicit from a gossiper that advertised `ranges` of `source`.
-    fn pull(&mut self, now: Instant, source: usize, ranges: &[SeqRange]) -> Option<SourceRanges> {
+    /// Ranges to solicit from a gossiper that advertised `ranges` of
+    /// `source`: (asked for the first time, asked again).
+    fn pull(&mut self, now: Instant, source: usize, ranges: &[SeqRange]) -> Option<Pulled> {
         let log = &mut self.logs[source];
         if !log.has_missing() {
             return None;
         }
         let max = self.config.retransmits_per_round_max as usize;
-        let mut builder = RangeBuilder::default();
+        let (mut first, mut again) = (RangeBuilder::default(), RangeBuilder::default());
+        // Only the multicast-repair variants tell repeats apart; plain
+        // pbcast's solicitations stay one list.
+        let apart = self.config.multicast_repair != MulticastRepair::Off;
         let mut taken = 0;
         for range in ranges {
             let retry = self.config.solicit_retry;
-            log.solicit(*range, now, retry, max, &mut builder, &mut taken);
+            let out = log::Asks {
+                first: &mut first,
+                again: apart.then_some(&mut again),
+            };
+            log.solicit(*range, now, retry, max, out, &mut taken);
         }
-        let mut ranges = builder.finish();
-        crate::ranges::truncate_keep_last(&mut ranges, self.solicit_ranges_max());
-        (!ranges.is_empty()).then(|| SourceRanges {
-            source: self.members[source].0,
-            ranges,
-        })
+        let room = self.solicit_ranges_max();
+        let mut first = first.finish();
+        crate::ranges::truncate_keep_last(&mut first, room);
+        let mut again = again.finish();
+        crate::ranges::truncate_keep_last(&mut again, room - first.len());
+        let node = self.members[source].0;
+        let entry = |ranges: Vec<SeqRange>| {
+            (!ranges.is_empty()).then_some(SourceRanges {
+                source: node,
+                ranges,
+            })
+        };
+        let pulled = (entry(first), entry(again));
+        (pulled.0.is_some() || pulled.1.is_some()).then_some(pulled)
     }
 
     /// Pushes young messages of `source` that the gossiper `to` lacks.
@@ -658,18 +687,35 @@ impl Pbcast {
         }
     }
 
-    fn on_solicit(&mut self, now: Instant, from: usize, wanted: &[SourceRanges]) {
-        for entry in wanted {
-            let Some(source) = self.index_of(NodeId(entry.source)) else {
-                continue;
-            };
-            for range in &entry.ranges {
-                self.answer_solicit(now, from, source, *range);
+    /// A solicitation: `wanted` asked of anyone for the first time, `again`
+    /// asked before (the solicitor's retry).
+    fn on_solicit(
+        &mut self,
+        now: Instant,
+        from: usize,
+        wanted: &[SourceRanges],
+        again: &[SourceRanges],
+    ) {
+        for (list, first_ask) in [(wanted, true), (again, false)] {
+            for entry in list {
+                let Some(source) = self.index_of(NodeId(entry.source)) else {
+                    continue;
+                };
+                for range in &entry.ranges {
+                    self.answer_solicit(now, from, source, *range, first_ask);
+                }
             }
         }
     }
 
-    fn answer_solicit(&mut self, now: Instant, to: usize, source: usize, range: SeqRange) {
+    fn answer_solicit(
+        &mut self,
+        now: Instant,
+        to: usize,
+        source: usize,
+        range: SeqRange,
+        first_ask: bool,
+    ) {
         let log = &self.logs[source];
         let Some(last) = log.end().checked_sub(1).map(|end| range.last.min(end)) else {
             return;
@@ -678,7 +724,8 @@ impl Pbcast {
             if !self.logs[source].holds(seq) {
                 continue;
             }
-            let Some(destination) = self.repair_destination(now, to, (source, seq)) else {
+            let Some(destination) = self.repair_destination(now, to, (source, seq), first_ask)
+            else {
                 continue;
             };
             // Budget spent: the solicitor will ask again in a later round.
@@ -689,8 +736,19 @@ impl Pbcast {
     }
 
     /// Unicast to the solicitor, or multicast (pbcast-IPMC / grb), or
-    /// nothing when a multicast of it left within the window.
-    fn repair_destination(&mut self, now: Instant, to: usize, key: Key) -> Option<Destination> {
+    /// nothing when a multicast of it left within the window. Only a
+    /// `first_ask` is evidence of one more member missing the message: a
+    /// solicitor asking again (its first repair lost or still queued) is
+    /// the same member, so its ask counts towards neither IPMC's threshold
+    /// nor grb's "someone else was already repaired" (P001 §B: multicast
+    /// where *multi-participant* loss is suspected).
+    fn repair_destination(
+        &mut self,
+        now: Instant,
+        to: usize,
+        key: Key,
+        first_ask: bool,
+    ) -> Option<Destination> {
         let unicast = Destination::Node(self.members[to]);
         if self.config.multicast_repair == MulticastRepair::Off || !self.config.ip_multicast {
             return Some(unicast);
@@ -698,22 +756,23 @@ impl Pbcast {
         if self.multicast_recently.contains_key(&key) {
             return None;
         }
-        let (count, _) = self.solicitations.entry(key).or_insert((0, now));
-        *count += 1;
         let grb = self.config.multicast_repair == MulticastRepair::Grb;
-        let repaired_elsewhere = grb && self.repair_bits.get(&key).is_some_and(|b| b.by_other);
+        let (count, _) = self.solicitations.entry(key).or_insert((0, now));
+        if first_ask {
+            *count += 1;
+        }
+        let repaired_elsewhere = first_ask
+            && grb
+            && self
+                .repair_bits
+                .get(&key)
+                .is_some_and(|b| b.heard.is_some());
         if *count >= self.config.multicast_repair_threshold.get() || repaired_elsewhere {
             self.multicast_recently.insert(key, now);
             return Some(Destination::Multicast);
         }
         if grb {
-            self.repair_bits.insert(
-                key,
-                RepairBit {
-                    at: now,
-                    by_other: false,
-                },
-            );
+            self.repair_bits.entry(key).or_default().sent = Some(now);
         }
         Some(unicast)
     }
@@ -734,10 +793,7 @@ impl Pbcast {
             {
                 let last = range.last.min(range.first.saturating_add(1024));
                 for seq in range.first..=last {
-                    self.repair_bits.entry((source, seq)).or_insert(RepairBit {
-                        at: now,
-                        by_other: true,
-                    });
+                    self.repair_bits.entry((source, seq)).or_default().heard = Some(now);
                 }
             }
         }
@@ -758,8 +814,9 @@ impl Pbcast {
         true
     }
 
+    /// Ranges that fit one solicitation (two lists of one source each).
     fn solicit_ranges_max(&self) -> usize {
-        let room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 2 - 6;
+        let room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 2 * (2 + 6);
         usize::from(self.config.digest_ranges_max).min(room / shoal_wire::RANGE_LEN)
     }
 
@@ -774,7 +831,11 @@ impl Pbcast {
             .retain(|_, (_, first)| *first + window > now);
         self.multicast_recently.retain(|_, at| *at + window > now);
         let memory = self.config.gossip_interval * self.config.repair_memory_rounds.get();
-        self.repair_bits.retain(|_, bit| bit.at + memory > now);
+        self.repair_bits.retain(|_, bit| {
+            bit.sent = bit.sent.filter(|at| *at + memory > now);
+            bit.heard = bit.heard.filter(|at| *at + memory > now);
+            bit.latest().is_some()
+        });
         let gc_period = self.config.gc_period();
         let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
         let busy: Vec<usize> = self.busy.iter().copied().collect();
@@ -862,10 +923,13 @@ impl Pbcast {
         } else {
             Vec::new()
         };
-        let used = shoal_wire::Packet::Solicit {
-            wanted: repaired.clone(),
+        // The repaired list's own length (the empty digest's count taken off).
+        let used = shoal_wire::Packet::Gossip {
+            digest: Vec::new(),
+            repaired: repaired.clone(),
         }
-        .body_len();
+        .body_len()
+            - 2;
         Packet::Gossip {
             digest: self.digest(room + 2 - used),
             repaired,
@@ -876,7 +940,14 @@ impl Pbcast {
     fn repaired_ranges(&self, max_ranges: usize) -> Vec<SourceRanges> {
         let mut list: Vec<SourceRanges> = Vec::new();
         let mut total = 0;
-        for &(source, seq) in self.repair_bits.keys() {
+        // Only its own: a bit passed on would carry no age and could
+        // circulate for as long as members keep passing it (and, in P001
+        // Fig 8, a quarter of every gossip crossing the root was such bits).
+        let own = self
+            .repair_bits
+            .iter()
+            .filter(|(_, bit)| bit.sent.is_some());
+        for (&(source, seq), _) in own {
             let node = self.members[source].0;
             if let Some(entry) = list.last_mut().filter(|e| e.source == node) {
                 let last = entry.ranges.last_mut().expect("entries start non-empty");

@@ -25,6 +25,7 @@ pub(super) enum Control {
     Solicit {
         to: NodeId,
         wanted: Vec<SourceRanges>,
+        again: Vec<SourceRanges>,
     },
     Status {
         to: NodeId,
@@ -121,7 +122,7 @@ fn pack_control(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
         let control = engine.outbox.control.pop_front().expect("front exists");
         let packet = match control {
             Control::Gossip { .. } => engine.gossip_packet(),
-            Control::Solicit { wanted, .. } => Packet::Solicit { wanted },
+            Control::Solicit { wanted, again, .. } => Packet::Solicit { wanted, again },
             Control::Status { next, .. } => Packet::Status { source: to.0, next },
         };
         if !append(engine, &packet, buf) {
@@ -135,7 +136,7 @@ fn pack_control(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
 /// Turns a packet that did not fit back into its queued form.
 fn unbuild(to: NodeId, packet: Packet<'_>) -> Control {
     match packet {
-        Packet::Solicit { wanted } => Control::Solicit { to, wanted },
+        Packet::Solicit { wanted, again } => Control::Solicit { to, wanted, again },
         Packet::Status { next, .. } => Control::Status { to, next },
         _ => Control::Gossip { to },
     }

@@ -410,32 +410,122 @@ fn ipmc_and_grb_multicast_retransmissions_of_widely_missed_messages() {
     }
 }
 
-#[test]
-fn grb_gossips_repair_bits() {
+/// A solicitation from `from` for member 0's message `seq`: a first ask,
+/// or an ask again.
+fn solicit_of_zero(from: u32, seq: u64, first_ask: bool) -> Vec<u8> {
+    let wanted = vec![SourceRanges {
+        source: 0,
+        ranges: vec![SeqRange::single(seq)],
+    }];
+    let (wanted, again) = if first_ask {
+        (wanted, Vec::new())
+    } else {
+        (Vec::new(), wanted)
+    };
+    Packet::Solicit { wanted, again }.to_vec(from).unwrap()
+}
+
+/// Where member 0 sends the retransmissions its pending input caused.
+fn retransmit_destinations(e: &mut Pbcast, now: Instant) -> Vec<Destination> {
+    let mut out = Vec::new();
+    while let Some(t) = e.poll_transmit(now) {
+        let mut packets = shoal_wire::packets(&t.payload);
+        if packets.any(|p| matches!(p, Ok((_, Packet::Retransmit { .. })))) {
+            out.push(t.destination);
+        }
+    }
+    out
+}
+
+/// Member 0 of three, holding its own message 0, with pbcast-IPMC or grb.
+fn holder_of_message_zero(variant: MulticastRepair) -> Pbcast {
     let config = Config {
-        multicast_repair: MulticastRepair::Grb,
+        multicast_repair: variant,
         ..paper_config()
     };
-    let mut e = Pbcast::new(NodeId(0), &[NodeId(0), NodeId(1)], config, 1, Instant::ZERO).unwrap();
-    let gossip = Packet::Gossip {
+    let members = [NodeId(0), NodeId(1), NodeId(2)];
+    let mut e = Pbcast::new(NodeId(0), &members, config, 1, Instant::ZERO).unwrap();
+    e.multicast(Instant::ZERO, Bytes::from_static(b"m"))
+        .unwrap();
+    while e.poll_transmit(Instant::ZERO).is_some() {}
+    e
+}
+
+#[test]
+fn grb_gossips_the_repairs_it_sent_not_those_it_heard_of() {
+    let mut e = holder_of_message_zero(MulticastRepair::Grb);
+    let heard = Packet::Gossip {
         digest: vec![],
         repaired: vec![SourceRanges {
             source: 1,
             ranges: vec![SeqRange::new(3, 5).unwrap()],
         }],
     }
-    .to_vec(1)
+    .to_vec(2)
     .unwrap();
-    e.handle_datagram(Instant::ZERO, NodeId(1), &gossip);
+    let now = Instant::ZERO;
+    e.handle_datagram(now, NodeId(2), &heard);
+    let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
+        unreachable!()
+    };
+    assert!(repaired.is_empty(), "heard of, not sent: {repaired:?}");
+    e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, true));
+    assert_eq!(
+        retransmit_destinations(&mut e, now),
+        [Destination::Node(NodeId(1))]
+    );
     let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
         unreachable!()
     };
     assert_eq!(
         repaired,
         vec![SourceRanges {
-            source: 1,
-            ranges: vec![SeqRange::new(3, 5).unwrap()]
+            source: 0,
+            ranges: vec![SeqRange::single(0)]
         }]
+    );
+}
+
+#[test]
+fn a_member_asking_again_is_not_a_second_member_missing_the_message() {
+    let now = Instant::ZERO;
+    // IPMC, threshold 2: the same member twice gets unicasts; a second
+    // member's first ask makes the second solicitation that multicasts.
+    let mut e = holder_of_message_zero(MulticastRepair::Ipmc);
+    for first_ask in [true, false] {
+        e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, first_ask));
+        assert_eq!(
+            retransmit_destinations(&mut e, now),
+            [Destination::Node(NodeId(1))]
+        );
+    }
+    e.handle_datagram(now, NodeId(2), &solicit_of_zero(2, 0, true));
+    assert_eq!(
+        retransmit_destinations(&mut e, now),
+        [Destination::Multicast]
+    );
+    // grb: having heard that someone else repaired it, a repeat is still
+    // answered by unicast, a first ask by multicast.
+    let mut e = holder_of_message_zero(MulticastRepair::Grb);
+    let heard = Packet::Gossip {
+        digest: vec![],
+        repaired: vec![SourceRanges {
+            source: 0,
+            ranges: vec![SeqRange::single(0)],
+        }],
+    }
+    .to_vec(2)
+    .unwrap();
+    e.handle_datagram(now, NodeId(2), &heard);
+    e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, false));
+    assert_eq!(
+        retransmit_destinations(&mut e, now),
+        [Destination::Node(NodeId(1))]
+    );
+    e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, true));
+    assert_eq!(
+        retransmit_destinations(&mut e, now),
+        [Destination::Multicast]
     );
 }
 

@@ -401,6 +401,7 @@ impl Srm {
                 source: self.members[key.0].0,
                 ranges: vec![SeqRange::single(key.1)],
             }],
+            again: Vec::new(),
         };
         self.multicast_packet(&request);
         let delay = self.request_delay(key.0, backoffs);
@@ -606,7 +607,7 @@ impl Srm {
                     self.on_repair(now, (source, seq), own(payload));
                 }
             }
-            Packet::Solicit { wanted } => {
+            Packet::Solicit { wanted, .. } => {
                 for entry in wanted {
                     let Some(source) = self.index_of(NodeId(entry.source)) else {
                         continue;

@@ -125,6 +125,9 @@ pub(crate) struct Run<'a> {
     pub noise: Option<(f64, u32)>,
     /// Count deliveries per bin of this many seconds (`Finished::bins`).
     pub throughput_bin: Option<f64>,
+    /// Loss at the members instead of (or besides) the links
+    /// (`Sim::set_receive_loss`).
+    pub receive_loss: f64,
     /// Leading summary columns (scenario, protocol, group size, ...).
     pub head: Vec<(String, String)>,
 }
@@ -161,6 +164,7 @@ impl<'a> Run<'a> {
             watch: Vec::new(),
             noise: None,
             throughput_bin: None,
+            receive_loss: 0.0,
             head: Vec::new(),
         }
     }
@@ -188,6 +192,9 @@ impl<'a> Run<'a> {
         }
         if let Some(bin) = self.throughput_bin {
             sim.record_throughput(ns(bin));
+        }
+        if self.receive_loss > 0.0 {
+            sim.set_receive_loss(self.receive_loss);
         }
         let gap = ns(1.0 / self.rate);
         sim.schedule_stream(self.sender, ns(0.5), gap, self.messages, self.size);
@@ -333,6 +340,8 @@ pub(crate) struct Setup {
     pub sender: usize,
     pub hierarchy: Option<Hierarchy>,
     pub watch: Vec<(usize, usize)>,
+    /// See [`Run::receive_loss`].
+    pub receive_loss: f64,
 }
 
 impl Setup {
@@ -362,6 +371,7 @@ impl Setup {
             sender: 0,
             hierarchy: None,
             watch: Vec::new(),
+            receive_loss: 0.0,
         }
     }
 }
@@ -438,6 +448,7 @@ impl<'a> Sweep<'a> {
                         size: self.size,
                         hierarchy: s.hierarchy.clone(),
                         watch: s.watch.clone(),
+                        receive_loss: s.receive_loss,
                         head: head(self.scenario, protocol, n, seed, self.loss),
                         ..Run::new(&s.topology, &s.hosts, seed)
                     }
