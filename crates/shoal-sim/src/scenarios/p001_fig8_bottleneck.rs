@@ -233,7 +233,8 @@ mod tests {
 /// and the queue drops there, then the run's totals. It is how the
 /// collapse in `docs/reproduction.md` (Fig 8) was taken apart. Settings
 /// come from the environment, each with this figure's value by default:
-/// `TRACE_N` (60), `TRACE_LOSS` per link (0.01), `TRACE_SEED` (1),
+/// `TRACE_N` (60), `TRACE_LOSS` (0.01), `TRACE_LOSS_AT` (receivers or
+/// links), `TRACE_SEED` (1),
 /// `TRACE_LINK` ("0,1"), `TRACE_MODE` (push-pull, pull or push),
 /// `TRACE_RETRY_MS` (solicitation retry, 20), `TRACE_BUDGET`
 /// (retransmissions per round, 500), `TRACE_REPAIR` (off, ipmc or grb),
@@ -297,7 +298,9 @@ mod trace {
             .split_once(',')
             .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
             .expect("TRACE_LINK: two node numbers, as 0,1");
-        let topology = super::tree(n, setting("TRACE_LOSS", 0.01));
+        let loss = setting("TRACE_LOSS", 0.01);
+        let at_receivers = setting("TRACE_LOSS_AT", "receivers".to_string()) == "receivers";
+        let topology = super::tree(n, if at_receivers { 0.0 } else { loss });
         let hosts: Vec<usize> = (0..n).collect();
         let config = config();
         let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
@@ -305,6 +308,9 @@ mod trace {
             Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid")
         });
         sim.check_unordered();
+        if at_receivers {
+            sim.set_receive_loss(loss);
+        }
         sim.watch_link(from, to);
         let seconds: u64 = setting("TRACE_SECS", 10);
         sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 1000 * seconds, 1000);
