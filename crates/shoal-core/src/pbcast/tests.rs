@@ -425,6 +425,16 @@ fn solicit_of_zero(from: u32, seq: u64, first_ask: bool) -> Vec<u8> {
     Packet::Solicit { wanted, again }.to_vec(from).unwrap()
 }
 
+/// A gossip from `from` that reports, as repair bits, `range` of `source`.
+fn gossip_of_repairs(from: u32, source: u32, range: SeqRange) -> Vec<u8> {
+    let repaired = vec![SourceRanges {
+        source,
+        ranges: vec![range],
+    }];
+    let digest = Vec::new();
+    Packet::Gossip { digest, repaired }.to_vec(from).unwrap()
+}
+
 /// Where member 0 sends the retransmissions its pending input caused.
 fn retransmit_destinations(e: &mut Pbcast, now: Instant) -> Vec<Destination> {
     let mut out = Vec::new();
@@ -454,17 +464,12 @@ fn holder_of_message_zero(variant: MulticastRepair) -> Pbcast {
 #[test]
 fn grb_gossips_the_repairs_it_sent_not_those_it_heard_of() {
     let mut e = holder_of_message_zero(MulticastRepair::Grb);
-    let heard = Packet::Gossip {
-        digest: vec![],
-        repaired: vec![SourceRanges {
-            source: 1,
-            ranges: vec![SeqRange::new(3, 5).unwrap()],
-        }],
-    }
-    .to_vec(2)
-    .unwrap();
     let now = Instant::ZERO;
-    e.handle_datagram(now, NodeId(2), &heard);
+    e.handle_datagram(
+        now,
+        NodeId(2),
+        &gossip_of_repairs(2, 1, SeqRange::new(3, 5).unwrap()),
+    );
     let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
         unreachable!()
     };
@@ -507,16 +512,11 @@ fn a_member_asking_again_is_not_a_second_member_missing_the_message() {
     // grb: having heard that someone else repaired it, a repeat is still
     // answered by unicast, a first ask by multicast.
     let mut e = holder_of_message_zero(MulticastRepair::Grb);
-    let heard = Packet::Gossip {
-        digest: vec![],
-        repaired: vec![SourceRanges {
-            source: 0,
-            ranges: vec![SeqRange::single(0)],
-        }],
-    }
-    .to_vec(2)
-    .unwrap();
-    e.handle_datagram(now, NodeId(2), &heard);
+    e.handle_datagram(
+        now,
+        NodeId(2),
+        &gossip_of_repairs(2, 0, SeqRange::single(0)),
+    );
     e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, false));
     assert_eq!(
         retransmit_destinations(&mut e, now),
