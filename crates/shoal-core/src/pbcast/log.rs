@@ -19,6 +19,8 @@ use crate::time::Instant;
 /// Where [`Log::solicit`] puts what it asks for: first asks, and repeats
 /// apart from them when `again` is given (else with them).
 pub struct Asks<'a> {
+    /// The member asked (an index into the member list).
+    pub of: usize,
     pub first: &'a mut RangeBuilder,
     pub again: Option<&'a mut RangeBuilder>,
 }
@@ -27,7 +29,13 @@ pub struct Asks<'a> {
 pub(super) struct Missing {
     /// When this member learned the message exists.
     pub since: Instant,
+    /// When it was last solicited, and of whom.
     pub solicited_at: Option<Instant>,
+    pub solicited_of: usize,
+    /// Solicited more than once: its repair, when it comes, answers an
+    /// unknown one of the asks, so it says nothing of the round trip
+    /// (Karn's rule).
+    pub asked_again: bool,
     /// Digests seen since `since` whose sender did not hold the message.
     pub evidence: u32,
 }
@@ -50,7 +58,14 @@ pub(super) enum Slot {
 /// Outcome of offering a message to the log.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Inserted {
-    New,
+    /// New here. `answered_after`: the time since this member's only
+    /// solicitation of it, when it came as a retransmission from the member
+    /// asked (a sample of the repair round trip). A repair from anyone else
+    /// (a push, or another member's answer after this ask was lost) times
+    /// something else.
+    New {
+        answered_after: Option<Duration>,
+    },
     Duplicate,
 }
 
@@ -159,20 +174,24 @@ impl SourceLog {
             self.slots.push_back(Slot::Missing(Missing {
                 since: now,
                 solicited_at: None,
+                solicited_of: 0,
+                asked_again: false,
                 evidence: 0,
             }));
             self.missing += 1;
         }
     }
 
-    /// Offers a message. `limit` as in [`SourceLog::learn_up_to`]; a message
-    /// further ahead than that is dropped as a duplicate would be.
+    /// Offers a message: from the first phase (`repaired_by` None) or a
+    /// retransmission from that member. `limit` as in
+    /// [`SourceLog::learn_up_to`]; a message further ahead than that is
+    /// dropped as a duplicate would be.
     pub fn insert(
         &mut self,
         seq: u64,
         payload: Bytes,
         now: Instant,
-        recovered: bool,
+        repaired_by: Option<usize>,
         limit: u64,
     ) -> Inserted {
         if !self.anchored {
@@ -187,9 +206,16 @@ impl SourceLog {
         let Some(slot) = self.slot_mut(seq) else {
             return Inserted::Duplicate;
         };
-        if !matches!(slot, Slot::Missing(_)) {
+        let Slot::Missing(missing) = slot else {
             return Inserted::Duplicate;
-        }
+        };
+        let answered_after = match (missing.solicited_at, repaired_by) {
+            (Some(at), Some(by)) if by == missing.solicited_of && !missing.asked_again => {
+                Some(now.saturating_duration_since(at))
+            }
+            _ => None,
+        };
+        let recovered = repaired_by.is_some();
         *slot = Slot::Held(Held {
             payload,
             received: now,
@@ -199,7 +225,7 @@ impl SourceLog {
         self.missing -= 1;
         self.held += 1;
         self.unreported = self.unreported.saturating_add(1);
-        Inserted::New
+        Inserted::New { answered_after }
     }
 
     /// Marks `seq` delivered out of order and returns it (unordered delivery).
@@ -306,7 +332,9 @@ impl SourceLog {
                     Some(again) if missing.solicited_at.is_some() => again,
                     _ => &mut *out.first,
                 };
+                missing.asked_again |= missing.solicited_at.is_some();
                 missing.solicited_at = Some(now);
+                missing.solicited_of = out.of;
                 builder.push(seq);
                 *taken += 1;
             }
@@ -469,7 +497,7 @@ mod tests {
     fn log_with_gap_at_one() -> SourceLog {
         let mut log = SourceLog::default();
         for seq in [0, 2] {
-            log.insert(seq, Bytes::from_static(b"x"), ms(0), false, 64);
+            log.insert(seq, Bytes::from_static(b"x"), ms(0), None, 64);
         }
         assert!(log.has_missing());
         log
@@ -501,11 +529,43 @@ mod tests {
     fn pushes_stop_below_the_gossipers_window() {
         let mut log = SourceLog::default();
         for seq in 0..10 {
-            log.insert(seq, Bytes::from_static(b"x"), ms(0), false, 64);
+            log.insert(seq, Bytes::from_static(b"x"), ms(0), None, 64);
         }
         // The gossiper holds 5..=9 except 7: it collected 0..=4.
         let advertised = [SeqRange::new(5, 6).unwrap(), SeqRange::new(8, 9).unwrap()];
         let push = log.young_missing_at_peer(&advertised, 9, ms(10), Duration::from_secs(1), 100);
         assert_eq!(push, vec![7]);
+    }
+
+    /// Asks member 7 for message 1 at each time in `asks` (ms), then lets
+    /// a retransmission from member `by` arrive at `answered` ms.
+    fn answered_after(asks: &[u64], by: usize, answered: u64) -> Option<Duration> {
+        let mut log = log_with_gap_at_one();
+        for &at in asks {
+            let (mut first, mut again) = (RangeBuilder::default(), RangeBuilder::default());
+            let out = Asks {
+                of: 7,
+                first: &mut first,
+                again: Some(&mut again),
+            };
+            log.solicit(SeqRange::single(1), ms(at), Duration::ZERO, 10, out, &mut 0);
+        }
+        match log.insert(1, Bytes::from_static(b"x"), ms(answered), Some(by), 64) {
+            Inserted::New { answered_after } => answered_after,
+            Inserted::Duplicate => panic!("message 1 was missing"),
+        }
+    }
+
+    #[test]
+    fn only_the_answer_to_a_single_ask_measures_the_round_trip() {
+        assert_eq!(
+            answered_after(&[100], 7, 180),
+            Some(Duration::from_millis(80))
+        );
+        // Which of two asks did it answer? Karn's rule: neither is a sample.
+        assert_eq!(answered_after(&[100, 150], 7, 180), None);
+        // Someone else's repair (a push, or the ask was lost): not a sample.
+        assert_eq!(answered_after(&[100], 3, 180), None);
+        assert_eq!(answered_after(&[], 7, 180), None);
     }
 }

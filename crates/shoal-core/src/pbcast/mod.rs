@@ -143,6 +143,37 @@ pub struct Pbcast {
     /// First-phase messages new to this member in the datagram being
     /// handled, to pass on down their source's relay tree.
     relay_new: Vec<Key>,
+    /// How long repairs take to answer a solicitation here.
+    repair_rtt: RoundTrip,
+    /// Digests sent in the last GC period: (to, when). A member gossiped
+    /// to after it was asked may push what it was asked for, so its repair
+    /// then times no round trip.
+    gossiped: VecDeque<(NodeId, Instant)>,
+}
+
+/// RFC 6298's estimator of a round trip: smoothed mean and mean deviation,
+/// empty until the first sample.
+#[derive(Debug, Clone, Copy, Default)]
+struct RoundTrip {
+    smoothed: Option<(Duration, Duration)>,
+}
+
+impl RoundTrip {
+    fn sample(&mut self, rtt: Duration) {
+        self.smoothed = Some(match self.smoothed {
+            None => (rtt, rtt / 2),
+            Some((srtt, rttvar)) => {
+                let deviation = srtt.abs_diff(rtt);
+                (srtt * 7 / 8 + rtt / 8, rttvar * 3 / 4 + deviation / 4)
+            }
+        });
+    }
+
+    /// srtt + 4 × rttvar, within `[min, max]`; `min` before any sample.
+    fn timeout(&self, min: Duration, max: Duration) -> Duration {
+        self.smoothed
+            .map_or(min, |(srtt, rttvar)| (srtt + rttvar * 4).clamp(min, max))
+    }
 }
 
 /// (source index, sequence number).
@@ -201,6 +232,8 @@ impl Pbcast {
             next_round: first_round,
             next_status: now + config.status_interval,
             retransmit_budget: config.retransmits_per_round_max,
+            repair_rtt: RoundTrip::default(),
+            gossiped: VecDeque::new(),
             gossip_weights: None,
             solicitations: BTreeMap::new(),
             multicast_recently: BTreeMap::new(),
@@ -287,6 +320,14 @@ impl Pbcast {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// How long this member now waits before asking again for a message it
+    /// solicited: `solicit_retry`, stretched to the measured repair round
+    /// trip up to `solicit_retry_max`.
+    pub fn solicit_retry(&self) -> Duration {
+        self.repair_rtt
+            .timeout(self.config.solicit_retry, self.config.solicit_retry_max)
     }
 
     pub fn members(&self) -> &[NodeId] {
@@ -492,7 +533,7 @@ impl Pbcast {
             } => {
                 if let Some(source) = self.index_of(NodeId(source)) {
                     let payload = own(payload);
-                    self.on_message(now, source, seq, payload, true);
+                    self.on_message(now, source, seq, payload, Some(from));
                 }
             }
             Packet::Gossip { digest, repaired } => {
@@ -517,7 +558,7 @@ impl Pbcast {
 
     /// A message of the first phase: from its source or down its relay tree.
     fn on_first_phase(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes) {
-        let new = self.on_message(now, source, seq, payload, false);
+        let new = self.on_message(now, source, seq, payload, None);
         if new && self.relaying() && source != self.my_index {
             self.relay_new.push((source, seq));
         }
@@ -530,21 +571,37 @@ impl Pbcast {
         source: usize,
         seq: u64,
         payload: Bytes,
-        rx: bool,
+        repaired_by: Option<usize>,
     ) -> bool {
         let log = &mut self.logs[source];
-        let inserted = log.insert(seq, payload, now, rx, LOG_EXTENSION_MAX);
+        let inserted = log.insert(seq, payload, now, repaired_by, LOG_EXTENSION_MAX);
         self.track(source);
         match inserted {
             Inserted::Duplicate => {
                 self.stats.duplicates += 1;
                 false
             }
-            Inserted::New => {
+            Inserted::New { answered_after } => {
+                if let (Some(rtt), Some(by)) = (answered_after, repaired_by) {
+                    self.sample_repair_rtt(now, self.members[by], rtt);
+                }
                 self.deliver_ready(source, Some(seq));
                 self.maybe_report_progress(source);
                 true
             }
+        }
+    }
+
+    /// A repair from `by`, the member asked, `rtt` after the ask: a round
+    /// trip, unless this member gossiped to `by` since, inviting a push.
+    fn sample_repair_rtt(&mut self, now: Instant, by: NodeId, rtt: Duration) {
+        let asked_at = now.saturating_sub(rtt);
+        let pushed_maybe = self
+            .gossiped
+            .iter()
+            .any(|(to, at)| *to == by && *at > asked_at);
+        if !pushed_maybe {
+            self.repair_rtt.sample(rtt);
         }
     }
 
@@ -603,7 +660,7 @@ impl Pbcast {
                 self.track(source);
             }
             if self.config.mode != GossipMode::Push {
-                if let Some((first, repeat)) = self.pull(now, source, &ranges) {
+                if let Some((first, repeat)) = self.pull(now, from, source, &ranges) {
                     wanted.extend(first);
                     again.extend(repeat);
                 }
@@ -630,9 +687,16 @@ impl Pbcast {
         }
     }
 
-    /// Ranges to solicit from a gossiper that advertised `ranges` of
-    /// `source`: (asked for the first time, asked again).
-    fn pull(&mut self, now: Instant, source: usize, ranges: &[SeqRange]) -> Option<Pulled> {
+    /// Ranges to solicit from the gossiper `from` that advertised `ranges`
+    /// of `source`: (asked for the first time, asked again).
+    fn pull(
+        &mut self,
+        now: Instant,
+        from: usize,
+        source: usize,
+        ranges: &[SeqRange],
+    ) -> Option<Pulled> {
+        let retry = self.solicit_retry();
         let log = &mut self.logs[source];
         if !log.has_missing() {
             return None;
@@ -644,8 +708,8 @@ impl Pbcast {
         let apart = self.config.multicast_repair != MulticastRepair::Off;
         let mut taken = 0;
         for range in ranges {
-            let retry = self.config.solicit_retry;
             let out = log::Asks {
+                of: from,
                 first: &mut first,
                 again: apart.then_some(&mut again),
             };
@@ -844,8 +908,16 @@ impl Pbcast {
             self.give_up_dead_gaps(now, source, lost_wait);
             self.track(source);
         }
+        while self
+            .gossiped
+            .front()
+            .is_some_and(|(_, at)| *at + gc_period <= now)
+        {
+            self.gossiped.pop_front();
+        }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
+                self.gossiped.push_back((target, now));
                 self.outbox
                     .control
                     .push_back(Control::Gossip { to: target });
@@ -1074,7 +1146,7 @@ impl Engine for Pbcast {
         }
         let me = self.my_index;
         let seq = self.logs[me].end();
-        self.logs[me].insert(seq, payload, now, false, 1);
+        self.logs[me].insert(seq, payload, now, None, 1);
         self.track(me);
         self.logs[me].unreported = 0;
         self.stats.originated += 1;

@@ -740,3 +740,62 @@ fn gossip_repairs_what_a_relay_tree_loses() {
         }
     }
 }
+
+/// With a cap above the floor, the retry after a solicitation follows the
+/// repair round trip: the floor on a fast network, about the round trip on
+/// a slow one, never past the cap. With the default cap (the floor) it is
+/// fixed.
+#[test]
+fn the_solicitation_retry_stretches_to_the_repair_round_trip() {
+    let config = Config {
+        solicit_retry_max: Duration::from_millis(200),
+        ..paper_config()
+    };
+    let (floor, cap) = (config.solicit_retry, config.solicit_retry_max);
+    let retries = |one_way_ms: u64| -> Vec<Duration> {
+        let mut net = net(6, config.clone(), 3);
+        net.delay = one_way_ms * testnet::MS;
+        net.loss = 0.1;
+        send_stream(&mut net, 1000, 5);
+        net.run_until(10_000);
+        for member in 1..6 {
+            assert_eq!(net.delivered_seqs(member, 0), (0..1000).collect::<Vec<_>>());
+        }
+        net.engines.iter().map(Pbcast::solicit_retry).collect()
+    };
+    for retry in retries(1) {
+        assert_eq!(retry, floor, "a 2 ms round trip keeps the floor");
+    }
+    let slow = retries(40);
+    for retry in &slow[1..] {
+        assert!(
+            *retry >= Duration::from_millis(80) && *retry <= cap,
+            "an 80 ms round trip: {retry:?}"
+        );
+    }
+    let fixed = Config {
+        solicit_retry_max: floor,
+        ..config
+    };
+    assert_eq!(fixed, Config { ..paper_config() }, "fixed by default");
+    let mut net = net(6, fixed, 3);
+    net.delay = 40 * testnet::MS;
+    net.loss = 0.1;
+    send_stream(&mut net, 1000, 5);
+    net.run_until(10_000);
+    for e in &net.engines {
+        assert_eq!(e.solicit_retry(), floor);
+    }
+}
+
+#[test]
+fn a_retry_cap_below_the_floor_is_refused() {
+    let config = Config {
+        solicit_retry_max: Duration::from_millis(10),
+        ..paper_config()
+    };
+    assert!(matches!(
+        config.validate(),
+        Err(ConfigError::SolicitRetryRange { .. })
+    ));
+}

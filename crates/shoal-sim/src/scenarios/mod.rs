@@ -24,6 +24,7 @@ pub mod pbcast_tree;
 pub mod protocol;
 
 use std::sync::Mutex;
+use std::time::Duration;
 use std::time::Instant as WallInstant;
 
 use hdrhistogram::Histogram;
@@ -69,12 +70,26 @@ pub fn figure(name: &str) -> Option<FigureFn> {
 
 /// pbcast as the papers simulate it: IP multicast first phase, fixed-rate
 /// sender (no flow control), Ethernet-sized datagrams.
+///
+/// `SHOAL_SIM_SOLICIT_RETRY_MAX_MS` lets the solicitation retry stretch to
+/// the measured repair round trip up to that many milliseconds (off by
+/// default; `docs/pbcast.md`).
 pub fn paper_pbcast() -> Config {
+    let defaults = Config::default();
+    let retry_max = probe_setting(
+        "SHOAL_SIM_SOLICIT_RETRY_MAX_MS",
+        "milliseconds, at least the 20 ms floor",
+        |ms| ms >= defaults.solicit_retry.as_secs_f64() * 1e3,
+    )
+    .map_or(defaults.solicit_retry_max, |ms| {
+        Duration::from_secs_f64(ms / 1e3)
+    });
     Config {
         ip_multicast: true,
         send_window: None,
         max_datagram_size: 1472,
-        ..Config::default()
+        solicit_retry_max: retry_max,
+        ..defaults
     }
 }
 

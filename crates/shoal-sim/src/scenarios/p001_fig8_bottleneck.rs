@@ -229,14 +229,17 @@ mod tests {
 }
 
 /// A diagnostic, not a check: one flat-pbcast run of this figure's tree,
-/// printing every 100 ms the packets of each kind offered to one root link
-/// and the queue drops there, then the run's totals. It is how the
+/// printing every 100 ms the link's load (bytes carried against its
+/// capacity), the packets of each kind offered to it and the queue drops
+/// there, then the run's totals. It is how the
 /// collapse in `docs/reproduction.md` (Fig 8) was taken apart. Settings
 /// come from the environment, each with this figure's value by default:
 /// `TRACE_N` (60), `TRACE_LOSS` (0.01), `TRACE_LOSS_AT` (receivers or
 /// links), `TRACE_SEED` (1),
 /// `TRACE_LINK` ("0,1"), `TRACE_MODE` (push-pull, pull or push),
-/// `TRACE_RETRY_MS` (solicitation retry, 20), `TRACE_BUDGET`
+/// `TRACE_RETRY_MS` (solicitation retry, 20), `TRACE_RETRY_MAX_MS` (how
+/// far the measured round trip may stretch it; by default not at all),
+/// `TRACE_BUDGET`
 /// (retransmissions per round, 500), `TRACE_REPAIR` (off, ipmc or grb),
 /// `TRACE_THRESHOLD` (solicitations that make a repair a multicast, 2),
 /// `TRACE_PUSH_MS` (push window, 1000) and `TRACE_SECS` (seconds of
@@ -269,6 +272,8 @@ mod trace {
             .pbcast_config(Delivery::Unordered)
             .expect("pbcast");
         config.solicit_retry = Duration::from_millis(setting("TRACE_RETRY_MS", 20));
+        config.solicit_retry_max =
+            Duration::from_millis(setting("TRACE_RETRY_MAX_MS", 200)).max(config.solicit_retry);
         config.retransmits_per_round_max = setting("TRACE_BUDGET", 500);
         config.push_age_max = Duration::from_millis(setting("TRACE_PUSH_MS", 1000));
         config.mode = match setting("TRACE_MODE", "push-pull".to_string()).as_str() {
@@ -321,7 +326,12 @@ mod trace {
                 .iter()
                 .find(|l| l.from == from && l.to == to);
             let l = l.expect("TRACE_LINK names a link of the tree");
-            (*l.kinds.as_deref().expect("watched"), l.dropped_queue)
+            (
+                *l.kinds.as_deref().expect("watched"),
+                l.dropped_queue,
+                l.bytes,
+                l.spec.bandwidth_bps,
+            )
         };
         let mut before = watched(&sim);
         for bin in 1..=(seconds * 10 + 35) {
@@ -330,8 +340,9 @@ mod trace {
             let kind = |k: Kind| now.0[k.index()] - before.0[k.index()];
             let recovered: u64 = sim.hosts().map(|(e, _)| e.stats().recovered).sum();
             eprintln!(
-                "{:>4.1} s  data {:>3} gossip {:>3} solicit {:>3} retransmit {:>3} queue drops {:>3}  (recovered in all {recovered})",
+                "{:>4.1} s  load {:>3.0}%  data {:>3} gossip {:>3} solicit {:>3} retransmit {:>3} queue drops {:>3}  (recovered in all {recovered})",
                 bin as f64 / 10.0,
+                (now.2 - before.2) as f64 * 8.0 / (now.3 * 0.1) * 100.0,
                 kind(Kind::Data),
                 kind(Kind::Gossip),
                 kind(Kind::Solicit),

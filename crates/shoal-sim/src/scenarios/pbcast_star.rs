@@ -58,6 +58,25 @@ mod tests {
     /// The walking skeleton's guarantee: 50 members in a star, 5% loss on
     /// every link, 1000 messages; every member delivers every message exactly
     /// once, in FIFO order, for each of 20 seeds.
+    /// A diagnostic, not a check: the test below over seeds 1-100, printing
+    /// the seeds where a member missed a message (`docs/pbcast.md`).
+    /// `cargo test --release -p shoal-sim --lib star_seed_sweep -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn star_seed_sweep() {
+        let mut bad = Vec::new();
+        for seed in 1..=100 {
+            let report = run(&Options {
+                seed,
+                ..Options::default()
+            });
+            if !report.complete {
+                bad.push(seed);
+            }
+        }
+        eprintln!("SWEEP incomplete seeds: {bad:?}");
+    }
+
     #[test]
     fn fifty_members_five_percent_loss_every_message_everywhere() {
         for seed in 1..=20 {
