@@ -582,7 +582,9 @@ impl Pbcast {
                 false
             }
             Inserted::New { answered_after } => {
-                if let (Some(rtt), Some(by)) = (answered_after, repaired_by) {
+                if let (Some(rtt), Some(by), true) =
+                    (answered_after, repaired_by, self.retry_adapts())
+                {
                     self.sample_repair_rtt(now, self.members[by], rtt);
                 }
                 self.deliver_ready(source, Some(seq));
@@ -590,6 +592,12 @@ impl Pbcast {
                 true
             }
         }
+    }
+
+    /// Whether the solicitation retry follows the measured round trip (else
+    /// it is fixed, and nothing is measured).
+    fn retry_adapts(&self) -> bool {
+        self.config.solicit_retry_max > self.config.solicit_retry
     }
 
     /// A repair from `by`, the member asked, `rtt` after the ask: a round
@@ -917,7 +925,9 @@ impl Pbcast {
         }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
-                self.gossiped.push_back((target, now));
+                if self.retry_adapts() {
+                    self.gossiped.push_back((target, now));
+                }
                 self.outbox
                     .control
                     .push_back(Control::Gossip { to: target });

@@ -494,21 +494,18 @@ fn grb_gossips_the_repairs_it_sent_not_those_it_heard_of() {
 #[test]
 fn a_member_asking_again_is_not_a_second_member_missing_the_message() {
     let now = Instant::ZERO;
+    // Where `e` sends its answer to `from`'s ask for message 0.
+    let answer = |e: &mut Pbcast, from: u32, first_ask: bool| {
+        e.handle_datagram(now, NodeId(from), &solicit_of_zero(from, 0, first_ask));
+        retransmit_destinations(e, now)
+    };
+    let unicast = [Destination::Node(NodeId(1))];
     // IPMC, threshold 2: the same member twice gets unicasts; a second
     // member's first ask makes the second solicitation that multicasts.
     let mut e = holder_of_message_zero(MulticastRepair::Ipmc);
-    for first_ask in [true, false] {
-        e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, first_ask));
-        assert_eq!(
-            retransmit_destinations(&mut e, now),
-            [Destination::Node(NodeId(1))]
-        );
-    }
-    e.handle_datagram(now, NodeId(2), &solicit_of_zero(2, 0, true));
-    assert_eq!(
-        retransmit_destinations(&mut e, now),
-        [Destination::Multicast]
-    );
+    assert_eq!(answer(&mut e, 1, true), unicast);
+    assert_eq!(answer(&mut e, 1, false), unicast);
+    assert_eq!(answer(&mut e, 2, true), [Destination::Multicast]);
     // grb: having heard that someone else repaired it, a repeat is still
     // answered by unicast, a first ask by multicast.
     let mut e = holder_of_message_zero(MulticastRepair::Grb);
@@ -517,16 +514,8 @@ fn a_member_asking_again_is_not_a_second_member_missing_the_message() {
         NodeId(2),
         &gossip_of_repairs(2, 0, SeqRange::single(0)),
     );
-    e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, false));
-    assert_eq!(
-        retransmit_destinations(&mut e, now),
-        [Destination::Node(NodeId(1))]
-    );
-    e.handle_datagram(now, NodeId(1), &solicit_of_zero(1, 0, true));
-    assert_eq!(
-        retransmit_destinations(&mut e, now),
-        [Destination::Multicast]
-    );
+    assert_eq!(answer(&mut e, 1, false), unicast);
+    assert_eq!(answer(&mut e, 1, true), [Destination::Multicast]);
 }
 
 #[test]

@@ -190,6 +190,16 @@ mod tests {
         f.incomplete.iter().filter(|r| r.contains(&column)).count()
     }
 
+    /// SRM's requests plus repairs per member rise from n = 20 to 60 by
+    /// more than twice their level at 20, and still rise to 100; returns
+    /// the overhead at 100.
+    fn assert_srm_grows_superlinearly(f: &Figure) -> f64 {
+        let srm = |n| overhead(f, "srm", n);
+        let (a, b, c) = (srm(20), srm(60), srm(100));
+        assert!(c - b > 0.0 && b - a > 2.0 * a, "SRM 20/60/100: {a} {b} {c}");
+        c
+    }
+
     /// P001's Fig 8 with loss at the receivers: SRM's overhead grows
     /// faster than linearly as the root links saturate, while every pbcast
     /// variant stays nearly flat, far below it, and delivers everything
@@ -197,9 +207,7 @@ mod tests {
     #[test]
     fn srm_overhead_grows_superlinearly_while_pbcast_stays_flat() {
         let f = quick(LossAt::Receivers);
-        let srm = |n| overhead(&f, "srm", n);
-        let (a, b, c) = (srm(20), srm(60), srm(100));
-        assert!(c - b > 0.0 && b - a > 2.0 * a, "SRM 20/60/100: {a} {b} {c}");
+        let c = assert_srm_grows_superlinearly(&f);
         for p in ["pbcast", "pbcast-grb", "pbcast-hier"] {
             let (small, large) = (overhead(&f, p, 20), overhead(&f, p, 100));
             assert!(large < 2.0 * small, "{p} 20/100: {small} {large}");
@@ -218,9 +226,7 @@ mod tests {
     #[test]
     fn with_loss_on_every_link_hierarchical_pbcast_still_copes() {
         let f = quick(LossAt::Links);
-        let srm = |n| overhead(&f, "srm", n);
-        let (a, b, c) = (srm(20), srm(60), srm(100));
-        assert!(c - b > 0.0 && b - a > 2.0 * a, "SRM 20/60/100: {a} {b} {c}");
+        let c = assert_srm_grows_superlinearly(&f);
         assert!(overhead(&f, "pbcast-hier", 100) * 10.0 < c);
         for p in ["pbcast-hier", "srm", "srm-adaptive"] {
             assert_eq!(incomplete(&f, p), 0, "{:?}", f.incomplete);
