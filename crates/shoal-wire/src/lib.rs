@@ -186,13 +186,19 @@ pub struct SourceRanges {
 pub enum Packet<'a> {
     /// A new message, first phase of pbcast. Body: `seq u64`, payload.
     Data { seq: u64, payload: &'a [u8] },
-    /// A digest of the sender's message buffer (pbcast's gossip), and the
+    /// A digest of the sender's message buffer (pbcast's gossip), the
     /// messages it knows were recently retransmitted by unicast (the "repair
-    /// bits" of pbcast-grb, P001 §B; empty otherwise). Body: two lists, each
-    /// `count u16`, then per source `source u32, nranges u16, ranges`.
+    /// bits" of pbcast-grb, P001 §B; empty otherwise), and, per source, the
+    /// messages it knows exist above the highest it holds and lacks (a gap
+    /// below that highest shows in the digest itself; one above it would
+    /// not, so a member that missed the end of a burst could only pull).
+    /// Body: `digest` and `repaired`, each `count u16`, then per source
+    /// `source u32, nranges u16, ranges`; then `lacking` the same way, left
+    /// out when empty (so a gossip without it is two lists).
     Gossip {
         digest: Vec<SourceRanges>,
         repaired: Vec<SourceRanges>,
+        lacking: Vec<SourceRanges>,
     },
     /// Ranges the sender lacks and asks the receiver to retransmit:
     /// `wanted` asked for the first time, `again` asked for before (the
@@ -308,8 +314,17 @@ impl Packet<'_> {
     pub fn body_len(&self) -> usize {
         match self {
             Packet::Data { payload, .. } => 8 + payload.len(),
-            Packet::Gossip { digest, repaired } => {
-                ranges_list_len(digest) + ranges_list_len(repaired)
+            Packet::Gossip {
+                digest,
+                repaired,
+                lacking,
+            } => {
+                let tail = if lacking.is_empty() {
+                    0
+                } else {
+                    ranges_list_len(lacking)
+                };
+                ranges_list_len(digest) + ranges_list_len(repaired) + tail
             }
             Packet::Solicit { wanted, again } if again.is_empty() => ranges_list_len(wanted),
             Packet::Solicit { wanted, again } => ranges_list_len(wanted) + ranges_list_len(again),
@@ -349,9 +364,16 @@ impl Packet<'_> {
                 out.extend_from_slice(&seq.to_be_bytes());
                 out.extend_from_slice(payload);
             }
-            Packet::Gossip { digest, repaired } => {
+            Packet::Gossip {
+                digest,
+                repaired,
+                lacking,
+            } => {
                 encode_ranges_list(digest, out)?;
                 encode_ranges_list(repaired, out)?;
+                if !lacking.is_empty() {
+                    encode_ranges_list(lacking, out)?;
+                }
             }
             Packet::Solicit { wanted, again } => {
                 encode_ranges_list(wanted, out)?;
@@ -575,6 +597,7 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
         Kind::Gossip => Packet::Gossip {
             digest: reader.ranges_list()?,
             repaired: reader.ranges_list()?,
+            lacking: reader.optional_ranges_list(Kind::Gossip)?,
         },
         Kind::Solicit => Packet::Solicit {
             wanted: reader.ranges_list()?,

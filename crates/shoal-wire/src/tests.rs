@@ -203,6 +203,46 @@ fn a_solicitation_without_repeats_is_one_list() {
     );
 }
 
+/// A gossip without `lacking` is the two lists it always was; with it, a
+/// third follows, and an empty third list is refused as trailing bytes.
+#[test]
+fn a_gossip_lacking_nothing_is_two_lists() {
+    let digest = vec![SourceRanges {
+        source: 5,
+        ranges: vec![SeqRange::new(0, 8).unwrap()],
+    }];
+    let two = Packet::Gossip {
+        digest: digest.clone(),
+        repaired: Vec::new(),
+        lacking: Vec::new(),
+    }
+    .to_vec(1)
+    .unwrap();
+    assert_eq!(two.len(), HEADER_LEN + (2 + 6 + RANGE_LEN) + 2);
+    let lacking = vec![SourceRanges {
+        source: 5,
+        ranges: vec![SeqRange::single(9)],
+    }];
+    let three = Packet::Gossip {
+        digest: digest.clone(),
+        repaired: Vec::new(),
+        lacking: lacking.clone(),
+    };
+    let bytes = three.to_vec(1).unwrap();
+    assert_eq!(bytes.len(), two.len() + 2 + 6 + RANGE_LEN);
+    assert_eq!(decode_packet(&bytes).unwrap().1, three);
+    let mut body = two[HEADER_LEN..].to_vec();
+    body.extend_from_slice(&0u16.to_be_bytes());
+    let padded = with_body(header(Kind::Gossip as u8, 1, body.len() as u32), &body);
+    assert_eq!(
+        decode_packet(&padded).unwrap_err(),
+        DecodeError::TrailingBytes {
+            kind: Kind::Gossip,
+            extra: 2
+        }
+    );
+}
+
 #[test]
 fn decode_packet_refuses_a_second_packet() {
     let mut two = data(1, b"a");
@@ -273,7 +313,7 @@ fn arb_list() -> impl Strategy<Value = Vec<SourceRanges>> {
 #[derive(Debug, Clone)]
 enum Owned {
     Data(u64, Vec<u8>),
-    Gossip(Vec<SourceRanges>, Vec<SourceRanges>),
+    Gossip(Vec<SourceRanges>, Vec<SourceRanges>, Vec<SourceRanges>),
     Solicit(Vec<SourceRanges>, Vec<SourceRanges>),
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
@@ -291,9 +331,10 @@ impl Owned {
                 seq: *seq,
                 payload: p,
             },
-            Owned::Gossip(d, r) => Packet::Gossip {
+            Owned::Gossip(d, r, l) => Packet::Gossip {
                 digest: d.clone(),
                 repaired: r.clone(),
+                lacking: l.clone(),
             },
             Owned::Solicit(w, a) => Packet::Solicit {
                 wanted: w.clone(),
@@ -332,7 +373,7 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
     let payload = prop::collection::vec(any::<u8>(), 0..300);
     prop_oneof![
         (any::<u64>(), payload.clone()).prop_map(|(s, p)| Owned::Data(s, p)),
-        (arb_list(), arb_list()).prop_map(|(d, r)| Owned::Gossip(d, r)),
+        (arb_list(), arb_list(), arb_list()).prop_map(|(d, r, l)| Owned::Gossip(d, r, l)),
         (arb_list(), arb_list()).prop_map(|(w, a)| Owned::Solicit(w, a)),
         (any::<u32>(), any::<u64>(), payload.clone())
             .prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),

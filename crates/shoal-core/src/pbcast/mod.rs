@@ -385,6 +385,13 @@ impl Pbcast {
         self.logs.iter().map(SourceLog::held).sum()
     }
 
+    /// Whether this member buffers message `seq` of `source` (and could
+    /// retransmit it); for diagnostics and tests.
+    pub fn holds(&self, source: NodeId, seq: u64) -> bool {
+        self.index_of(source)
+            .is_some_and(|i| self.logs[i].holds(seq))
+    }
+
     /// Checks internal invariants; panics when one is broken (tests and the
     /// simulator call this).
     pub fn check_invariants(&self) {
@@ -536,9 +543,13 @@ impl Pbcast {
                     self.on_message(now, source, seq, payload, Some(from));
                 }
             }
-            Packet::Gossip { digest, repaired } => {
+            Packet::Gossip {
+                digest,
+                repaired,
+                lacking,
+            } => {
                 self.on_repair_bits(now, &repaired);
-                self.on_gossip(now, from, &digest);
+                self.on_gossip(now, from, &digest, &lacking);
             }
             Packet::Solicit { wanted, again } => self.on_solicit(now, from, &wanted, &again),
             Packet::Status { source, next } => {
@@ -652,40 +663,64 @@ impl Pbcast {
     }
 
     /// A digest arrived: pull what the gossiper has and I lack, push young
-    /// messages it lacks, and count evidence for declaring gaps lost.
-    fn on_gossip(&mut self, now: Instant, from: usize, digest: &[SourceRanges]) {
+    /// messages it lacks (the gaps in its digest, and what it says it lacks
+    /// above it), and count evidence for declaring gaps lost.
+    fn on_gossip(
+        &mut self,
+        now: Instant,
+        from: usize,
+        digest: &[SourceRanges],
+        lacking: &[SourceRanges],
+    ) {
         let (mut wanted, mut again) = (Vec::new(), Vec::new());
-        // (source index, sorted ranges) of every source the digest names.
-        let mut advertised: Vec<(usize, Vec<SeqRange>)> = Vec::with_capacity(digest.len());
+        // Per source the digest or the lacking list names: its sorted
+        // ranges, and the lowest message it says it lacks above them.
+        let mut advertised: Vec<(usize, Vec<SeqRange>, Option<SeqRange>)> =
+            Vec::with_capacity(digest.len());
         for entry in digest {
             let Some(source) = self.index_of(NodeId(entry.source)) else {
                 continue;
             };
             let mut ranges = entry.ranges.clone();
             ranges.sort_unstable();
-            if let Some(highest) = ranges.last().map(|r| r.last) {
+            advertised.push((source, ranges, None));
+        }
+        for entry in lacking {
+            let Some(source) = self.index_of(NodeId(entry.source)) else {
+                continue;
+            };
+            let Some(&range) = entry.ranges.iter().min() else {
+                continue;
+            };
+            match advertised.iter_mut().find(|(s, _, _)| *s == source) {
+                Some(known) => known.2 = Some(range),
+                None => advertised.push((source, Vec::new(), Some(range))),
+            }
+        }
+        for (source, ranges, lacks) in &advertised {
+            let source = *source;
+            let highest = ranges.last().into_iter().chain(lacks).map(|r| r.last).max();
+            if let Some(highest) = highest {
                 self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
                 self.track(source);
             }
             if self.config.mode != GossipMode::Push {
-                if let Some((first, repeat)) = self.pull(now, from, source, &ranges) {
+                if let Some((first, repeat)) = self.pull(now, from, source, ranges) {
                     wanted.extend(first);
                     again.extend(repeat);
                 }
             }
             if self.config.mode != GossipMode::Pull {
-                self.push(now, from, source, &ranges);
+                self.push(now, from, source, ranges, *lacks);
             }
-            advertised.push((source, ranges));
         }
-        advertised.sort_unstable_by_key(|(source, _)| *source);
+        advertised.sort_unstable_by_key(|(source, _, _)| *source);
         for &source in &self.gappy {
             let log = &mut self.logs[source];
-            let ranges = match advertised.binary_search_by_key(&source, |(s, _)| *s) {
-                Ok(i) => advertised[i].1.as_slice(),
-                Err(_) => &[],
-            };
-            log.note_digest(ranges);
+            match advertised.binary_search_by_key(&source, |(s, _, _)| *s) {
+                Ok(i) => log.note_digest(&advertised[i].1, advertised[i].2),
+                Err(_) => log.note_digest(&[], None),
+            }
         }
         if !wanted.is_empty() || !again.is_empty() {
             let to = self.members[from];
@@ -740,14 +775,18 @@ impl Pbcast {
     }
 
     /// Pushes young messages of `source` that the gossiper `to` lacks.
-    fn push(&mut self, now: Instant, to: usize, source: usize, ranges: &[SeqRange]) {
-        let Some(highest) = ranges.last().map(|r| r.last) else {
-            return;
-        };
+    fn push(
+        &mut self,
+        now: Instant,
+        to: usize,
+        source: usize,
+        ranges: &[SeqRange],
+        lacking: Option<SeqRange>,
+    ) {
         let budget = self.retransmit_budget as usize;
         let seqs = self.logs[source].young_missing_at_peer(
             ranges,
-            highest,
+            lacking,
             now,
             self.config.push_age_max,
             budget,
@@ -1005,17 +1044,33 @@ impl Pbcast {
         } else {
             Vec::new()
         };
-        // The repaired list's own length (the empty digest's count taken off).
-        let used = shoal_wire::Packet::Gossip {
-            digest: Vec::new(),
-            repaired: repaired.clone(),
-        }
-        .body_len()
-            - 2;
-        Packet::Gossip {
-            digest: self.digest(room + 2 - used),
+        let lacking = self.lacking_above_held(room / 8 / (6 + shoal_wire::RANGE_LEN));
+        // The other lists' own length (the empty digest's count taken off).
+        let packet = |digest, repaired, lacking| Packet::Gossip {
+            digest,
             repaired,
-        }
+            lacking,
+        };
+        let used = packet(Vec::new(), repaired.clone(), lacking.clone()).body_len() - 2;
+        packet(self.digest(room + 2 - used), repaired, lacking)
+    }
+
+    /// Per source, the run of messages this member knows exist above the
+    /// highest it holds and lacks (at most `max_sources` sources): the one
+    /// gap a digest cannot show, since a gossiper reads the digest's highest
+    /// message as the end of what this member has heard of.
+    fn lacking_above_held(&self, max_sources: usize) -> Vec<SourceRanges> {
+        self.gappy
+            .iter()
+            .filter_map(|&source| {
+                let range = self.logs[source].missing_tail()?;
+                Some(SourceRanges {
+                    source: self.members[source].0,
+                    ranges: vec![range],
+                })
+            })
+            .take(max_sources)
+            .collect()
     }
 
     /// pbcast-grb's repair bits as ranges per source, at most `max_ranges`.

@@ -166,6 +166,69 @@ fn an_unrepairable_gap_becomes_an_explicit_lost_event() {
     assert!(net.lost(0).is_empty());
 }
 
+fn has_data_seq(bytes: &[u8], wanted: u64) -> bool {
+    shoal_wire::packets(bytes)
+        .any(|p| matches!(p, Ok((_, Packet::Data { seq, .. })) if seq == wanted))
+}
+
+fn has_solicit(bytes: &[u8]) -> bool {
+    shoal_wire::packets(bytes).any(|p| matches!(p, Ok((_, Packet::Solicit { .. }))))
+}
+
+/// A member that missed the last message of a burst knows of it only from
+/// digests, and its own digest ends below it; its gossip says what it
+/// lacks there, and partners push the message. Here its solicitations
+/// never arrive, so a push is its only way to get it.
+#[test]
+fn a_member_that_missed_the_end_of_a_burst_has_it_pushed() {
+    let mut net = net(4, paper_config(), 7);
+    net.filter = Some(Box::new(|from, to, bytes| {
+        let last_to_three = to == 3 && has_data_seq(bytes, 2);
+        let three_asks = from == 3 && has_solicit(bytes);
+        !(last_to_three || three_asks)
+    }));
+    send_stream(&mut net, 3, 10);
+    net.run_until(3_000);
+    assert_eq!(net.delivered_seqs(3, 0), vec![0, 1, 2]);
+    assert!(net.lost(3).is_empty());
+    assert!(net.engines[3].stats().recovered >= 1);
+}
+
+/// A member whose own collection reached its oldest gap keeps the message
+/// before it, so its digests still show the gap and partners push the
+/// message (again its solicitations never arrive).
+#[test]
+fn a_gap_stays_visible_after_its_neighbours_are_collected() {
+    let mut net = net(4, paper_config(), 8);
+    let has_retransmit = |bytes: &[u8]| {
+        shoal_wire::packets(bytes).any(|p| matches!(p, Ok((_, Packet::Retransmit { .. }))))
+    };
+    // Until member 3's copy of message 0 is due for collection (1 s after
+    // it arrived), nothing repairs message 1 at member 3.
+    net.filter = Some(Box::new(move |from, to, bytes| {
+        let to_three = to == 3 && (has_data_seq(bytes, 1) || has_retransmit(bytes));
+        let three_asks = from == 3 && has_solicit(bytes);
+        !(to_three || three_asks)
+    }));
+    net.multicast(0, b"0").unwrap();
+    net.run_until(500);
+    net.multicast(0, b"1").unwrap();
+    net.run_until(510);
+    net.multicast(0, b"2").unwrap();
+    net.run_until(1_050);
+    assert_eq!(net.delivered_seqs(3, 0), vec![0], "FIFO: 2 waits for 1");
+    // The others' copies of message 1 are young until 1.5 s: pushed on
+    // member 3's gossip only if that gossip still shows the gap.
+    net.filter = Some(Box::new(|from, to, bytes| {
+        let one_to_three = to == 3 && has_data_seq(bytes, 1);
+        let three_asks = from == 3 && has_solicit(bytes);
+        !(one_to_three || three_asks)
+    }));
+    net.run_until(4_000);
+    assert_eq!(net.delivered_seqs(3, 0), vec![0, 1, 2]);
+    assert!(net.lost(3).is_empty());
+}
+
 #[test]
 fn messages_are_collected_after_gc_rounds() {
     let mut net = net(3, paper_config(), 6);
@@ -431,8 +494,14 @@ fn gossip_of_repairs(from: u32, source: u32, range: SeqRange) -> Vec<u8> {
         source,
         ranges: vec![range],
     }];
-    let digest = Vec::new();
-    Packet::Gossip { digest, repaired }.to_vec(from).unwrap()
+    let (digest, lacking) = (Vec::new(), Vec::new());
+    Packet::Gossip {
+        digest,
+        repaired,
+        lacking,
+    }
+    .to_vec(from)
+    .unwrap()
 }
 
 /// Where member 0 sends the retransmissions its pending input caused.

@@ -152,4 +152,111 @@ mod tests {
             assert!(worst("far_max_ms", srm) > 2000.0, "{srm} has a long tail");
         }
     }
+
+    fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+        std::env::var(name).map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: cannot parse {v:?}"))
+        })
+    }
+
+    /// Diagnostic (ignored): runs flat pbcast (unordered) on the full
+    /// two-cluster network for seed `TRACE_SEED`, finds the messages some
+    /// member declared lost, and reruns the (deterministic) simulation to
+    /// print, every round, how many members of each cluster held each of
+    /// them. Shows how a message ran out of copies.
+    #[test]
+    #[ignore]
+    fn lost_message_trace() {
+        use crate::Sim;
+        use shoal_core::pbcast::Pbcast;
+        use shoal_core::{Instant, NodeId};
+        use shoal_wire::Kind;
+        let seed: u64 = setting("TRACE_SEED", 1);
+        let seconds: u64 = setting("TRACE_SECS", 60);
+        let per_cluster = 40;
+        let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), lan(0.5));
+        let hosts: Vec<usize> = (2..topology.nodes).collect();
+        let config = Protocol::Pbcast
+            .pbcast_config(Delivery::Unordered)
+            .expect("pbcast");
+        let build = || {
+            let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
+                let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
+                Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid")
+            });
+            sim.check_unordered();
+            sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 100 * seconds, 210);
+            sim
+        };
+        let end = super::super::ns(0.5 + seconds as f64) + super::super::drain_ns(&config);
+        let mut sim = build();
+        sim.run_until(end);
+        let mut lost = Vec::new();
+        let mut losers = Vec::new();
+        for (member, (_, m)) in sim.hosts().enumerate() {
+            for &(source, first, last, at) in &m.lost_ranges {
+                losers.push(member);
+                eprintln!(
+                    "member {member} declared {first}..={last} of {source} lost at {:.2} s",
+                    at as f64 / 1e9
+                );
+                lost.extend((first..=last).map(|seq| (NodeId(source), seq)));
+            }
+        }
+        lost.sort();
+        lost.dedup();
+        if lost.is_empty() {
+            return;
+        }
+        losers.dedup();
+        let mut sim = build();
+        let mut step = 0;
+        let counts = |sim: &Sim<Pbcast>, i: usize| {
+            let (_, m) = sim.hosts().nth(i).expect("member");
+            (m.packets_received, m.packets_sent)
+        };
+        let mut before: Vec<_> = losers.iter().map(|&i| counts(&sim, i)).collect();
+        while step * 100_000_000 < end {
+            step += 1;
+            sim.run_until(step * 100_000_000);
+            let after: Vec<_> = losers.iter().map(|&i| counts(&sim, i)).collect();
+            for &(source, seq) in &lost {
+                let holders: Vec<usize> = sim
+                    .hosts()
+                    .enumerate()
+                    .filter(|(_, (e, _))| e.holds(source, seq))
+                    .map(|(i, _)| i)
+                    .collect();
+                let near = holders.iter().filter(|&&i| i < per_cluster).count();
+                let sent_at = 0.5 + seq as f64 / 100.0;
+                let t = step as f64 / 10.0;
+                if t >= sent_at - 0.1 && t <= sent_at + 4.0 {
+                    for (k, &i) in losers.iter().enumerate() {
+                        let now = after[k];
+                        let d =
+                            |a: [u64; shoal_wire::KIND_COUNT],
+                             b: [u64; shoal_wire::KIND_COUNT],
+                             k: Kind| a[k.index()] - b[k.index()];
+                        eprintln!(
+                            "        member {i}: received data {} gossip {} solicit {} retransmit {}; sent gossip {} solicit {} retransmit {}",
+                            d(now.0, before[k].0, Kind::Data),
+                            d(now.0, before[k].0, Kind::Gossip),
+                            d(now.0, before[k].0, Kind::Solicit),
+                            d(now.0, before[k].0, Kind::Retransmit),
+                            d(now.1, before[k].1, Kind::Gossip),
+                            d(now.1, before[k].1, Kind::Solicit),
+                            d(now.1, before[k].1, Kind::Retransmit),
+                        );
+                    }
+                    eprintln!(
+                        "{t:>5.1} s  message {seq} (sent {sent_at:.2} s): held by {near} near, {} far  {holders:?}",
+                        holders.len() - near
+                    );
+                }
+            }
+            let _ = &after;
+            before = after;
+        }
+    }
 }
