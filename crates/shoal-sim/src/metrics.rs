@@ -250,6 +250,19 @@ impl HostMetrics {
         violation
     }
 
+    /// Sequence numbers below `count` of `source` neither delivered nor
+    /// declared lost here; empty unless `Sim::check_unordered` was on.
+    pub fn undelivered(&self, source: u32, count: u64) -> Vec<u64> {
+        let Some(bits) = self.seen.as_ref().and_then(|s| s.get(source as usize)) else {
+            return Vec::new();
+        };
+        let marked = |seq: u64| {
+            bits.get((seq / 64) as usize)
+                .is_some_and(|word| word & (1 << (seq % 64)) != 0)
+        };
+        (0..count).filter(|&seq| !marked(seq)).collect()
+    }
+
     fn record_latency(&mut self, now_ns: u64, payload: &[u8]) {
         let Some(stamp) = payload.first_chunk::<8>() else {
             return;

@@ -189,12 +189,13 @@ pub enum Packet<'a> {
     /// A digest of the sender's message buffer (pbcast's gossip), the
     /// messages it knows were recently retransmitted by unicast (the "repair
     /// bits" of pbcast-grb, P001 §B; empty otherwise), and, per source, the
-    /// messages it knows exist above the highest it holds and lacks (a gap
-    /// below that highest shows in the digest itself; one above it would
-    /// not, so a member that missed the end of a burst could only pull).
-    /// Body: `digest` and `repaired`, each `count u16`, then per source
-    /// `source u32, nranges u16, ranges`; then `lacking` the same way, left
-    /// out when empty (so a gossip without it is two lists).
+    /// runs of messages it knows exist and lacks at the ends of its buffer
+    /// (a gap between held messages shows in the digest itself; one below
+    /// the lowest or above the highest would not, so a member that missed
+    /// the start or the end of a burst could only pull). Body: `digest` and
+    /// `repaired`, each `count u16`, then per source `source u32, nranges
+    /// u16, ranges`; then `lacking` the same way, left out when empty (so a
+    /// gossip without it is two lists).
     Gossip {
         digest: Vec<SourceRanges>,
         repaired: Vec<SourceRanges>,

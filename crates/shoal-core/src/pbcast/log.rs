@@ -286,10 +286,10 @@ impl SourceLog {
     /// Without the anchor, once this member's own collection reached its
     /// oldest gap the gap vanished from its digests and nobody would push
     /// the message; pull alone then waited on a holder's digest to arrive
-    /// before every copy was collected. Measured in P001 Fig 7 (flat
-    /// pbcast, 5 seeds): each of the 3 messages declared lost in 2.4
-    /// million deliveries was missed by one member whose gap had become
-    /// invisible a second before the last copies went (`docs/pbcast.md`).
+    /// before every copy was collected. Traced in P001 Fig 7 (flat
+    /// pbcast): messages were declared lost by one member while the other
+    /// 79 held them, its gap hidden from its partners for the last second
+    /// (`docs/reproduction.md`, Fig 7).
     pub fn collect_garbage(&mut self, now: Instant, gc_period: Duration) {
         while let Some(front) = self.slots.front_mut() {
             match front {
@@ -308,19 +308,24 @@ impl SourceLog {
         self.cursor = self.cursor.max(self.base);
     }
 
-    /// The run of missing messages at the end of the log (above the highest
-    /// held or collected one), if the newest known message is missing.
-    pub fn missing_tail(&self) -> Option<SeqRange> {
-        let run = self
-            .slots
-            .iter()
-            .rev()
-            .take_while(|slot| matches!(slot, Slot::Missing(_)))
-            .count() as u64;
-        if run == 0 {
-            return None;
+    /// The runs of missing messages at the ends of the log, which a digest
+    /// of held ranges cannot show: at the end (above the highest message
+    /// held or collected) and at the start (nothing before them held). A
+    /// log that is all missing is one run.
+    pub fn missing_edges(&self) -> Vec<SeqRange> {
+        let missing = |slot: &&Slot| matches!(slot, Slot::Missing(_));
+        let len = self.slots.len() as u64;
+        let front = self.slots.iter().take_while(missing).count() as u64;
+        let mut edges = Vec::new();
+        if front > 0 {
+            edges.extend(SeqRange::new(self.base, self.base + front - 1));
         }
-        SeqRange::new(self.end() - run, self.end() - 1)
+        if front < len {
+            let back = self.slots.iter().rev().take_while(missing).count() as u64;
+            let end = self.end();
+            edges.extend(SeqRange::new(end - back, end - 1).filter(|_| back > 0));
+        }
+        edges
     }
 
     /// Ranges of held messages, oldest first.
@@ -373,17 +378,18 @@ impl SourceLog {
 
     /// Counts one digest as evidence against every missing message that
     /// lies below everything it advertises (`advertised` ascending and
-    /// disjoint) or says it lacks (`lacking`, above its digest): the gossiper has moved its window past the message, so it
-    /// held it and collected it, or gave up on it. A message merely absent
-    /// from a digest is no evidence: the gossiper may lack it too and be
-    /// about to receive it (measured: counting those declared a message lost
-    /// at 1 in 10^6 deliveries while members still held it, P001 Fig 7's
-    /// two-cluster run).
-    pub fn note_digest(&mut self, advertised: &[SeqRange], lacking: Option<SeqRange>) {
+    /// disjoint) and everything its gossiper says it lacks (`lacking`): the
+    /// gossiper has moved its window past the message, so it held it and
+    /// collected it, or gave up on it. A message merely absent from a digest
+    /// is no evidence: the gossiper may lack it too and be about to receive
+    /// it (measured: counting those declared a message lost at 1 in 10^6
+    /// deliveries while members still held it, P001 Fig 7's two-cluster
+    /// run).
+    pub fn note_digest(&mut self, advertised: &[SeqRange], lacking: &[SeqRange]) {
         if self.missing == 0 {
             return;
         }
-        let starts = advertised.first().into_iter().chain(&lacking);
+        let starts = advertised.first().into_iter().chain(lacking);
         let window_start = starts.map(|r| r.first).min().unwrap_or(u64::MAX);
         for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
             if seq >= window_start {
@@ -448,16 +454,21 @@ impl SourceLog {
         lost.finish()
     }
 
-    /// Young held messages (held for less than `age_max`) in the gaps
-    /// between the ranges a gossiper advertised (`advertised` sorted) and
-    /// in the range it says it lacks above them: what it seems to lack, newest first when `max` cuts the list, returned in
-    /// ascending order. Below its lowest advertised message the gossiper has
-    /// collected (or given up on) messages, which a digest cannot tell from
-    /// missing ones; pushing those is waste, and under congestion (late
-    /// receivers holding messages "young" that others already collected) it
-    /// fed a retransmission storm. Pull covers a gossiper that really lacks
-    /// its oldest messages. Above its highest it may simply not have heard
-    /// of them yet, unless it says it lacks them.
+    /// Young held messages (held for less than `age_max`) that a gossiper
+    /// lacks: in the gaps between the ranges it advertised (`advertised`
+    /// sorted) and in the runs it says it lacks beyond them (`lacking`).
+    /// Newest first when `max` cuts the list; returned in ascending order.
+    /// Below its lowest advertised message the gossiper has collected (or
+    /// given up on) messages, unless it says it lacks them; pushing those
+    /// is waste, and under congestion (late receivers holding messages
+    /// "young" that others already collected) it fed a retransmission
+    /// storm. Above its highest it may simply not have heard of them yet,
+    /// unless it says it lacks them or the source has been `quiet` here (no
+    /// newer message for that long): at the end of a burst no later message
+    /// shows a member that it missed the last ones, and a member that never
+    /// heard of them cannot say it lacks them; in a running stream the next
+    /// message soon shows the gap, and pushing what may still be in flight
+    /// would only buy duplicates.
     ///
     /// Walks the gaps, not this member's buffer: the work is the candidates
     /// only, and age is checked per message, because a repaired message is
@@ -468,20 +479,35 @@ impl SourceLog {
     pub fn young_missing_at_peer(
         &self,
         advertised: &[SeqRange],
-        lacking: Option<SeqRange>,
+        lacking: &[SeqRange],
         now: Instant,
         age_max: Duration,
+        quiet: Duration,
         max: usize,
     ) -> Vec<u64> {
-        let mut out = Vec::new();
-        // (first, one past last) of each gap, newest first.
-        let above = advertised.last().map_or(0, |r| r.last.saturating_add(1));
-        let lacks = lacking.map(|r| (r.first.max(above), r.last.saturating_add(1)));
-        let between = advertised
+        // [low, high) of each gap.
+        let mut gaps: Vec<(u64, u64)> = advertised
             .windows(2)
-            .rev()
-            .map(|pair| (pair[0].last.saturating_add(1), pair[1].first));
-        'gaps: for (low, high) in lacks.into_iter().chain(between) {
+            .map(|pair| (pair[0].last.saturating_add(1), pair[1].first))
+            .collect();
+        let span = advertised.first().zip(advertised.last());
+        for range in lacking {
+            let (first, end) = (range.first, range.last.saturating_add(1));
+            match span {
+                None => gaps.push((first, end)),
+                // Only beyond the digest: its own gaps are listed already.
+                Some((bottom, top)) => {
+                    gaps.push((first, end.min(bottom.first)));
+                    gaps.push((first.max(top.last.saturating_add(1)), end));
+                }
+            }
+        }
+        if let Some((_, top)) = span.filter(|_| self.quiet_since(now, quiet)) {
+            gaps.push((top.last.saturating_add(1), self.end()));
+        }
+        gaps.sort_unstable_by(|a, b| b.cmp(a));
+        let mut out = Vec::new();
+        'gaps: for (low, high) in gaps {
             let (low, high) = (low.max(self.base), high.min(self.end()));
             for seq in (low..high).rev() {
                 if out.len() >= max {
@@ -494,8 +520,15 @@ impl SourceLog {
                 }
             }
         }
-        out.reverse();
+        out.sort_unstable();
+        out.dedup();
         out
+    }
+
+    /// The newest message known here is held and arrived at least `quiet`
+    /// ago: the source has stopped sending, for now.
+    fn quiet_since(&self, now: Instant, quiet: Duration) -> bool {
+        matches!(self.slots.back(), Some(Slot::Held(held)) if held.received + quiet <= now)
     }
 
     /// Sanity checks for tests and the simulator.
@@ -528,6 +561,9 @@ mod tests {
     }
 
     /// Messages 0 and 2 held, 1 missing since t = 0.
+    /// A source quiet for a round (100 ms).
+    const QUIET: Duration = Duration::from_millis(100);
+
     fn log_with_gap_at_one() -> SourceLog {
         let mut log = SourceLog::default();
         for seq in [0, 2] {
@@ -542,7 +578,7 @@ mod tests {
         let mut log = log_with_gap_at_one();
         let also_missing = [SeqRange::single(0), SeqRange::single(2)];
         for _ in 0..10 {
-            log.note_digest(&also_missing, None);
+            log.note_digest(&also_missing, &[]);
         }
         let lost = log.declare_lost(ms(10_000), Duration::from_secs(2), 3);
         assert!(lost.is_empty(), "declared {lost:?} lost");
@@ -553,7 +589,7 @@ mod tests {
         let mut log = log_with_gap_at_one();
         let moved_on = [SeqRange::new(2, 9).unwrap()];
         for _ in 0..3 {
-            log.note_digest(&moved_on, None);
+            log.note_digest(&moved_on, &[]);
         }
         let lost = log.declare_lost(ms(10_000), Duration::from_secs(2), 3);
         assert_eq!(lost, vec![SeqRange::single(1)]);
@@ -568,7 +604,7 @@ mod tests {
         // The gossiper holds 5..=9 except 7: it collected 0..=4.
         let advertised = [SeqRange::new(5, 6).unwrap(), SeqRange::new(8, 9).unwrap()];
         let push =
-            log.young_missing_at_peer(&advertised, None, ms(10), Duration::from_secs(1), 100);
+            log.young_missing_at_peer(&advertised, &[], ms(10), Duration::from_secs(1), QUIET, 100);
         assert_eq!(push, vec![7]);
     }
 
@@ -599,33 +635,71 @@ mod tests {
         log.insert(3, Bytes::from_static(b"x"), ms(1_500), None, 64);
         // At 2 s everything but the repaired 3 is older than a second.
         let advertised = [SeqRange::new(0, 2).unwrap(), SeqRange::new(4, 9).unwrap()];
-        let push =
-            log.young_missing_at_peer(&advertised, None, ms(2_000), Duration::from_secs(1), 100);
+        let push = log.young_missing_at_peer(
+            &advertised,
+            &[],
+            ms(2_000),
+            Duration::from_secs(1),
+            QUIET,
+            100,
+        );
         assert_eq!(push, vec![3]);
     }
 
     #[test]
-    fn what_a_gossiper_lacks_above_its_digest_is_pushed_only_when_it_says_so() {
+    fn what_a_gossiper_lacks_beyond_its_digest_is_pushed_only_when_it_says_so() {
         let mut log = SourceLog::default();
         for seq in 0..10 {
             log.insert(seq, Bytes::from_static(b"x"), ms(0), None, 64);
         }
-        let advertised = [SeqRange::new(0, 7).unwrap()];
-        let young = |lacking| {
-            log.young_missing_at_peer(&advertised, lacking, ms(10), Duration::from_secs(1), 100)
+        let advertised = [SeqRange::new(2, 7).unwrap()];
+        let young = |lacking: &[SeqRange]| {
+            log.young_missing_at_peer(
+                &advertised,
+                lacking,
+                ms(10),
+                Duration::from_secs(1),
+                QUIET,
+                100,
+            )
         };
-        // It may not have heard of 8 and 9 yet.
-        assert_eq!(young(None), Vec::<u64>::new());
-        assert_eq!(young(SeqRange::new(8, 9)), vec![8, 9]);
-        // The gossiper's side: the run it lacks at the end of its log.
+        // It may have collected 0 and 1, and not have heard of 8 and 9.
+        assert_eq!(young(&[]), Vec::<u64>::new());
+        let edges = [SeqRange::single(0), SeqRange::new(8, 9).unwrap()];
+        assert_eq!(young(&edges), vec![0, 8, 9]);
+        // A lacking range over the digest's span adds only what lies beyond.
+        assert_eq!(young(&[SeqRange::new(5, 8).unwrap()]), vec![8]);
+        // Once the source has been quiet for a round, what lies above the
+        // gossiper's top is pushed unasked: no later message will show it.
+        let quiet = log.young_missing_at_peer(
+            &advertised,
+            &[],
+            ms(150),
+            Duration::from_secs(1),
+            QUIET,
+            100,
+        );
+        assert_eq!(quiet, vec![8, 9]);
+        // The gossiper's side: the runs it lacks at the ends of its log.
         let mut gossiper = log_with_gap_at_one();
-        assert_eq!(gossiper.missing_tail(), None, "1 is below the digest's top");
+        assert_eq!(gossiper.missing_edges(), vec![], "1 shows in the digest");
         gossiper.learn_up_to(5, ms(0), 64);
-        assert_eq!(gossiper.missing_tail(), SeqRange::new(3, 5));
+        assert_eq!(gossiper.missing_edges(), vec![SeqRange::new(3, 5).unwrap()]);
+        let mut first_missed = SourceLog::default();
+        first_missed.insert(2, Bytes::from_static(b"x"), ms(0), None, 64);
+        assert_eq!(
+            first_missed.missing_edges(),
+            vec![SeqRange::new(0, 1).unwrap()]
+        );
+        first_missed.learn_up_to(3, ms(0), 64);
+        assert_eq!(
+            first_missed.missing_edges(),
+            vec![SeqRange::new(0, 1).unwrap(), SeqRange::single(3)]
+        );
         // A gossiper that lacks a message says nothing of its collection.
         let mut me = log_with_gap_at_one();
         for _ in 0..3 {
-            me.note_digest(&[], SeqRange::new(1, 1));
+            me.note_digest(&[], &[SeqRange::single(1)]);
         }
         assert!(me
             .declare_lost(ms(10_000), Duration::from_secs(2), 3)

@@ -664,7 +664,7 @@ impl Pbcast {
 
     /// A digest arrived: pull what the gossiper has and I lack, push young
     /// messages it lacks (the gaps in its digest, and what it says it lacks
-    /// above it), and count evidence for declaring gaps lost.
+    /// beyond it), and count evidence for declaring gaps lost.
     fn on_gossip(
         &mut self,
         now: Instant,
@@ -674,8 +674,8 @@ impl Pbcast {
     ) {
         let (mut wanted, mut again) = (Vec::new(), Vec::new());
         // Per source the digest or the lacking list names: its sorted
-        // ranges, and the lowest message it says it lacks above them.
-        let mut advertised: Vec<(usize, Vec<SeqRange>, Option<SeqRange>)> =
+        // ranges, and the runs it says it lacks beyond them.
+        let mut advertised: Vec<(usize, Vec<SeqRange>, Vec<SeqRange>)> =
             Vec::with_capacity(digest.len());
         for entry in digest {
             let Some(source) = self.index_of(NodeId(entry.source)) else {
@@ -683,23 +683,20 @@ impl Pbcast {
             };
             let mut ranges = entry.ranges.clone();
             ranges.sort_unstable();
-            advertised.push((source, ranges, None));
+            advertised.push((source, ranges, Vec::new()));
         }
         for entry in lacking {
             let Some(source) = self.index_of(NodeId(entry.source)) else {
                 continue;
             };
-            let Some(&range) = entry.ranges.iter().min() else {
-                continue;
-            };
             match advertised.iter_mut().find(|(s, _, _)| *s == source) {
-                Some(known) => known.2 = Some(range),
-                None => advertised.push((source, Vec::new(), Some(range))),
+                Some(known) => known.2.extend_from_slice(&entry.ranges),
+                None => advertised.push((source, Vec::new(), entry.ranges.clone())),
             }
         }
         for (source, ranges, lacks) in &advertised {
             let source = *source;
-            let highest = ranges.last().into_iter().chain(lacks).map(|r| r.last).max();
+            let highest = ranges.iter().chain(lacks).map(|r| r.last).max();
             if let Some(highest) = highest {
                 self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
                 self.track(source);
@@ -711,15 +708,15 @@ impl Pbcast {
                 }
             }
             if self.config.mode != GossipMode::Pull {
-                self.push(now, from, source, ranges, *lacks);
+                self.push(now, from, source, ranges, lacks);
             }
         }
         advertised.sort_unstable_by_key(|(source, _, _)| *source);
         for &source in &self.gappy {
             let log = &mut self.logs[source];
             match advertised.binary_search_by_key(&source, |(s, _, _)| *s) {
-                Ok(i) => log.note_digest(&advertised[i].1, advertised[i].2),
-                Err(_) => log.note_digest(&[], None),
+                Ok(i) => log.note_digest(&advertised[i].1, &advertised[i].2),
+                Err(_) => log.note_digest(&[], &[]),
             }
         }
         if !wanted.is_empty() || !again.is_empty() {
@@ -781,7 +778,7 @@ impl Pbcast {
         to: usize,
         source: usize,
         ranges: &[SeqRange],
-        lacking: Option<SeqRange>,
+        lacking: &[SeqRange],
     ) {
         let budget = self.retransmit_budget as usize;
         let seqs = self.logs[source].young_missing_at_peer(
@@ -789,6 +786,7 @@ impl Pbcast {
             lacking,
             now,
             self.config.push_age_max,
+            self.config.gossip_interval,
             budget,
         );
         for seq in seqs {
@@ -1044,7 +1042,7 @@ impl Pbcast {
         } else {
             Vec::new()
         };
-        let lacking = self.lacking_above_held(room / 8 / (6 + shoal_wire::RANGE_LEN));
+        let lacking = self.lacking_at_edges(room / 8 / (6 + 2 * shoal_wire::RANGE_LEN));
         // The other lists' own length (the empty digest's count taken off).
         let packet = |digest, repaired, lacking| Packet::Gossip {
             digest,
@@ -1055,18 +1053,19 @@ impl Pbcast {
         packet(self.digest(room + 2 - used), repaired, lacking)
     }
 
-    /// Per source, the run of messages this member knows exist above the
-    /// highest it holds and lacks (at most `max_sources` sources): the one
-    /// gap a digest cannot show, since a gossiper reads the digest's highest
-    /// message as the end of what this member has heard of.
-    fn lacking_above_held(&self, max_sources: usize) -> Vec<SourceRanges> {
+    /// Per source, the runs of messages this member knows exist and lacks
+    /// at the ends of its buffer (at most `max_sources` sources): the gaps a
+    /// digest cannot show, since a gossiper reads the digest's highest
+    /// message as the end of what this member has heard of, and its lowest
+    /// as the start of what it has not collected.
+    fn lacking_at_edges(&self, max_sources: usize) -> Vec<SourceRanges> {
         self.gappy
             .iter()
             .filter_map(|&source| {
-                let range = self.logs[source].missing_tail()?;
-                Some(SourceRanges {
+                let ranges = self.logs[source].missing_edges();
+                (!ranges.is_empty()).then(|| SourceRanges {
                     source: self.members[source].0,
-                    ranges: vec![range],
+                    ranges,
                 })
             })
             .take(max_sources)

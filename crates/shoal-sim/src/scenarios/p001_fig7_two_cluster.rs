@@ -162,9 +162,10 @@ mod tests {
 
     /// Diagnostic (ignored): runs flat pbcast (unordered) on the full
     /// two-cluster network for seed `TRACE_SEED`, finds the messages some
-    /// member declared lost, and reruns the (deterministic) simulation to
-    /// print, every round, how many members of each cluster held each of
-    /// them. Shows how a message ran out of copies.
+    /// member declared lost or never delivered, and reruns the
+    /// (deterministic) simulation to print, every round, how many members
+    /// of each cluster held each of them. Shows how a message ran out of
+    /// copies.
     #[test]
     #[ignore]
     fn lost_message_trace() {
@@ -202,6 +203,16 @@ mod tests {
                     at as f64 / 1e9
                 );
                 lost.extend((first..=last).map(|seq| (NodeId(source), seq)));
+            }
+        }
+        // A message never heard of is neither delivered nor declared lost.
+        for (member, (_, m)) in sim.hosts().enumerate() {
+            for seq in m.undelivered(0, 100 * seconds) {
+                if !lost.contains(&(NodeId(0), seq)) {
+                    eprintln!("member {member} never delivered {seq} of 0");
+                    losers.push(member);
+                    lost.push((NodeId(0), seq));
+                }
             }
         }
         lost.sort();
