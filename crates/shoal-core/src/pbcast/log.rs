@@ -561,8 +561,18 @@ mod tests {
     }
 
     /// Messages 0 and 2 held, 1 missing since t = 0.
-    /// A source quiet for a round (100 ms).
-    const QUIET: Duration = Duration::from_millis(100);
+    /// What `log` pushes at `now_ms` to a gossiper that advertised
+    /// `advertised` and lacks `lacking`: messages young for a second, a
+    /// source quiet after a round (100 ms).
+    fn pushed(
+        log: &SourceLog,
+        advertised: &[SeqRange],
+        lacking: &[SeqRange],
+        now_ms: u64,
+    ) -> Vec<u64> {
+        let (age_max, quiet) = (Duration::from_secs(1), Duration::from_millis(100));
+        log.young_missing_at_peer(advertised, lacking, ms(now_ms), age_max, quiet, 100)
+    }
 
     fn log_with_gap_at_one() -> SourceLog {
         let mut log = SourceLog::default();
@@ -603,9 +613,7 @@ mod tests {
         }
         // The gossiper holds 5..=9 except 7: it collected 0..=4.
         let advertised = [SeqRange::new(5, 6).unwrap(), SeqRange::new(8, 9).unwrap()];
-        let push =
-            log.young_missing_at_peer(&advertised, &[], ms(10), Duration::from_secs(1), QUIET, 100);
-        assert_eq!(push, vec![7]);
+        assert_eq!(pushed(&log, &advertised, &[], 10), vec![7]);
     }
 
     #[test]
@@ -635,15 +643,7 @@ mod tests {
         log.insert(3, Bytes::from_static(b"x"), ms(1_500), None, 64);
         // At 2 s everything but the repaired 3 is older than a second.
         let advertised = [SeqRange::new(0, 2).unwrap(), SeqRange::new(4, 9).unwrap()];
-        let push = log.young_missing_at_peer(
-            &advertised,
-            &[],
-            ms(2_000),
-            Duration::from_secs(1),
-            QUIET,
-            100,
-        );
-        assert_eq!(push, vec![3]);
+        assert_eq!(pushed(&log, &advertised, &[], 2_000), vec![3]);
     }
 
     #[test]
@@ -653,16 +653,7 @@ mod tests {
             log.insert(seq, Bytes::from_static(b"x"), ms(0), None, 64);
         }
         let advertised = [SeqRange::new(2, 7).unwrap()];
-        let young = |lacking: &[SeqRange]| {
-            log.young_missing_at_peer(
-                &advertised,
-                lacking,
-                ms(10),
-                Duration::from_secs(1),
-                QUIET,
-                100,
-            )
-        };
+        let young = |lacking: &[SeqRange]| pushed(&log, &advertised, lacking, 10);
         // It may have collected 0 and 1, and not have heard of 8 and 9.
         assert_eq!(young(&[]), Vec::<u64>::new());
         let edges = [SeqRange::single(0), SeqRange::new(8, 9).unwrap()];
@@ -671,15 +662,7 @@ mod tests {
         assert_eq!(young(&[SeqRange::new(5, 8).unwrap()]), vec![8]);
         // Once the source has been quiet for a round, what lies above the
         // gossiper's top is pushed unasked: no later message will show it.
-        let quiet = log.young_missing_at_peer(
-            &advertised,
-            &[],
-            ms(150),
-            Duration::from_secs(1),
-            QUIET,
-            100,
-        );
-        assert_eq!(quiet, vec![8, 9]);
+        assert_eq!(pushed(&log, &advertised, &[], 150), vec![8, 9]);
         // The gossiper's side: the runs it lacks at the ends of its log.
         let mut gossiper = log_with_gap_at_one();
         assert_eq!(gossiper.missing_edges(), vec![], "1 shows in the digest");
