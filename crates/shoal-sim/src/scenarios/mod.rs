@@ -105,6 +105,24 @@ pub(crate) fn probe_setting(name: &str, what: &str, valid: impl Fn(f64) -> bool)
     }
 }
 
+/// The seed of member `me`'s engine in a run seeded `run_seed`: every
+/// scenario and diagnostic derives it the same way, so a diagnostic that
+/// rebuilds a figure's run replays it exactly.
+pub(crate) fn member_seed(run_seed: u64, me: shoal_core::NodeId) -> u64 {
+    run_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0)
+}
+
+/// A diagnostic's setting from the environment variable `name`, or
+/// `default` when unset; a value that does not parse stops the run.
+#[cfg(test)]
+pub(crate) fn trace_setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).map_or(default, |value| {
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: cannot parse {value:?}"))
+    })
+}
+
 /// Seconds to nanoseconds.
 pub(crate) fn ns(seconds: f64) -> u64 {
     (seconds * 1e9) as u64
@@ -196,8 +214,14 @@ impl<'a> Run<'a> {
         let (seed, protocol, delivery) = (self.seed, self.protocol, self.delivery);
         let hierarchy = self.hierarchy.as_ref();
         let mut sim = Sim::new(self.topology, self.hosts, seed, |me, members| {
-            let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-            AnyEngine::build(protocol, delivery, me, members, seed, hierarchy)
+            AnyEngine::build(
+                protocol,
+                delivery,
+                me,
+                members,
+                member_seed(seed, me),
+                hierarchy,
+            )
         });
         if protocol.is_srm() || delivery == Delivery::Unordered {
             sim.check_unordered();

@@ -8,7 +8,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_core::vsync::{self, Vsync};
 use shoal_core::{Engine, Instant};
 
-use super::ns;
+use super::{member_seed, ns};
 use crate::metrics::SimEvent;
 use crate::{LinkSpec, ProcessingCost, Sim, Topology};
 
@@ -50,8 +50,14 @@ pub fn switch(n: usize) -> (Topology, Vec<usize>) {
 pub fn vsync_group(n: usize, config: &vsync::Config, seed: u64, bin_s: f64) -> Sim<Vsync> {
     let (topology, hosts) = switch(n);
     let mut sim = Sim::new(&topology, &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+        Vsync::new(
+            me,
+            members,
+            config.clone(),
+            member_seed(seed, me),
+            Instant::ZERO,
+        )
+        .expect("valid config")
     });
     real_hosts(&mut sim, cost(HOST_NS));
     sim.record_throughput(ns(bin_s));

@@ -31,7 +31,7 @@ use shoal_plot::Series;
 
 use super::figure::Plot;
 use super::p000::{cost, head, perturb, real_hosts, HOST_NS};
-use super::{ns, run_parallel, Figure, Scale};
+use super::{member_seed, ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, Sim, Topology};
 
@@ -104,8 +104,14 @@ fn group(n: usize, config: &vsync::Config, seed: u64) -> Sim<Vsync> {
     };
     let hosts: Vec<usize> = (1..=n).collect();
     let mut sim = Sim::new(&Topology::star(n, spec), &hosts, seed, |me, members| {
-        let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-        Vsync::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid config")
+        Vsync::new(
+            me,
+            members,
+            config.clone(),
+            member_seed(seed, me),
+            Instant::ZERO,
+        )
+        .expect("valid config")
     });
     real_hosts(&mut sim, cost(HOST_NS));
     sim

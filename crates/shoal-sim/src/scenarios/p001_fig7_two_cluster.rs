@@ -153,13 +153,6 @@ mod tests {
         }
     }
 
-    fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
-        std::env::var(name).map_or(default, |v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}: cannot parse {v:?}"))
-        })
-    }
-
     /// Diagnostic (ignored): runs flat pbcast (unordered) on the full
     /// two-cluster network for seed `TRACE_SEED`, finds the messages some
     /// member declared lost or never delivered, and reruns the
@@ -169,10 +162,11 @@ mod tests {
     #[test]
     #[ignore]
     fn lost_message_trace() {
+        use super::super::{drain_ns, member_seed, ns, trace_setting as setting};
         use crate::Sim;
         use shoal_core::pbcast::Pbcast;
         use shoal_core::{Instant, NodeId};
-        use shoal_wire::Kind;
+        use shoal_wire::{Kind, KIND_COUNT};
         let seed: u64 = setting("TRACE_SEED", 1);
         let seconds: u64 = setting("TRACE_SECS", 60);
         let per_cluster = 40;
@@ -183,30 +177,34 @@ mod tests {
             .expect("pbcast");
         let build = || {
             let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
-                let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-                Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid")
+                Pbcast::new(
+                    me,
+                    members,
+                    config.clone(),
+                    member_seed(seed, me),
+                    Instant::ZERO,
+                )
+                .expect("valid")
             });
             sim.check_unordered();
-            sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 100 * seconds, 210);
+            sim.schedule_stream(0, ns(0.5), 10_000_000, 100 * seconds, 210);
             sim
         };
-        let end = super::super::ns(0.5 + seconds as f64) + super::super::drain_ns(&config);
+        let end = ns(0.5 + seconds as f64) + drain_ns(&config);
         let mut sim = build();
         sim.run_until(end);
-        let mut lost = Vec::new();
-        let mut losers = Vec::new();
+        // (source, seq) of every message some member lost, and those members.
+        let (mut lost, mut losers) = (Vec::new(), Vec::new());
         for (member, (_, m)) in sim.hosts().enumerate() {
             for &(source, first, last, at) in &m.lost_ranges {
-                losers.push(member);
+                let at = at as f64 / 1e9;
                 eprintln!(
-                    "member {member} declared {first}..={last} of {source} lost at {:.2} s",
-                    at as f64 / 1e9
+                    "member {member} declared {first}..={last} of {source} lost at {at:.2} s"
                 );
+                losers.push(member);
                 lost.extend((first..=last).map(|seq| (NodeId(source), seq)));
             }
-        }
-        // A message never heard of is neither delivered nor declared lost.
-        for (member, (_, m)) in sim.hosts().enumerate() {
+            // A message never heard of is neither delivered nor declared lost.
             for seq in m.undelivered(0, 100 * seconds) {
                 if !lost.contains(&(NodeId(0), seq)) {
                     eprintln!("member {member} never delivered {seq} of 0");
@@ -217,22 +215,41 @@ mod tests {
         }
         lost.sort();
         lost.dedup();
-        if lost.is_empty() {
-            return;
-        }
         losers.dedup();
-        let mut sim = build();
-        let mut step = 0;
+        // Replay, printing per round who holds each of them and what the
+        // members that lost them received and sent.
         let counts = |sim: &Sim<Pbcast>, i: usize| {
             let (_, m) = sim.hosts().nth(i).expect("member");
             (m.packets_received, m.packets_sent)
         };
+        let delta = |now: [u64; KIND_COUNT], before: [u64; KIND_COUNT], kind: Kind| {
+            now[kind.index()] - before[kind.index()]
+        };
+        let mut sim = build();
         let mut before: Vec<_> = losers.iter().map(|&i| counts(&sim, i)).collect();
-        while step * 100_000_000 < end {
-            step += 1;
+        for step in 1..=end.div_ceil(100_000_000) {
             sim.run_until(step * 100_000_000);
             let after: Vec<_> = losers.iter().map(|&i| counts(&sim, i)).collect();
+            let t = step as f64 / 10.0;
             for &(source, seq) in &lost {
+                let sent_at = 0.5 + seq as f64 / 100.0;
+                if t < sent_at - 0.1 || t > sent_at + 4.0 {
+                    continue;
+                }
+                for (&i, (now, then)) in losers.iter().zip(after.iter().zip(&before)) {
+                    let (received, sent) =
+                        (|k| delta(now.0, then.0, k), |k| delta(now.1, then.1, k));
+                    eprintln!(
+                        "        member {i}: received data {} gossip {} solicit {} retransmit {}; sent gossip {} solicit {} retransmit {}",
+                        received(Kind::Data),
+                        received(Kind::Gossip),
+                        received(Kind::Solicit),
+                        received(Kind::Retransmit),
+                        sent(Kind::Gossip),
+                        sent(Kind::Solicit),
+                        sent(Kind::Retransmit),
+                    );
+                }
                 let holders: Vec<usize> = sim
                     .hosts()
                     .enumerate()
@@ -240,33 +257,11 @@ mod tests {
                     .map(|(i, _)| i)
                     .collect();
                 let near = holders.iter().filter(|&&i| i < per_cluster).count();
-                let sent_at = 0.5 + seq as f64 / 100.0;
-                let t = step as f64 / 10.0;
-                if t >= sent_at - 0.1 && t <= sent_at + 4.0 {
-                    for (k, &i) in losers.iter().enumerate() {
-                        let now = after[k];
-                        let d =
-                            |a: [u64; shoal_wire::KIND_COUNT],
-                             b: [u64; shoal_wire::KIND_COUNT],
-                             k: Kind| a[k.index()] - b[k.index()];
-                        eprintln!(
-                            "        member {i}: received data {} gossip {} solicit {} retransmit {}; sent gossip {} solicit {} retransmit {}",
-                            d(now.0, before[k].0, Kind::Data),
-                            d(now.0, before[k].0, Kind::Gossip),
-                            d(now.0, before[k].0, Kind::Solicit),
-                            d(now.0, before[k].0, Kind::Retransmit),
-                            d(now.1, before[k].1, Kind::Gossip),
-                            d(now.1, before[k].1, Kind::Solicit),
-                            d(now.1, before[k].1, Kind::Retransmit),
-                        );
-                    }
-                    eprintln!(
-                        "{t:>5.1} s  message {seq} (sent {sent_at:.2} s): held by {near} near, {} far  {holders:?}",
-                        holders.len() - near
-                    );
-                }
+                let far = holders.len() - near;
+                eprintln!(
+                    "{t:>5.1} s  message {seq} (sent {sent_at:.2} s): held by {near} near, {far} far  {holders:?}"
+                );
             }
-            let _ = &after;
             before = after;
         }
     }

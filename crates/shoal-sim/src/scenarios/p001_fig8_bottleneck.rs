@@ -270,14 +270,7 @@ mod trace {
     use super::*;
     use crate::Sim;
 
-    fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
-        match std::env::var(name) {
-            Ok(value) => value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name}: cannot parse {value:?}")),
-            Err(_) => default,
-        }
-    }
+    use super::super::{member_seed, trace_setting as setting};
 
     fn config() -> shoal_core::pbcast::Config {
         let delivery = match setting("TRACE_DELIVERY", "fifo".to_string()).as_str() {
@@ -324,8 +317,14 @@ mod trace {
         let hosts: Vec<usize> = (0..n).collect();
         let config = config();
         let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
-            let seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0);
-            Pbcast::new(me, members, config.clone(), seed, Instant::ZERO).expect("valid")
+            Pbcast::new(
+                me,
+                members,
+                config.clone(),
+                member_seed(seed, me),
+                Instant::ZERO,
+            )
+            .expect("valid")
         });
         if config.delivery == Delivery::Unordered {
             sim.check_unordered();
