@@ -441,12 +441,10 @@ fn status(socket: &Path) -> String {
 fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     let dir = temp_dir("key");
     let files = cluster_files(&dir, [KEY, KEY, OTHER_KEY]);
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Port 0: the daemon binds a free port and names it in its status (a
+    // port picked here and released could be taken by then; it was, once).
     let mut text = std::fs::read_to_string(&files[0].0).unwrap();
-    text.push_str(&format!("\n[metrics]\naddress = \"{metrics}\"\n"));
+    text.push_str("\n[metrics]\naddress = \"127.0.0.1:0\"\n");
     std::fs::write(&files[0].0, text).unwrap();
     let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
     let mut clients = one_client_each_joining_g(&files, "k");
@@ -470,6 +468,11 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     assert!(dropped > 0, "{text}");
 
     // The Prometheus endpoint says the same.
+    let metrics: std::net::SocketAddr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("status names the metrics address: {text}"));
     let mut http = std::net::TcpStream::connect(metrics).unwrap();
     http.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
         .unwrap();

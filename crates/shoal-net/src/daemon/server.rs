@@ -274,14 +274,20 @@ async fn serve(
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, inputs_tx, limits));
     let (scrapes_tx, scrapes_rx) = mpsc::channel(16);
-    let metrics = match &config.metrics {
+    let (metrics, metrics_address) = match &config.metrics {
         Some(m) => {
             let listener = TcpListener::bind(m.address)
                 .await
                 .map_err(io_error(format!("bind metrics {}", m.address)))?;
-            Some(tokio::spawn(super::metrics::serve(listener, scrapes_tx)))
+            // Port 0 asks for any free port: the one bound is what counts.
+            let bound = listener
+                .local_addr()
+                .map_err(io_error(format!("bind metrics {}", m.address)))?;
+            tracing::info!(address = %bound, "metrics endpoint");
+            let serve = tokio::spawn(super::metrics::serve(listener, scrapes_tx));
+            (Some(serve), Some(bound))
         }
-        None => None,
+        None => (None, None),
     };
     let events = node.take_events().expect("taken once");
     let mut task = CoreTask {
@@ -294,6 +300,7 @@ async fn serve(
         phase: Phase::Running,
         left: false,
         dirty: Vec::new(),
+        metrics_address,
     };
     let result = task.run(inputs_rx, events, scrapes_rx, &node, stop).await;
     accept.abort();
@@ -320,6 +327,8 @@ struct CoreTask {
     left: bool,
     /// Connections with frames in `out` (handed over when a round ends).
     dirty: Vec<SessionId>,
+    /// Where the Prometheus endpoint listens (`[metrics]`), as bound.
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 async fn signal() -> io::Result<()> {
@@ -558,6 +567,9 @@ impl CoreTask {
         let frames = conn.frames.clone();
         let queued = conn.queued.clone();
         let mut lines = self.core.status_lines();
+        if let Some(address) = self.metrics_address {
+            lines.push(format!("metrics on {address}"));
+        }
         let sent = self
             .controls
             .send(Box::new(move |engine: &mut Cluster, now, runtime| {
