@@ -437,6 +437,15 @@ fn status(socket: &Path) -> String {
     }
 }
 
+/// The address a status `text` names on its line starting with `prefix`
+/// (a listener configured on port 0 reports the port it got).
+fn bound_address(text: &str, prefix: &str) -> SocketAddr {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix:?} line in status: {text}"))
+}
+
 #[test]
 fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     let dir = temp_dir("key");
@@ -468,11 +477,7 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     assert!(dropped > 0, "{text}");
 
     // The Prometheus endpoint says the same.
-    let metrics: std::net::SocketAddr = text
-        .lines()
-        .find_map(|l| l.strip_prefix("metrics on "))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("status names the metrics address: {text}"));
+    let metrics = bound_address(&text, "metrics on ");
     let mut http = std::net::TcpStream::connect(metrics).unwrap();
     http.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
         .unwrap();
@@ -501,12 +506,13 @@ fn a_daemon_without_the_cluster_key_cannot_join_or_inject() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One daemon, no peers, with a TCP listener and a small client queue.
-fn single_daemon(dir: &Path, tcp: SocketAddr) -> (PathBuf, PathBuf) {
+/// One daemon, no peers, with a TCP listener on a free port (named in its
+/// status: `tcp clients on`) and a small client queue.
+fn single_daemon(dir: &Path) -> (PathBuf, PathBuf) {
     let socket = dir.join("solo.sock");
     let config = dir.join("solo.toml");
     let text = format!(
-        "node = \"solo\"\nsocket = \"{}\"\nlisten = \"{}\"\n\n[tcp]\naddress = \"{tcp}\"\ntoken = \"sesame\"\n\n[limits]\nclient_queue = 200000\n\n[cluster]\nfound_after = 300\n",
+        "node = \"solo\"\nsocket = \"{}\"\nlisten = \"{}\"\n\n[tcp]\naddress = \"127.0.0.1:0\"\ntoken = \"sesame\"\n\n[limits]\nclient_queue = 200000\n\n[cluster]\nfound_after = 300\n",
         socket.display(),
         free_udp_port(),
     );
@@ -517,11 +523,7 @@ fn single_daemon(dir: &Path, tcp: SocketAddr) -> (PathBuf, PathBuf) {
 #[test]
 fn a_slow_reader_is_disconnected_with_its_reason_and_nothing_more_is_buffered_for_it() {
     let dir = temp_dir("slow");
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let (config, socket) = single_daemon(&dir, tcp);
+    let (config, socket) = single_daemon(&dir);
     let _daemon = Daemon::start(&config, &socket);
     let mut slow = Client::connect(&socket, "slow");
     slow.join("flood");
@@ -566,14 +568,11 @@ fn a_slow_reader_is_disconnected_with_its_reason_and_nothing_more_is_buffered_fo
 #[test]
 fn tcp_clients_need_the_token() {
     let dir = temp_dir("tcp");
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let (config, socket) = single_daemon(&dir, tcp);
+    let (config, socket) = single_daemon(&dir);
     let _daemon = Daemon::start(&config, &socket);
     // Wait until the daemon serves (over the Unix socket).
     Client::connect(&socket, "probe");
+    let tcp = bound_address(&status(&socket), "tcp clients on ");
     let ask = |token: &str| -> Frame {
         let mut s = std::net::TcpStream::connect(tcp).unwrap();
         let hello = Frame::Connect {

@@ -254,12 +254,17 @@ async fn serve(
 ) -> Result<(), DaemonError> {
     let mut node = start_node(&config)?;
     let unix = bind_unix(&config.socket)?;
+    // Where the TCP and metrics listeners are, as bound (a port 0 in the
+    // configuration asks for any free port), for `Status`.
+    let mut endpoints = Vec::new();
     let tcp = match &config.tcp {
-        Some(t) => Some(
-            TcpListener::bind(t.address)
+        Some(t) => {
+            let listener = TcpListener::bind(t.address)
                 .await
-                .map_err(io_error(format!("bind {}", t.address)))?,
-        ),
+                .map_err(io_error(format!("bind {}", t.address)))?;
+            endpoints.push(format!("tcp clients on {}", bound(&listener, t.address)?));
+            Some(listener)
+        }
         None => None,
     };
     let batch_max = config.cluster.vsync.max_payload();
@@ -274,20 +279,15 @@ async fn serve(
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, inputs_tx, limits));
     let (scrapes_tx, scrapes_rx) = mpsc::channel(16);
-    let (metrics, metrics_address) = match &config.metrics {
+    let metrics = match &config.metrics {
         Some(m) => {
             let listener = TcpListener::bind(m.address)
                 .await
                 .map_err(io_error(format!("bind metrics {}", m.address)))?;
-            // Port 0 asks for any free port: the one bound is what counts.
-            let bound = listener
-                .local_addr()
-                .map_err(io_error(format!("bind metrics {}", m.address)))?;
-            tracing::info!(address = %bound, "metrics endpoint");
-            let serve = tokio::spawn(super::metrics::serve(listener, scrapes_tx));
-            (Some(serve), Some(bound))
+            endpoints.push(format!("metrics on {}", bound(&listener, m.address)?));
+            Some(tokio::spawn(super::metrics::serve(listener, scrapes_tx)))
         }
-        None => (None, None),
+        None => None,
     };
     let events = node.take_events().expect("taken once");
     let mut task = CoreTask {
@@ -300,7 +300,7 @@ async fn serve(
         phase: Phase::Running,
         left: false,
         dirty: Vec::new(),
-        metrics_address,
+        endpoints,
     };
     let result = task.run(inputs_rx, events, scrapes_rx, &node, stop).await;
     accept.abort();
@@ -327,8 +327,17 @@ struct CoreTask {
     left: bool,
     /// Connections with frames in `out` (handed over when a round ends).
     dirty: Vec<SessionId>,
-    /// Where the Prometheus endpoint listens (`[metrics]`), as bound.
-    metrics_address: Option<std::net::SocketAddr>,
+    /// Status lines naming the TCP and metrics listeners' bound addresses.
+    endpoints: Vec<String>,
+}
+
+/// The address `listener` (configured as `configured`) is bound to, logged.
+fn bound(listener: &TcpListener, configured: SocketAddr) -> Result<SocketAddr, DaemonError> {
+    let address = listener
+        .local_addr()
+        .map_err(io_error(format!("bind {configured}")))?;
+    tracing::info!(%address, "listening");
+    Ok(address)
 }
 
 async fn signal() -> io::Result<()> {
@@ -567,9 +576,7 @@ impl CoreTask {
         let frames = conn.frames.clone();
         let queued = conn.queued.clone();
         let mut lines = self.core.status_lines();
-        if let Some(address) = self.metrics_address {
-            lines.push(format!("metrics on {address}"));
-        }
+        lines.extend(self.endpoints.iter().cloned());
         let sent = self
             .controls
             .send(Box::new(move |engine: &mut Cluster, now, runtime| {
