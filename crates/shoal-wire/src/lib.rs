@@ -195,11 +195,15 @@ pub enum Packet<'a> {
     /// the start or the end of a burst could only pull). Body: `digest` and
     /// `repaired`, each `count u16`, then per source `source u32, nranges
     /// u16, ranges`; then `lacking` the same way, left out when empty (so a
-    /// gossip without it is two lists).
+    /// gossip without it is two lists); then `awaited` the same way, left
+    /// out when empty (`lacking` is then written, empty or not): missing
+    /// messages whose push the sender invited recently, so a receiver
+    /// should not push them again yet (a push may be on its way).
     Gossip {
         digest: Vec<SourceRanges>,
         repaired: Vec<SourceRanges>,
         lacking: Vec<SourceRanges>,
+        awaited: Vec<SourceRanges>,
     },
     /// Ranges the sender lacks and asks the receiver to retransmit:
     /// `wanted` asked for the first time, `again` asked for before (the
@@ -319,11 +323,12 @@ impl Packet<'_> {
                 digest,
                 repaired,
                 lacking,
+                awaited,
             } => {
-                let tail = if lacking.is_empty() {
-                    0
-                } else {
-                    ranges_list_len(lacking)
+                let tail = match (lacking.is_empty(), awaited.is_empty()) {
+                    (true, true) => 0,
+                    (_, true) => ranges_list_len(lacking),
+                    _ => ranges_list_len(lacking) + ranges_list_len(awaited),
                 };
                 ranges_list_len(digest) + ranges_list_len(repaired) + tail
             }
@@ -369,11 +374,15 @@ impl Packet<'_> {
                 digest,
                 repaired,
                 lacking,
+                awaited,
             } => {
                 encode_ranges_list(digest, out)?;
                 encode_ranges_list(repaired, out)?;
-                if !lacking.is_empty() {
+                if !lacking.is_empty() || !awaited.is_empty() {
                     encode_ranges_list(lacking, out)?;
+                }
+                if !awaited.is_empty() {
+                    encode_ranges_list(awaited, out)?;
                 }
             }
             Packet::Solicit { wanted, again } => {
@@ -595,14 +604,23 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             seq: reader.u64()?,
             payload: reader.rest(),
         },
-        Kind::Gossip => Packet::Gossip {
-            digest: reader.ranges_list()?,
-            repaired: reader.ranges_list()?,
-            lacking: reader.optional_ranges_list(Kind::Gossip)?,
-        },
+        Kind::Gossip => {
+            let digest = reader.ranges_list()?;
+            let repaired = reader.ranges_list()?;
+            let [lacking, awaited] = reader.optional_ranges_lists(Kind::Gossip)?;
+            Packet::Gossip {
+                digest,
+                repaired,
+                lacking,
+                awaited,
+            }
+        }
         Kind::Solicit => Packet::Solicit {
             wanted: reader.ranges_list()?,
-            again: reader.optional_ranges_list(Kind::Solicit)?,
+            again: {
+                let [again] = reader.optional_ranges_lists(Kind::Solicit)?;
+                again
+            },
         },
         Kind::Retransmit => Packet::Retransmit {
             source: reader.u32()?,
@@ -747,16 +765,32 @@ impl<'a> Reader<'a> {
 
     /// A ranges list that is left out when empty: none if the body ends
     /// here; present but empty is not the one encoding, so refused.
-    fn optional_ranges_list(&mut self, kind: Kind) -> Result<Vec<SourceRanges>, DecodeError> {
-        let extra = self.remaining();
-        if extra == 0 {
-            return Ok(Vec::new());
+    /// Optional lists at the end of a body, each left out when it and every
+    /// list after it are empty: the last list present must not be empty
+    /// (one encoding per packet).
+    fn optional_ranges_lists<const N: usize>(
+        &mut self,
+        kind: Kind,
+    ) -> Result<[Vec<SourceRanges>; N], DecodeError> {
+        let mut lists: [Vec<SourceRanges>; N] = std::array::from_fn(|_| Vec::new());
+        // Bytes left where the run of empty lists read last began.
+        let mut empty_run_from = None;
+        for list in lists.iter_mut() {
+            let extra = self.remaining();
+            if extra == 0 {
+                break;
+            }
+            *list = self.ranges_list()?;
+            empty_run_from = match empty_run_from {
+                _ if !list.is_empty() => None,
+                None => Some(extra),
+                run => run,
+            };
         }
-        let list = self.ranges_list()?;
-        if list.is_empty() {
-            return Err(DecodeError::TrailingBytes { kind, extra });
+        match empty_run_from {
+            Some(extra) => Err(DecodeError::TrailingBytes { kind, extra }),
+            None => Ok(lists),
         }
-        Ok(list)
     }
 
     fn ranges_list(&mut self) -> Result<Vec<SourceRanges>, DecodeError> {

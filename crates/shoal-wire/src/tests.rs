@@ -218,6 +218,7 @@ fn a_gossip_lacking_nothing_is_two_lists() {
         digest: digest.clone(),
         repaired: Vec::new(),
         lacking: Vec::new(),
+        awaited: Vec::new(),
     }
     .to_vec(1)
     .unwrap();
@@ -230,11 +231,46 @@ fn a_gossip_lacking_nothing_is_two_lists() {
         digest: digest.clone(),
         repaired: Vec::new(),
         lacking: lacking.clone(),
+        awaited: Vec::new(),
     };
     let bytes = three.to_vec(1).unwrap();
     assert_eq!(bytes.len(), two.len() + 2 + 6 + RANGE_LEN);
     assert_eq!(decode_packet(&bytes).unwrap().1, three);
     assert_an_empty_optional_list_is_refused(Kind::Gossip, &two);
+    assert_an_empty_optional_list_is_refused(Kind::Gossip, &bytes);
+}
+
+/// A gossip awaiting pushes but lacking nothing at its edges writes its
+/// third list empty and the fourth after it; two empty lists at the end
+/// are refused.
+#[test]
+fn a_gossip_awaiting_pushes_is_four_lists() {
+    let list = |seq| {
+        vec![SourceRanges {
+            source: 5,
+            ranges: vec![SeqRange::single(seq)],
+        }]
+    };
+    let four = Packet::Gossip {
+        digest: list(3),
+        repaired: Vec::new(),
+        lacking: Vec::new(),
+        awaited: list(2),
+    };
+    let bytes = four.to_vec(1).unwrap();
+    let two_lists = HEADER_LEN + (2 + 6 + RANGE_LEN) + 2;
+    assert_eq!(bytes.len(), two_lists + 2 + (2 + 6 + RANGE_LEN));
+    assert_eq!(decode_packet(&bytes).unwrap().1, four);
+    let mut body = bytes[HEADER_LEN..two_lists].to_vec();
+    body.extend_from_slice(&[0, 0, 0, 0]);
+    let padded = with_body(header(Kind::Gossip as u8, 1, body.len() as u32), &body);
+    assert_eq!(
+        decode_packet(&padded).unwrap_err(),
+        DecodeError::TrailingBytes {
+            kind: Kind::Gossip,
+            extra: 4
+        }
+    );
 }
 
 #[test]
@@ -307,7 +343,7 @@ fn arb_list() -> impl Strategy<Value = Vec<SourceRanges>> {
 #[derive(Debug, Clone)]
 enum Owned {
     Data(u64, Vec<u8>),
-    Gossip(Vec<SourceRanges>, Vec<SourceRanges>, Vec<SourceRanges>),
+    Gossip([Vec<SourceRanges>; 4]),
     Solicit(Vec<SourceRanges>, Vec<SourceRanges>),
     Retransmit(u32, u64, Vec<u8>),
     Status(u32, u64),
@@ -325,10 +361,11 @@ impl Owned {
                 seq: *seq,
                 payload: p,
             },
-            Owned::Gossip(d, r, l) => Packet::Gossip {
+            Owned::Gossip([d, r, l, a]) => Packet::Gossip {
                 digest: d.clone(),
                 repaired: r.clone(),
                 lacking: l.clone(),
+                awaited: a.clone(),
             },
             Owned::Solicit(w, a) => Packet::Solicit {
                 wanted: w.clone(),
@@ -367,7 +404,8 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
     let payload = prop::collection::vec(any::<u8>(), 0..300);
     prop_oneof![
         (any::<u64>(), payload.clone()).prop_map(|(s, p)| Owned::Data(s, p)),
-        (arb_list(), arb_list(), arb_list()).prop_map(|(d, r, l)| Owned::Gossip(d, r, l)),
+        (arb_list(), arb_list(), arb_list(), arb_list())
+            .prop_map(|(d, r, l, a)| Owned::Gossip([d, r, l, a])),
         (arb_list(), arb_list()).prop_map(|(w, a)| Owned::Solicit(w, a)),
         (any::<u32>(), any::<u64>(), payload.clone())
             .prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),

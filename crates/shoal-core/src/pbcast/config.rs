@@ -72,6 +72,15 @@ pub struct Config {
     /// repair attempts; with 1 s none did in 60 seeds.
     #[serde(with = "crate::serde_ms")]
     pub push_age_max: Duration,
+    /// The longest a member waits for a push its digest invited before its
+    /// next digest invites it again (the gap is listed as awaited, and
+    /// partners do not push it, meanwhile). The wait is the repair round
+    /// trip's timeout (srtt + 4 × rttvar), capped here; Zero turns the
+    /// wait off (every digest invites every gap). Not in the papers: it
+    /// bounds the pushes that a queue holding repairs for several rounds
+    /// would otherwise multiply (`docs/pbcast.md`). Default 500 ms.
+    #[serde(with = "crate::serde_ms")]
+    pub push_hold_max: Duration,
     /// Retransmissions (solicited or pushed) one member sends per round, at
     /// most. Bounds recovery traffic. Not given in P000/P001 (it is in the TOCS
     /// paper, not in the input); default 500.
@@ -170,6 +179,7 @@ impl Default for Config {
             gc_rounds: NonZeroU32::new(10).unwrap(),
             mode: GossipMode::PushPull,
             push_age_max: Duration::from_millis(1000),
+            push_hold_max: Duration::from_millis(500),
             retransmits_per_round_max: 500,
             digest_ranges_max: 64,
             solicit_retry: Duration::from_millis(20),

@@ -38,6 +38,8 @@ pub(super) struct Missing {
     pub asked_again: bool,
     /// Digests seen since `since` whose sender did not hold the message.
     pub evidence: u32,
+    /// When this member last sent a digest inviting a push of it.
+    pub invited_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -177,6 +179,7 @@ impl SourceLog {
                 solicited_of: 0,
                 asked_again: false,
                 evidence: 0,
+                invited_at: None,
             }));
             self.missing += 1;
         }
@@ -376,6 +379,28 @@ impl SourceLog {
         }
     }
 
+    /// A digest is about to leave: every missing message is a gap in it, so
+    /// a partner holding it young pushes it. Marks as invited now those
+    /// not invited within `hold`; returns the others (ascending), whose
+    /// earlier push may still be on its way: the digest lists them as
+    /// awaited so that they are not pushed again yet.
+    pub fn invite(&mut self, now: Instant, hold: Duration) -> Vec<SeqRange> {
+        let mut awaited = RangeBuilder::default();
+        if self.missing == 0 {
+            return Vec::new();
+        }
+        for (seq, slot) in (self.base..).zip(self.slots.iter_mut()) {
+            let Slot::Missing(missing) = slot else {
+                continue;
+            };
+            match missing.invited_at {
+                Some(at) if at + hold > now => awaited.push(seq),
+                _ => missing.invited_at = Some(now),
+            }
+        }
+        awaited.finish()
+    }
+
     /// Counts one digest as evidence against every missing message that
     /// lies below everything it advertises (`advertised` ascending and
     /// disjoint) and everything its gossiper says it lacks (`lacking`): the
@@ -456,8 +481,10 @@ impl SourceLog {
 
     /// Young held messages (held for less than `age_max`) that a gossiper
     /// lacks: in the gaps between the ranges it advertised (`advertised`
-    /// sorted) and in the runs it says it lacks beyond them (`lacking`).
-    /// Newest first when `max` cuts the list; returned in ascending order.
+    /// sorted) and in the runs it says it lacks beyond them (`lacking`),
+    /// except those it says it awaits (`awaited` sorted: a push of them it
+    /// invited recently may be on its way). Newest first when `max` cuts
+    /// the list; returned in ascending order.
     /// Below its lowest advertised message the gossiper has collected (or
     /// given up on) messages, unless it says it lacks them; pushing those
     /// is waste, and under congestion (late receivers holding messages
@@ -476,10 +503,12 @@ impl SourceLog {
     /// down stopped at the first old one and so never pushed a late repair:
     /// in P001 Fig 7 a member missed a message while its gossip partners
     /// held it, young, a few slots below messages older than a second).
+    #[allow(clippy::too_many_arguments)]
     pub fn young_missing_at_peer(
         &self,
         advertised: &[SeqRange],
         lacking: &[SeqRange],
+        awaited: &[SeqRange],
         now: Instant,
         age_max: Duration,
         quiet: Duration,
@@ -514,7 +543,7 @@ impl SourceLog {
                     break 'gaps;
                 }
                 if let Some(Slot::Held(held)) = self.slot(seq) {
-                    if held.received + age_max > now {
+                    if held.received + age_max > now && !crate::ranges::contains(awaited, seq) {
                         out.push(seq);
                     }
                 }
@@ -571,7 +600,7 @@ mod tests {
         now_ms: u64,
     ) -> Vec<u64> {
         let (age_max, quiet) = (Duration::from_secs(1), Duration::from_millis(100));
-        log.young_missing_at_peer(advertised, lacking, ms(now_ms), age_max, quiet, 100)
+        log.young_missing_at_peer(advertised, lacking, &[], ms(now_ms), age_max, quiet, 100)
     }
 
     fn log_with_gap_at_one() -> SourceLog {
@@ -644,6 +673,42 @@ mod tests {
         // At 2 s everything but the repaired 3 is older than a second.
         let advertised = [SeqRange::new(0, 2).unwrap(), SeqRange::new(4, 9).unwrap()];
         assert_eq!(pushed(&log, &advertised, &[], 2_000), vec![3]);
+    }
+
+    #[test]
+    fn a_gap_invited_within_the_hold_is_awaited_and_not_pushed() {
+        let mut gossiper = log_with_gap_at_one();
+        gossiper.learn_up_to(4, ms(0), 64);
+        let hold = Duration::from_millis(150);
+        // The first digest invites every gap; the next, a round later,
+        // awaits them; once the hold has passed, it invites them again.
+        assert_eq!(gossiper.invite(ms(100), hold), vec![]);
+        let awaited = vec![SeqRange::single(1), SeqRange::new(3, 4).unwrap()];
+        assert_eq!(gossiper.invite(ms(200), hold), awaited);
+        assert_eq!(gossiper.invite(ms(250), hold), vec![]);
+        // A gap opened since is invited at once, while the others wait.
+        gossiper.learn_up_to(5, ms(300), 64);
+        let awaited_then = vec![SeqRange::single(1), SeqRange::new(3, 4).unwrap()];
+        assert_eq!(gossiper.invite(ms(300), hold), awaited_then);
+        assert_eq!(gossiper.invite(ms(420), hold), vec![SeqRange::single(5)]);
+        // No hold: every digest invites every gap.
+        assert_eq!(gossiper.invite(ms(421), Duration::ZERO), vec![]);
+
+        // A partner holding them all pushes only what is not awaited.
+        let mut partner = SourceLog::default();
+        for seq in 0..6 {
+            partner.insert(seq, Bytes::from_static(b"x"), ms(0), None, 64);
+        }
+        let advertised = [SeqRange::single(0), SeqRange::single(2)];
+        let lacking = [SeqRange::new(3, 5).unwrap()];
+        let push = |awaited: &[SeqRange]| {
+            let (age_max, quiet) = (Duration::from_secs(1), Duration::from_millis(100));
+            partner.young_missing_at_peer(
+                &advertised, &lacking, awaited, ms(10), age_max, quiet, 100,
+            )
+        };
+        assert_eq!(push(&[]), vec![1, 3, 4, 5]);
+        assert_eq!(push(&awaited), vec![5]);
     }
 
     #[test]

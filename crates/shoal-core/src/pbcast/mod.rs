@@ -179,6 +179,41 @@ impl RoundTrip {
 /// (source index, sequence number).
 type Key = (usize, u64);
 
+/// What one digest says of one source: the ranges it holds, the runs it
+/// lacks beyond them, and the missing messages whose push it awaits.
+struct Advert {
+    source: usize,
+    held: Vec<SeqRange>,
+    lacking: Vec<SeqRange>,
+    awaited: Vec<SeqRange>,
+}
+
+#[derive(Clone, Copy)]
+enum AdvertList {
+    Held,
+    Lacking,
+    Awaited,
+}
+
+impl Advert {
+    fn new(source: usize) -> Advert {
+        Advert {
+            source,
+            held: Vec::new(),
+            lacking: Vec::new(),
+            awaited: Vec::new(),
+        }
+    }
+
+    fn list(&mut self, which: AdvertList) -> &mut Vec<SeqRange> {
+        match which {
+            AdvertList::Held => &mut self.held,
+            AdvertList::Lacking => &mut self.lacking,
+            AdvertList::Awaited => &mut self.awaited,
+        }
+    }
+}
+
 /// What a member knows of a message's recent unicast retransmissions.
 #[derive(Debug, Clone, Copy, Default)]
 struct RepairBit {
@@ -547,9 +582,10 @@ impl Pbcast {
                 digest,
                 repaired,
                 lacking,
+                awaited,
             } => {
                 self.on_repair_bits(now, &repaired);
-                self.on_gossip(now, from, &digest, &lacking);
+                self.on_gossip(now, from, &digest, &lacking, &awaited);
             }
             Packet::Solicit { wanted, again } => self.on_solicit(now, from, &wanted, &again),
             Packet::Status { source, next } => {
@@ -593,9 +629,7 @@ impl Pbcast {
                 false
             }
             Inserted::New { answered_after } => {
-                if let (Some(rtt), Some(by), true) =
-                    (answered_after, repaired_by, self.retry_adapts())
-                {
+                if let (Some(rtt), Some(by)) = (answered_after, repaired_by) {
                     self.sample_repair_rtt(now, self.members[by], rtt);
                 }
                 self.deliver_ready(source, Some(seq));
@@ -603,12 +637,6 @@ impl Pbcast {
                 true
             }
         }
-    }
-
-    /// Whether the solicitation retry follows the measured round trip (else
-    /// it is fixed, and nothing is measured).
-    fn retry_adapts(&self) -> bool {
-        self.config.solicit_retry_max > self.config.solicit_retry
     }
 
     /// A repair from `by`, the member asked, `rtt` after the ask: a round
@@ -664,58 +692,61 @@ impl Pbcast {
 
     /// A digest arrived: pull what the gossiper has and I lack, push young
     /// messages it lacks (the gaps in its digest, and what it says it lacks
-    /// beyond it), and count evidence for declaring gaps lost.
+    /// beyond it, except what it says it awaits), and count evidence for
+    /// declaring gaps lost.
     fn on_gossip(
         &mut self,
         now: Instant,
         from: usize,
         digest: &[SourceRanges],
         lacking: &[SourceRanges],
+        awaited: &[SourceRanges],
     ) {
         let (mut wanted, mut again) = (Vec::new(), Vec::new());
-        // Per source the digest or the lacking list names: its sorted
-        // ranges, and the runs it says it lacks beyond them.
-        let mut advertised: Vec<(usize, Vec<SeqRange>, Vec<SeqRange>)> =
-            Vec::with_capacity(digest.len());
-        for entry in digest {
-            let Some(source) = self.index_of(NodeId(entry.source)) else {
-                continue;
-            };
-            let mut ranges = entry.ranges.clone();
-            ranges.sort_unstable();
-            advertised.push((source, ranges, Vec::new()));
-        }
-        for entry in lacking {
-            let Some(source) = self.index_of(NodeId(entry.source)) else {
-                continue;
-            };
-            match advertised.iter_mut().find(|(s, _, _)| *s == source) {
-                Some(known) => known.2.extend_from_slice(&entry.ranges),
-                None => advertised.push((source, Vec::new(), entry.ranges.clone())),
+        let mut adverts: Vec<Advert> = Vec::with_capacity(digest.len());
+        for (list, field) in [
+            (digest, AdvertList::Held),
+            (lacking, AdvertList::Lacking),
+            (awaited, AdvertList::Awaited),
+        ] {
+            for entry in list {
+                let Some(source) = self.index_of(NodeId(entry.source)) else {
+                    continue;
+                };
+                let i = match adverts.iter().position(|a| a.source == source) {
+                    Some(i) => i,
+                    None => {
+                        adverts.push(Advert::new(source));
+                        adverts.len() - 1
+                    }
+                };
+                adverts[i].list(field).extend_from_slice(&entry.ranges);
             }
         }
-        for (source, ranges, lacks) in &advertised {
-            let source = *source;
-            let highest = ranges.iter().chain(lacks).map(|r| r.last).max();
+        for advert in &mut adverts {
+            advert.held.sort_unstable();
+            advert.awaited.sort_unstable();
+            let source = advert.source;
+            let highest = advert.held.iter().chain(&advert.lacking).map(|r| r.last).max();
             if let Some(highest) = highest {
                 self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
                 self.track(source);
             }
             if self.config.mode != GossipMode::Push {
-                if let Some((first, repeat)) = self.pull(now, from, source, ranges) {
+                if let Some((first, repeat)) = self.pull(now, from, source, &advert.held) {
                     wanted.extend(first);
                     again.extend(repeat);
                 }
             }
             if self.config.mode != GossipMode::Pull {
-                self.push(now, from, source, ranges, lacks);
+                self.push(now, from, advert);
             }
         }
-        advertised.sort_unstable_by_key(|(source, _, _)| *source);
+        adverts.sort_unstable_by_key(|a| a.source);
         for &source in &self.gappy {
             let log = &mut self.logs[source];
-            match advertised.binary_search_by_key(&source, |(s, _, _)| *s) {
-                Ok(i) => log.note_digest(&advertised[i].1, &advertised[i].2),
+            match adverts.binary_search_by_key(&source, |a| a.source) {
+                Ok(i) => log.note_digest(&adverts[i].held, &adverts[i].lacking),
                 Err(_) => log.note_digest(&[], &[]),
             }
         }
@@ -771,19 +802,15 @@ impl Pbcast {
         (pulled.0.is_some() || pulled.1.is_some()).then_some(pulled)
     }
 
-    /// Pushes young messages of `source` that the gossiper `to` lacks.
-    fn push(
-        &mut self,
-        now: Instant,
-        to: usize,
-        source: usize,
-        ranges: &[SeqRange],
-        lacking: &[SeqRange],
-    ) {
+    /// Pushes young messages of the advertised source that the gossiper
+    /// `to` lacks and does not await.
+    fn push(&mut self, now: Instant, to: usize, advert: &Advert) {
         let budget = self.retransmit_budget as usize;
+        let source = advert.source;
         let seqs = self.logs[source].young_missing_at_peer(
-            ranges,
-            lacking,
+            &advert.held,
+            &advert.lacking,
+            &advert.awaited,
             now,
             self.config.push_age_max,
             self.config.gossip_interval,
@@ -962,14 +989,46 @@ impl Pbcast {
         }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
-                if self.retry_adapts() {
-                    self.gossiped.push_back((target, now));
-                }
-                self.outbox
-                    .control
-                    .push_back(Control::Gossip { to: target });
+                self.gossiped.push_back((target, now));
+                let awaited = self.invite_pushes(now);
+                self.outbox.control.push_back(Control::Gossip {
+                    to: target,
+                    awaited,
+                });
             }
         }
+    }
+
+    /// The digest about to leave invites pushes of this member's gaps; per
+    /// source, the gaps whose push was invited within the hold, so not
+    /// invited again yet (see [`Pbcast::invite_hold`]).
+    fn invite_pushes(&mut self, now: Instant) -> Vec<SourceRanges> {
+        let hold = self.invite_hold();
+        let mut awaited = Vec::new();
+        for &source in &self.gappy {
+            let ranges = self.logs[source].invite(now, hold);
+            if !ranges.is_empty() {
+                awaited.push(SourceRanges {
+                    source: self.members[source].0,
+                    ranges,
+                });
+            }
+        }
+        awaited
+    }
+
+    /// How long a push invited by a digest is awaited before the gap is
+    /// offered for pushing again: the repair round trip's timeout (srtt +
+    /// 4 × rttvar, RFC 6298) up to `push_hold_max`; nothing before the
+    /// first measurement. Where a repair comes back within a round this
+    /// changes nothing (every digest invites every gap, as before); behind
+    /// a queue that holds repairs for several rounds, it keeps a member's
+    /// successive partners from each pushing the same messages into the
+    /// queue (P001 Fig 8: pushes across a saturated root link were 94% of
+    /// the retransmissions of a collapsed run).
+    fn invite_hold(&self) -> Duration {
+        self.repair_rtt
+            .timeout(Duration::ZERO, self.config.push_hold_max)
     }
 
     /// Declares unrepairable gaps lost. In FIFO order each `Lost` event is
@@ -1033,8 +1092,10 @@ impl Pbcast {
     }
 
     /// A gossip packet: the digest, plus pbcast-grb's repair bits in up to a
-    /// quarter of the datagram.
-    fn gossip_packet(&self) -> Packet<'static> {
+    /// quarter of the datagram, the runs lacking at the buffer's edges in up
+    /// to an eighth, and the `awaited` gaps in up to a quarter (cut, the
+    /// rest may be pushed again: a duplicate, never a loss).
+    fn gossip_packet(&self, mut awaited: Vec<SourceRanges>) -> Packet<'static> {
         let room = self.config.max_datagram_size - shoal_wire::HEADER_LEN - 4;
         let grb = self.config.multicast_repair == MulticastRepair::Grb;
         let repaired = if grb {
@@ -1043,14 +1104,19 @@ impl Pbcast {
             Vec::new()
         };
         let lacking = self.lacking_at_edges(room / 8 / (6 + 2 * shoal_wire::RANGE_LEN));
-        // The other lists' own length (the empty digest's count taken off).
-        let packet = |digest, repaired, lacking| Packet::Gossip {
-            digest,
+        fit_in_bytes(&mut awaited, room / 4 - 4);
+        let mut packet = Packet::Gossip {
+            digest: Vec::new(),
             repaired,
             lacking,
+            awaited,
         };
-        let used = packet(Vec::new(), repaired.clone(), lacking.clone()).body_len() - 2;
-        packet(self.digest(room + 2 - used), repaired, lacking)
+        // The other lists' own length (the empty digest's count taken off).
+        let used = packet.body_len() - 2;
+        if let Packet::Gossip { digest, .. } = &mut packet {
+            *digest = self.digest(room + 2 - used);
+        }
+        packet
     }
 
     /// Per source, the runs of messages this member knows exist and lacks
@@ -1134,6 +1200,23 @@ impl Pbcast {
         }
         digest
     }
+}
+
+/// Cuts `list` to at most `bytes` encoded (per source 6 bytes, per range
+/// `RANGE_LEN`), keeping its first sources and ranges.
+fn fit_in_bytes(list: &mut Vec<SourceRanges>, bytes: usize) {
+    let mut left = bytes;
+    let mut keep = 0;
+    for entry in list.iter_mut() {
+        let ranges = left.saturating_sub(6) / shoal_wire::RANGE_LEN;
+        if ranges == 0 {
+            break;
+        }
+        entry.ranges.truncate(ranges);
+        left -= 6 + shoal_wire::RANGE_LEN * entry.ranges.len();
+        keep += 1;
+    }
+    list.truncate(keep);
 }
 
 fn remap_keys<V>(map: BTreeMap<Key, V>, remap: impl Fn(Key) -> Option<Key>) -> BTreeMap<Key, V> {

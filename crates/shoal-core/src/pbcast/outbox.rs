@@ -21,6 +21,8 @@ use crate::time::Instant;
 pub(super) enum Control {
     Gossip {
         to: NodeId,
+        /// Missing messages whose push this member invited recently.
+        awaited: Vec<SourceRanges>,
     },
     Solicit {
         to: NodeId,
@@ -36,7 +38,9 @@ pub(super) enum Control {
 impl Control {
     fn to(&self) -> NodeId {
         match self {
-            Control::Gossip { to } | Control::Solicit { to, .. } | Control::Status { to, .. } => {
+            Control::Gossip { to, .. }
+            | Control::Solicit { to, .. }
+            | Control::Status { to, .. } => {
                 *to
             }
         }
@@ -121,7 +125,7 @@ fn pack_control(engine: &mut Pbcast, to: NodeId, buf: &mut Vec<u8>) {
     while engine.outbox.control.front().is_some_and(|c| c.to() == to) {
         let control = engine.outbox.control.pop_front().expect("front exists");
         let packet = match control {
-            Control::Gossip { .. } => engine.gossip_packet(),
+            Control::Gossip { awaited, .. } => engine.gossip_packet(awaited),
             Control::Solicit { wanted, again, .. } => Packet::Solicit { wanted, again },
             Control::Status { next, .. } => Packet::Status { source: to.0, next },
         };
@@ -138,7 +142,8 @@ fn unbuild(to: NodeId, packet: Packet<'_>) -> Control {
     match packet {
         Packet::Solicit { wanted, again } => Control::Solicit { to, wanted, again },
         Packet::Status { next, .. } => Control::Status { to, next },
-        _ => Control::Gossip { to },
+        Packet::Gossip { awaited, .. } => Control::Gossip { to, awaited },
+        _ => unreachable!("only gossip, solicit and status are control packets"),
     }
 }
 

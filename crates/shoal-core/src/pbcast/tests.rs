@@ -511,11 +511,11 @@ fn gossip_of_repairs(from: u32, source: u32, range: SeqRange) -> Vec<u8> {
         source,
         ranges: vec![range],
     }];
-    let (digest, lacking) = (Vec::new(), Vec::new());
     Packet::Gossip {
-        digest,
+        digest: Vec::new(),
         repaired,
-        lacking,
+        lacking: Vec::new(),
+        awaited: Vec::new(),
     }
     .to_vec(from)
     .unwrap()
@@ -556,7 +556,7 @@ fn grb_gossips_the_repairs_it_sent_not_those_it_heard_of() {
         NodeId(2),
         &gossip_of_repairs(2, 1, SeqRange::new(3, 5).unwrap()),
     );
-    let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
+    let Packet::Gossip { repaired, .. } = e.gossip_packet(Vec::new()) else {
         unreachable!()
     };
     assert!(repaired.is_empty(), "heard of, not sent: {repaired:?}");
@@ -565,7 +565,7 @@ fn grb_gossips_the_repairs_it_sent_not_those_it_heard_of() {
         retransmit_destinations(&mut e, now),
         [Destination::Node(NodeId(1))]
     );
-    let Packet::Gossip { repaired, .. } = e.gossip_packet() else {
+    let Packet::Gossip { repaired, .. } = e.gossip_packet(Vec::new()) else {
         unreachable!()
     };
     assert_eq!(
@@ -874,3 +874,49 @@ fn a_retry_cap_below_the_floor_is_refused() {
         Err(ConfigError::SolicitRetryRange { .. })
     ));
 }
+
+/// Where a repair takes longer than a round to come back, a member's next
+/// digest lists the gaps whose push it already invited as awaited, and
+/// its next partner does not push them again: the member that missed a
+/// burst (and whose solicitations are lost, so pushes alone repair it)
+/// gets fewer duplicates, and still everything.
+#[test]
+fn a_push_on_its_way_is_awaited_not_pushed_again() {
+    let burst_missed = |push_hold_max: Duration| -> (u64, u64) {
+        let config = Config {
+            push_hold_max,
+            ..paper_config()
+        };
+        let mut net = net(6, config, 11);
+        net.delay = 70 * testnet::MS;
+        // Some loss first, so that round trips are measured.
+        net.loss = 0.05;
+        send_stream(&mut net, 200, 5);
+        net.run_until(2_000);
+        net.loss = 0.0;
+        let before = net.engines[3].stats().clone();
+        net.filter = Some(Box::new(|from, to, bytes| {
+            let missed = to == 3 && (200..240).any(|seq| has_data_seq(bytes, seq));
+            !(missed || (from == 3 && has_solicit(bytes)))
+        }));
+        for i in 200..300 {
+            net.run_until(1_000 + i * 5);
+            net.multicast(0, &i.to_be_bytes()).unwrap();
+        }
+        net.run_until(8_000);
+        assert_eq!(net.delivered_seqs(3, 0), (0..300).collect::<Vec<_>>());
+        let after = net.engines[3].stats();
+        (
+            after.duplicates - before.duplicates,
+            after.recovered - before.recovered,
+        )
+    };
+    let (held, recovered_held) = burst_missed(Duration::from_millis(500));
+    let (unheld, recovered_unheld) = burst_missed(Duration::ZERO);
+    assert!(recovered_held >= 40 && recovered_unheld >= 40);
+    assert!(
+        unheld >= 20 && held * 2 <= unheld,
+        "duplicates at the member that missed the burst: {held} with the hold, {unheld} without"
+    );
+}
+

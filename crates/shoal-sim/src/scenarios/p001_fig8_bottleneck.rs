@@ -284,6 +284,7 @@ mod trace {
             Duration::from_millis(setting("TRACE_RETRY_MAX_MS", 20)).max(config.solicit_retry);
         config.retransmits_per_round_max = setting("TRACE_BUDGET", 500);
         config.push_age_max = Duration::from_millis(setting("TRACE_PUSH_MS", 1000));
+        config.push_hold_max = Duration::from_millis(setting("TRACE_HOLD_MS", 500));
         config.mode = match setting("TRACE_MODE", "push-pull".to_string()).as_str() {
             "pull" => GossipMode::Pull,
             "push" => GossipMode::Push,
