@@ -141,14 +141,18 @@ impl Report {
         };
         // Requests and repairs received per member per second of sending,
         // duplicates included (P001 Figs 1, 2, 8). SRM and pbcast both use
-        // SOLICIT for requests and RETRANSMIT for repairs.
+        // SOLICIT for requests and RETRANSMIT for repairs; pbcast's pushes
+        // (PUSH) are repairs too.
         put(
             "requests_per_s",
             format!("{:.4}", per_member_second(Kind::Solicit)),
         );
         put(
             "repairs_per_s",
-            format!("{:.4}", per_member_second(Kind::Retransmit)),
+            format!(
+                "{:.4}",
+                per_member_second(Kind::Retransmit) + per_member_second(Kind::Push)
+            ),
         );
         put(
             "sender_link_util",

@@ -51,10 +51,11 @@ pub enum Kind {
     Vsync = 8,
     Presence = 9,
     Relay = 10,
+    Push = 11,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 10;
+pub const KIND_COUNT: usize = 11;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -68,6 +69,7 @@ impl Kind {
         Kind::Vsync,
         Kind::Presence,
         Kind::Relay,
+        Kind::Push,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -90,6 +92,7 @@ impl Kind {
             Kind::Vsync => "vsync",
             Kind::Presence => "presence",
             Kind::Relay => "relay",
+            Kind::Push => "push",
         }
     }
 
@@ -264,6 +267,17 @@ pub enum Packet<'a> {
         seq: u64,
         payload: &'a [u8],
     },
+    /// A buffered message sent unasked to a member whose digest showed it
+    /// lacks it (pbcast's push, P000 §3), as opposed to a `Retransmit`,
+    /// which answers a solicitation (by unicast, or by multicast in
+    /// pbcast-IPMC and pbcast-grb). The receiver can then time a push from
+    /// the digest that drew it without mistaking another member's
+    /// multicast repair for it. Body: as `Retransmit`.
+    Push {
+        source: u32,
+        seq: u64,
+        payload: &'a [u8],
+    },
 }
 
 /// One member's heartbeat in a [`Packet::Heartbeat`].
@@ -306,6 +320,7 @@ impl Packet<'_> {
             Packet::Gossip { .. } => Kind::Gossip,
             Packet::Solicit { .. } => Kind::Solicit,
             Packet::Retransmit { .. } => Kind::Retransmit,
+            Packet::Push { .. } => Kind::Push,
             Packet::Status { .. } => Kind::Status,
             Packet::Session(_) => Kind::Session,
             Packet::Heartbeat { .. } => Kind::Heartbeat,
@@ -334,9 +349,9 @@ impl Packet<'_> {
             }
             Packet::Solicit { wanted, again } if again.is_empty() => ranges_list_len(wanted),
             Packet::Solicit { wanted, again } => ranges_list_len(wanted) + ranges_list_len(again),
-            Packet::Retransmit { payload, .. } | Packet::Relay { payload, .. } => {
-                12 + payload.len()
-            }
+            Packet::Retransmit { payload, .. }
+            | Packet::Relay { payload, .. }
+            | Packet::Push { payload, .. } => 12 + payload.len(),
             Packet::Status { .. } => 12,
             Packet::Session(s) => 8 + 2 + 12 * s.highest.len() + 2 + 20 * s.echoes.len(),
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
@@ -397,6 +412,11 @@ impl Packet<'_> {
                 payload,
             }
             | Packet::Relay {
+                source,
+                seq,
+                payload,
+            }
+            | Packet::Push {
                 source,
                 seq,
                 payload,
@@ -628,6 +648,11 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             payload: reader.rest(),
         },
         Kind::Relay => Packet::Relay {
+            source: reader.u32()?,
+            seq: reader.u64()?,
+            payload: reader.rest(),
+        },
+        Kind::Push => Packet::Push {
             source: reader.u32()?,
             seq: reader.u64()?,
             payload: reader.rest(),

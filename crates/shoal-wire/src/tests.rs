@@ -352,6 +352,7 @@ enum Owned {
     Vsync(Vec<u8>),
     Presence(bool, u64, u32, u32),
     Relay(u32, u64, Vec<u8>),
+    Push(u32, u64, Vec<u8>),
 }
 
 impl Owned {
@@ -396,6 +397,11 @@ impl Owned {
                 seq: *seq,
                 payload: p,
             },
+            Owned::Push(s, seq, p) => Packet::Push {
+                source: *s,
+                seq: *seq,
+                payload: p,
+            },
         }
     }
 }
@@ -409,7 +415,8 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
         (arb_list(), arb_list()).prop_map(|(w, a)| Owned::Solicit(w, a)),
         (any::<u32>(), any::<u64>(), payload.clone())
             .prop_map(|(a, s, p)| Owned::Retransmit(a, s, p)),
-        (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Relay(a, s, p)),
+        (any::<u32>(), any::<u64>(), payload.clone()).prop_map(|(a, s, p)| Owned::Relay(a, s, p)),
+        (any::<u32>(), any::<u64>(), payload).prop_map(|(a, s, p)| Owned::Push(a, s, p)),
         (any::<u32>(), any::<u64>()).prop_map(|(s, n)| Owned::Status(s, n)),
         (
             any::<u64>(),

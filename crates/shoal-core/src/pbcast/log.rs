@@ -38,8 +38,12 @@ pub(super) struct Missing {
     pub asked_again: bool,
     /// Digests seen since `since` whose sender did not hold the message.
     pub evidence: u32,
-    /// When this member last sent a digest inviting a push of it.
-    pub invited_at: Option<Instant>,
+    /// The last two digests that invited its push: (when, to whom), the
+    /// latest first. A push comes from a digest's receiver, so it times
+    /// the round trip from the digest it answers, unless both went to the
+    /// same member (as Karn's rule); where a push takes longer than a
+    /// round, the next digest has left before it arrives.
+    pub invites: [Option<(Instant, usize)>; 2],
 }
 
 #[derive(Debug)]
@@ -64,9 +68,12 @@ pub(super) enum Inserted {
     /// solicitation of it, when it came as a retransmission from the member
     /// asked (a sample of the repair round trip). A repair from anyone else
     /// (a push, or another member's answer after this ask was lost) times
-    /// something else.
+    /// something else. `pushed_after`: likewise the time since the only
+    /// digest that invited its push, when it came from that digest's
+    /// receiver and this member never solicited it there.
     New {
         answered_after: Option<Duration>,
+        pushed_after: Option<Duration>,
     },
     Duplicate,
 }
@@ -179,7 +186,7 @@ impl SourceLog {
                 solicited_of: 0,
                 asked_again: false,
                 evidence: 0,
-                invited_at: None,
+                invites: [None; 2],
             }));
             self.missing += 1;
         }
@@ -218,6 +225,16 @@ impl SourceLog {
             }
             _ => None,
         };
+        let pushed_after = repaired_by.and_then(|by| {
+            let solicited_there = missing.solicited_at.is_some() && missing.solicited_of == by;
+            let mut from_by = missing.invites.iter().flatten().filter(|(_, to)| *to == by);
+            match (from_by.next(), from_by.next()) {
+                (Some((at, _)), None) if !solicited_there => {
+                    Some(now.saturating_duration_since(*at))
+                }
+                _ => None,
+            }
+        });
         let recovered = repaired_by.is_some();
         *slot = Slot::Held(Held {
             payload,
@@ -228,7 +245,10 @@ impl SourceLog {
         self.missing -= 1;
         self.held += 1;
         self.unreported = self.unreported.saturating_add(1);
-        Inserted::New { answered_after }
+        Inserted::New {
+            answered_after,
+            pushed_after,
+        }
     }
 
     /// Marks `seq` delivered out of order and returns it (unordered delivery).
@@ -379,12 +399,12 @@ impl SourceLog {
         }
     }
 
-    /// A digest is about to leave: every missing message is a gap in it, so
-    /// a partner holding it young pushes it. Marks as invited now those
-    /// not invited within `hold`; returns the others (ascending), whose
-    /// earlier push may still be on its way: the digest lists them as
-    /// awaited so that they are not pushed again yet.
-    pub fn invite(&mut self, now: Instant, hold: Duration) -> Vec<SeqRange> {
+    /// A digest is about to leave for member `to`: every missing message is
+    /// a gap in it, so a partner holding it young pushes it. Marks as
+    /// invited now, of `to`, those not invited within `hold`; returns the
+    /// others (ascending), whose earlier push may still be on its way: the
+    /// digest lists them as awaited so that they are not pushed again yet.
+    pub fn invite(&mut self, now: Instant, hold: Duration, to: usize) -> Vec<SeqRange> {
         let mut awaited = RangeBuilder::default();
         if self.missing == 0 {
             return Vec::new();
@@ -393,9 +413,9 @@ impl SourceLog {
             let Slot::Missing(missing) = slot else {
                 continue;
             };
-            match missing.invited_at {
-                Some(at) if at + hold > now => awaited.push(seq),
-                _ => missing.invited_at = Some(now),
+            match missing.invites[0] {
+                Some((at, _)) if at + hold > now => awaited.push(seq),
+                latest => missing.invites = [Some((now, to)), latest],
             }
         }
         awaited.finish()
@@ -682,17 +702,17 @@ mod tests {
         let hold = Duration::from_millis(150);
         // The first digest invites every gap; the next, a round later,
         // awaits them; once the hold has passed, it invites them again.
-        assert_eq!(gossiper.invite(ms(100), hold), vec![]);
+        assert_eq!(gossiper.invite(ms(100), hold, 1), vec![]);
         let awaited = vec![SeqRange::single(1), SeqRange::new(3, 4).unwrap()];
-        assert_eq!(gossiper.invite(ms(200), hold), awaited);
-        assert_eq!(gossiper.invite(ms(250), hold), vec![]);
+        assert_eq!(gossiper.invite(ms(200), hold, 1), awaited);
+        assert_eq!(gossiper.invite(ms(250), hold, 1), vec![]);
         // A gap opened since is invited at once, while the others wait.
         gossiper.learn_up_to(5, ms(300), 64);
         let awaited_then = vec![SeqRange::single(1), SeqRange::new(3, 4).unwrap()];
-        assert_eq!(gossiper.invite(ms(300), hold), awaited_then);
-        assert_eq!(gossiper.invite(ms(420), hold), vec![SeqRange::single(5)]);
+        assert_eq!(gossiper.invite(ms(300), hold, 1), awaited_then);
+        assert_eq!(gossiper.invite(ms(420), hold, 1), vec![SeqRange::single(5)]);
         // No hold: every digest invites every gap.
-        assert_eq!(gossiper.invite(ms(421), Duration::ZERO), vec![]);
+        assert_eq!(gossiper.invite(ms(421), Duration::ZERO, 1), vec![]);
 
         // A partner holding them all pushes only what is not awaited.
         let mut partner = SourceLog::default();
@@ -704,7 +724,13 @@ mod tests {
         let push = |awaited: &[SeqRange]| {
             let (age_max, quiet) = (Duration::from_secs(1), Duration::from_millis(100));
             partner.young_missing_at_peer(
-                &advertised, &lacking, awaited, ms(10), age_max, quiet, 100,
+                &advertised,
+                &lacking,
+                awaited,
+                ms(10),
+                age_max,
+                quiet,
+                100,
             )
         };
         assert_eq!(push(&[]), vec![1, 3, 4, 5]);
@@ -768,7 +794,7 @@ mod tests {
             log.solicit(SeqRange::single(1), ms(at), Duration::ZERO, 10, out, &mut 0);
         }
         match log.insert(1, Bytes::from_static(b"x"), ms(answered), Some(by), 64) {
-            Inserted::New { answered_after } => answered_after,
+            Inserted::New { answered_after, .. } => answered_after,
             Inserted::Duplicate => panic!("message 1 was missing"),
         }
     }

@@ -145,10 +145,8 @@ pub struct Pbcast {
     relay_new: Vec<Key>,
     /// How long repairs take to answer a solicitation here.
     repair_rtt: RoundTrip,
-    /// Digests sent in the last GC period: (to, when). A member gossiped
-    /// to after it was asked may push what it was asked for, so its repair
-    /// then times no round trip.
-    gossiped: VecDeque<(NodeId, Instant)>,
+    /// How long a push takes to follow the digest that invited it.
+    push_rtt: RoundTrip,
 }
 
 /// RFC 6298's estimator of a round trip: smoothed mean and mean deviation,
@@ -178,6 +176,27 @@ impl RoundTrip {
 
 /// (source index, sequence number).
 type Key = (usize, u64);
+
+/// How a message reached this member.
+#[derive(Clone, Copy)]
+enum Via {
+    /// IP multicast or the relay tree.
+    FirstPhase,
+    /// A retransmission answering a solicitation (this member's, or by
+    /// multicast another's) from member `by`.
+    Answer { by: usize },
+    /// Pushed by member `by`, whom this member's digest showed the gap.
+    Push { by: usize },
+}
+
+impl Via {
+    fn repaired_by(self) -> Option<usize> {
+        match self {
+            Via::FirstPhase => None,
+            Via::Answer { by } | Via::Push { by } => Some(by),
+        }
+    }
+}
 
 /// What one digest says of one source: the ranges it holds, the runs it
 /// lacks beyond them, and the missing messages whose push it awaits.
@@ -268,7 +287,7 @@ impl Pbcast {
             next_status: now + config.status_interval,
             retransmit_budget: config.retransmits_per_round_max,
             repair_rtt: RoundTrip::default(),
-            gossiped: VecDeque::new(),
+            push_rtt: RoundTrip::default(),
             gossip_weights: None,
             solicitations: BTreeMap::new(),
             multicast_recently: BTreeMap::new(),
@@ -575,7 +594,17 @@ impl Pbcast {
             } => {
                 if let Some(source) = self.index_of(NodeId(source)) {
                     let payload = own(payload);
-                    self.on_message(now, source, seq, payload, Some(from));
+                    self.on_message(now, source, seq, payload, Via::Answer { by: from });
+                }
+            }
+            Packet::Push {
+                source,
+                seq,
+                payload,
+            } => {
+                if let Some(source) = self.index_of(NodeId(source)) {
+                    let payload = own(payload);
+                    self.on_message(now, source, seq, payload, Via::Push { by: from });
                 }
             }
             Packet::Gossip {
@@ -605,7 +634,7 @@ impl Pbcast {
 
     /// A message of the first phase: from its source or down its relay tree.
     fn on_first_phase(&mut self, now: Instant, source: usize, seq: u64, payload: Bytes) {
-        let new = self.on_message(now, source, seq, payload, None);
+        let new = self.on_message(now, source, seq, payload, Via::FirstPhase);
         if new && self.relaying() && source != self.my_index {
             self.relay_new.push((source, seq));
         }
@@ -618,37 +647,34 @@ impl Pbcast {
         source: usize,
         seq: u64,
         payload: Bytes,
-        repaired_by: Option<usize>,
+        via: Via,
     ) -> bool {
         let log = &mut self.logs[source];
-        let inserted = log.insert(seq, payload, now, repaired_by, LOG_EXTENSION_MAX);
+        let inserted = log.insert(seq, payload, now, via.repaired_by(), LOG_EXTENSION_MAX);
         self.track(source);
         match inserted {
             Inserted::Duplicate => {
                 self.stats.duplicates += 1;
                 false
             }
-            Inserted::New { answered_after } => {
-                if let (Some(rtt), Some(by)) = (answered_after, repaired_by) {
-                    self.sample_repair_rtt(now, self.members[by], rtt);
+            Inserted::New {
+                answered_after,
+                pushed_after,
+            } => {
+                // A push times the digest that drew it; an answer (unicast,
+                // or another member's multicast repair) the solicitation.
+                let (timed, rtt) = match via {
+                    Via::Push { .. } => (&mut self.push_rtt, pushed_after),
+                    Via::Answer { .. } => (&mut self.repair_rtt, answered_after),
+                    Via::FirstPhase => (&mut self.repair_rtt, None),
+                };
+                if let Some(rtt) = rtt {
+                    timed.sample(rtt);
                 }
                 self.deliver_ready(source, Some(seq));
                 self.maybe_report_progress(source);
                 true
             }
-        }
-    }
-
-    /// A repair from `by`, the member asked, `rtt` after the ask: a round
-    /// trip, unless this member gossiped to `by` since, inviting a push.
-    fn sample_repair_rtt(&mut self, now: Instant, by: NodeId, rtt: Duration) {
-        let asked_at = now.saturating_sub(rtt);
-        let pushed_maybe = self
-            .gossiped
-            .iter()
-            .any(|(to, at)| *to == by && *at > asked_at);
-        if !pushed_maybe {
-            self.repair_rtt.sample(rtt);
         }
     }
 
@@ -727,7 +753,12 @@ impl Pbcast {
             advert.held.sort_unstable();
             advert.awaited.sort_unstable();
             let source = advert.source;
-            let highest = advert.held.iter().chain(&advert.lacking).map(|r| r.last).max();
+            let highest = advert
+                .held
+                .iter()
+                .chain(&advert.lacking)
+                .map(|r| r.last)
+                .max();
             if let Some(highest) = highest {
                 self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
                 self.track(source);
@@ -817,7 +848,8 @@ impl Pbcast {
             budget,
         );
         for seq in seqs {
-            if self.queue_retransmit(Destination::Node(self.members[to]), source, seq) {
+            let to = Destination::Node(self.members[to]);
+            if self.queue_retransmit(to, source, seq, true) {
                 self.stats.retransmits_pushed += 1;
             }
         }
@@ -865,7 +897,7 @@ impl Pbcast {
                 continue;
             };
             // Budget spent: the solicitor will ask again in a later round.
-            if !self.queue_retransmit(destination, source, seq) {
+            if !self.queue_retransmit(destination, source, seq, false) {
                 return;
             }
         }
@@ -935,8 +967,15 @@ impl Pbcast {
         }
     }
 
-    /// Queues one retransmission if the round's budget allows.
-    fn queue_retransmit(&mut self, destination: Destination, source: usize, seq: u64) -> bool {
+    /// Queues one retransmission (`pushed` unasked, else an answer) if the
+    /// round's budget allows.
+    fn queue_retransmit(
+        &mut self,
+        destination: Destination,
+        source: usize,
+        seq: u64,
+        pushed: bool,
+    ) -> bool {
         if self.retransmit_budget == 0 {
             self.stats.retransmits_suppressed += 1;
             return false;
@@ -946,6 +985,7 @@ impl Pbcast {
             destination,
             source: source as u32,
             seq,
+            pushed,
         });
         true
     }
@@ -980,17 +1020,9 @@ impl Pbcast {
             self.give_up_dead_gaps(now, source, lost_wait);
             self.track(source);
         }
-        while self
-            .gossiped
-            .front()
-            .is_some_and(|(_, at)| *at + gc_period <= now)
-        {
-            self.gossiped.pop_front();
-        }
         for _ in 0..self.config.gossip_fanout.get() {
             if let Some(target) = self.random_other_member() {
-                self.gossiped.push_back((target, now));
-                let awaited = self.invite_pushes(now);
+                let awaited = self.invite_pushes(now, target);
                 self.outbox.control.push_back(Control::Gossip {
                     to: target,
                     awaited,
@@ -1002,11 +1034,12 @@ impl Pbcast {
     /// The digest about to leave invites pushes of this member's gaps; per
     /// source, the gaps whose push was invited within the hold, so not
     /// invited again yet (see [`Pbcast::invite_hold`]).
-    fn invite_pushes(&mut self, now: Instant) -> Vec<SourceRanges> {
+    fn invite_pushes(&mut self, now: Instant, target: NodeId) -> Vec<SourceRanges> {
         let hold = self.invite_hold();
+        let to = self.index_of(target).expect("a member");
         let mut awaited = Vec::new();
         for &source in &self.gappy {
-            let ranges = self.logs[source].invite(now, hold);
+            let ranges = self.logs[source].invite(now, hold, to);
             if !ranges.is_empty() {
                 awaited.push(SourceRanges {
                     source: self.members[source].0,
@@ -1018,16 +1051,21 @@ impl Pbcast {
     }
 
     /// How long a push invited by a digest is awaited before the gap is
-    /// offered for pushing again: the repair round trip's timeout (srtt +
-    /// 4 × rttvar, RFC 6298) up to `push_hold_max`; nothing before the
-    /// first measurement. Where a repair comes back within a round this
+    /// offered for pushing again: the push round trip's timeout (srtt +
+    /// 4 × rttvar, RFC 6298, over the times from a digest to the push it
+    /// drew) up to `push_hold_max`; nothing before the first measurement.
+    /// Timed on pushes, not on answers to solicitations: with pbcast-grb a
+    /// member whose ask was lost often gets the message a round later by
+    /// another member's multicast repair from the member it asked, which
+    /// reads as a round trip of a round (P001 Fig 7: holds of 100-300 ms on
+    /// a LAN, and messages lost for want of pushes). Where a repair comes back within a round this
     /// changes nothing (every digest invites every gap, as before); behind
     /// a queue that holds repairs for several rounds, it keeps a member's
     /// successive partners from each pushing the same messages into the
     /// queue (P001 Fig 8: pushes across a saturated root link were 94% of
     /// the retransmissions of a collapsed run).
-    fn invite_hold(&self) -> Duration {
-        self.repair_rtt
+    pub fn invite_hold(&self) -> Duration {
+        self.push_rtt
             .timeout(Duration::ZERO, self.config.push_hold_max)
     }
 

@@ -40,9 +40,7 @@ impl Control {
         match self {
             Control::Gossip { to, .. }
             | Control::Solicit { to, .. }
-            | Control::Status { to, .. } => {
-                *to
-            }
+            | Control::Status { to, .. } => *to,
         }
     }
 }
@@ -54,6 +52,8 @@ pub(super) struct Retransmit {
     /// Index of the source in the member list.
     pub source: u32,
     pub seq: u64,
+    /// Sent unasked (a push), not answering a solicitation.
+    pub pushed: bool,
 }
 
 /// A new message passed on to a child in its source's relay tree.
@@ -152,16 +152,25 @@ fn pack_retransmits(engine: &mut Pbcast, destination: Destination, buf: &mut Vec
         if front.destination != destination {
             return;
         }
-        let (source, seq) = (front.source as usize, front.seq);
+        let (source, seq, pushed) = (front.source as usize, front.seq, front.pushed);
         // Collected since it was queued: nothing to send.
         let Some(payload) = engine.logs[source].payload(seq).cloned() else {
             engine.outbox.retransmits.pop_front();
             continue;
         };
-        let packet = Packet::Retransmit {
-            source: engine.members[source].0,
-            seq,
-            payload: &payload,
+        let (source, payload) = (engine.members[source].0, &payload[..]);
+        let packet = if pushed {
+            Packet::Push {
+                source,
+                seq,
+                payload,
+            }
+        } else {
+            Packet::Retransmit {
+                source,
+                seq,
+                payload,
+            }
         };
         if !append(engine, &packet, buf) {
             return;

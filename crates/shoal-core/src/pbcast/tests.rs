@@ -81,7 +81,7 @@ fn gossip_repairs_losses_and_delivery_stays_fifo() {
 
 #[test]
 fn pull_only_and_push_only_both_repair() {
-    for mode in [GossipMode::Pull, GossipMode::Push] {
+    for mode in [GossipMode::Pull, GossipMode::Push, GossipMode::PushPull] {
         let config = Config {
             mode,
             ..paper_config()
@@ -97,20 +97,19 @@ fn pull_only_and_push_only_both_repair() {
                 "{mode:?} member {member}"
             );
         }
-        // Every retransmission of push-only is a push; pull-only never pushes.
-        let pushed: u64 = net
-            .engines
-            .iter()
-            .map(|e| e.stats().retransmits_pushed)
-            .sum();
-        let sent: u64 = net
-            .engines
-            .iter()
-            .map(|e| e.stats().packets_sent[shoal_wire::Kind::Retransmit.index()])
-            .sum();
+        // Push-only sends only PUSH packets, pull-only only RETRANSMIT
+        // (answers); every push counted is a PUSH packet.
+        let total = |count: &dyn Fn(&Stats) -> u64| -> u64 {
+            net.engines.iter().map(|e| count(e.stats())).sum()
+        };
+        let pushed = total(&|s| s.retransmits_pushed);
+        let push_packets = total(&|s| s.packets_sent[Kind::Push.index()]);
+        let answers = total(&|s| s.packets_sent[Kind::Retransmit.index()]);
+        assert_eq!(pushed, push_packets, "{mode:?}");
         match mode {
-            GossipMode::Pull => assert_eq!(pushed, 0),
-            _ => assert!(pushed > 0 && pushed >= sent, "pushed {pushed}, sent {sent}"),
+            GossipMode::Pull => assert!(pushed == 0 && answers > 0),
+            GossipMode::Push => assert!(pushed > 0 && answers == 0),
+            GossipMode::PushPull => assert!(pushed > 0 && answers > 0),
         }
     }
 }
@@ -138,7 +137,7 @@ fn unordered_delivery_does_not_wait_for_gaps() {
 fn bytes_has_data_seq(bytes: &[u8], wanted: u64) -> bool {
     shoal_wire::packets(bytes).any(|p| match p {
         Ok((_, Packet::Data { seq, .. })) => seq == wanted,
-        Ok((_, Packet::Retransmit { seq, .. })) => seq == wanted,
+        Ok((_, Packet::Retransmit { seq, .. } | Packet::Push { seq, .. })) => seq == wanted,
         _ => false,
     })
 }
@@ -218,7 +217,8 @@ fn a_member_that_missed_either_end_of_a_burst_has_it_pushed() {
 fn a_gap_stays_visible_after_its_neighbours_are_collected() {
     let mut net = net(4, paper_config(), 8);
     let has_retransmit = |bytes: &[u8]| {
-        shoal_wire::packets(bytes).any(|p| matches!(p, Ok((_, Packet::Retransmit { .. }))))
+        shoal_wire::packets(bytes)
+            .any(|p| matches!(p, Ok((_, Packet::Retransmit { .. } | Packet::Push { .. }))))
     };
     // Until member 3's copy of message 0 is due for collection (1 s after
     // it arrived), nothing repairs message 1 at member 3.
@@ -273,7 +273,7 @@ fn retransmissions_per_round_are_bounded() {
     }));
     send_stream(&mut net, 50, 0);
     net.run_until(250);
-    let sent = net.engines[0].stats().packets_sent[shoal_wire::Kind::Retransmit.index()];
+    let sent = net.engines[0].stats().packets_sent[Kind::Retransmit.index()];
     let rounds = net.engines[0].stats().gossip_rounds;
     assert!(
         sent <= 5 * (rounds + 1),
@@ -526,7 +526,7 @@ fn retransmit_destinations(e: &mut Pbcast, now: Instant) -> Vec<Destination> {
     let mut out = Vec::new();
     while let Some(t) = e.poll_transmit(now) {
         let mut packets = shoal_wire::packets(&t.payload);
-        if packets.any(|p| matches!(p, Ok((_, Packet::Retransmit { .. })))) {
+        if packets.any(|p| matches!(p, Ok((_, Packet::Retransmit { .. } | Packet::Push { .. })))) {
             out.push(t.destination);
         }
     }
@@ -889,8 +889,12 @@ fn a_push_on_its_way_is_awaited_not_pushed_again() {
         };
         let mut net = net(6, config, 11);
         net.delay = 70 * testnet::MS;
-        // Some loss first, so that round trips are measured.
+        // Some loss first, repaired by pushes alone, so that push round
+        // trips are measured.
         net.loss = 0.05;
+        net.filter = Some(Box::new(|from, _, bytes| {
+            !(from == 3 && has_solicit(bytes))
+        }));
         send_stream(&mut net, 200, 5);
         net.run_until(2_000);
         net.loss = 0.0;
@@ -919,4 +923,3 @@ fn a_push_on_its_way_is_awaited_not_pushed_again() {
         "duplicates at the member that missed the burst: {held} with the hold, {unheld} without"
     );
 }
-

@@ -625,7 +625,8 @@ impl Srm {
             | Packet::Heartbeat { .. }
             | Packet::Vsync { .. }
             | Packet::Presence { .. }
-            | Packet::Relay { .. } => {}
+            | Packet::Relay { .. }
+            | Packet::Push { .. } => {}
         }
     }
 }

@@ -172,9 +172,16 @@ mod tests {
         let per_cluster = 40;
         let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), lan(0.5));
         let hosts: Vec<usize> = (2..topology.nodes).collect();
-        let config = Protocol::Pbcast
-            .pbcast_config(Delivery::Unordered)
-            .expect("pbcast");
+        // The figure's plain pbcast (unordered), or with TRACE_GRB=1 its
+        // pbcast-grb (FIFO).
+        let config = if setting("TRACE_GRB", 0) == 1 {
+            Protocol::PbcastGrb.pbcast_config(Delivery::Fifo)
+        } else {
+            Protocol::Pbcast.pbcast_config(Delivery::Unordered)
+        };
+        let mut config = config.expect("pbcast");
+        let hold = std::time::Duration::from_millis(setting("TRACE_HOLD_MS", 500));
+        config.push_hold_max = hold;
         let build = || {
             let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
                 Pbcast::new(
@@ -186,7 +193,9 @@ mod tests {
                 )
                 .expect("valid")
             });
-            sim.check_unordered();
+            if config.delivery == Delivery::Unordered {
+                sim.check_unordered();
+            }
             sim.schedule_stream(0, ns(0.5), 10_000_000, 100 * seconds, 210);
             sim
         };
@@ -244,10 +253,10 @@ mod tests {
                         received(Kind::Data),
                         received(Kind::Gossip),
                         received(Kind::Solicit),
-                        received(Kind::Retransmit),
+                        received(Kind::Retransmit) + received(Kind::Push),
                         sent(Kind::Gossip),
                         sent(Kind::Solicit),
-                        sent(Kind::Retransmit),
+                        sent(Kind::Retransmit) + sent(Kind::Push),
                     );
                 }
                 let holders: Vec<usize> = sim

@@ -363,7 +363,7 @@ mod trace {
                 kind(Kind::Data),
                 kind(Kind::Gossip),
                 kind(Kind::Solicit),
-                kind(Kind::Retransmit),
+                kind(Kind::Retransmit) + kind(Kind::Push),
                 now.1 - before.1,
             );
             before = now;
@@ -376,7 +376,7 @@ mod trace {
             total(|s| s.lost),
             total(|s| s.recovered),
             total(|s| s.duplicates),
-            total(|s| s.packets_sent[Kind::Retransmit.index()]),
+            total(|s| s.packets_sent[Kind::Retransmit.index()] + s.packets_sent[Kind::Push.index()]),
             total(|s| s.retransmits_multicast),
             total(|s| s.retransmits_pushed)
         );
