@@ -811,4 +811,50 @@ mod tests {
         assert_eq!(answered_after(&[100], 3, 180), None);
         assert_eq!(answered_after(&[], 7, 180), None);
     }
+
+    /// Invites pushes of message 1 by digests to `(member, ms)` in order
+    /// (each after the last invite's 50 ms hold), solicits it of member 7 at
+    /// `asked` ms if given, then lets a push from member `by` arrive at
+    /// `pushed` ms.
+    fn pushed_after(
+        invites: &[(usize, u64)],
+        asked: Option<u64>,
+        by: usize,
+        pushed: u64,
+    ) -> Option<Duration> {
+        let mut log = log_with_gap_at_one();
+        for &(to, at) in invites {
+            log.invite(ms(at), Duration::from_millis(50), to);
+        }
+        if let Some(at) = asked {
+            let mut first = RangeBuilder::default();
+            let out = Asks {
+                of: 7,
+                first: &mut first,
+                again: None,
+            };
+            log.solicit(SeqRange::single(1), ms(at), Duration::ZERO, 10, out, &mut 0);
+        }
+        match log.insert(1, Bytes::from_static(b"x"), ms(pushed), Some(by), 64) {
+            Inserted::New { pushed_after, .. } => pushed_after,
+            Inserted::Duplicate => panic!("message 1 was missing"),
+        }
+    }
+
+    #[test]
+    fn a_push_times_the_digest_that_drew_it() {
+        let ms80 = Some(Duration::from_millis(80));
+        assert_eq!(pushed_after(&[(4, 100)], None, 4, 180), ms80);
+        // The next digest left before the push came back: the push is from
+        // the first digest's receiver, so it still times that digest.
+        let ms180 = Some(Duration::from_millis(180));
+        assert_eq!(pushed_after(&[(4, 100), (5, 200)], None, 4, 280), ms180);
+        assert_eq!(pushed_after(&[(4, 100), (5, 200)], None, 5, 280), ms80);
+        // Two digests to the same member: which drew it? Neither.
+        assert_eq!(pushed_after(&[(4, 100), (4, 200)], None, 4, 280), None);
+        // Solicited of the same member too: perhaps an answer.
+        assert_eq!(pushed_after(&[(7, 100)], Some(120), 7, 180), None);
+        // From a member never invited: not a sample.
+        assert_eq!(pushed_after(&[(4, 100)], None, 3, 180), None);
+    }
 }
