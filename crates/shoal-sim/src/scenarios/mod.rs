@@ -73,7 +73,9 @@ pub fn figure(name: &str) -> Option<FigureFn> {
 ///
 /// `SHOAL_SIM_SOLICIT_RETRY_MAX_MS` lets the solicitation retry stretch to
 /// the measured repair round trip up to that many milliseconds (off by
-/// default; `docs/pbcast.md`).
+/// default; `docs/pbcast.md`), and `SHOAL_SIM_PUSH_HOLD_MAX_MS` sets
+/// `push_hold_max` (0: every digest invites every gap, as before
+/// 2026-11-25).
 pub fn paper_pbcast() -> Config {
     let defaults = Config::default();
     let retry_max = probe_setting(
@@ -84,11 +86,20 @@ pub fn paper_pbcast() -> Config {
     .map_or(defaults.solicit_retry_max, |ms| {
         Duration::from_secs_f64(ms / 1e3)
     });
+    let push_hold_max = probe_setting(
+        "SHOAL_SIM_PUSH_HOLD_MAX_MS",
+        "milliseconds, 0 or more",
+        |ms| ms >= 0.0,
+    )
+    .map_or(defaults.push_hold_max, |ms| {
+        Duration::from_secs_f64(ms / 1e3)
+    });
     Config {
         ip_multicast: true,
         send_window: None,
         max_datagram_size: 1472,
         solicit_retry_max: retry_max,
+        push_hold_max,
         ..defaults
     }
 }

@@ -153,7 +153,8 @@ mod tests {
         }
     }
 
-    /// Diagnostic (ignored): runs flat pbcast (unordered) on the full
+    /// Diagnostic (ignored): runs flat pbcast (unordered; with `TRACE_GRB=1`
+    /// pbcast-grb, FIFO; `TRACE_HOLD_MS` sets `push_hold_max`) on the full
     /// two-cluster network for seed `TRACE_SEED`, finds the messages some
     /// member declared lost or never delivered, and reruns the
     /// (deterministic) simulation to print, every round, how many members
@@ -180,7 +181,8 @@ mod tests {
             Protocol::Pbcast.pbcast_config(Delivery::Unordered)
         };
         let mut config = config.expect("pbcast");
-        let hold = std::time::Duration::from_millis(setting("TRACE_HOLD_MS", 500));
+        let default_hold = config.push_hold_max.as_millis() as u64;
+        let hold = std::time::Duration::from_millis(setting("TRACE_HOLD_MS", default_hold));
         config.push_hold_max = hold;
         let build = || {
             let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {

@@ -248,11 +248,13 @@ mod tests {
 /// `TRACE_BUDGET`
 /// (retransmissions per round, 500), `TRACE_REPAIR` (off, ipmc or grb),
 /// `TRACE_THRESHOLD` (solicitations that make a repair a multicast, 2),
-/// `TRACE_PUSH_MS` (push window, 1000), `TRACE_DELIVERY` (fifo, as the
+/// `TRACE_PUSH_MS` (push window, 1000), `TRACE_HOLD_MS` (`push_hold_max`,
+/// the default; 0 as before 2026-11-25), `TRACE_DELIVERY` (fifo, as the
 /// figure, or unordered) and `TRACE_SECS` (seconds of sending at 100
 /// messages/s, 10; the figure sends for 100). With `TRACE_SECS=100` and
 /// the defaults it replays the figure's flat-pbcast run of that n and seed
-/// (checked: n = 100, seed 4 loses the figure's 40,260 deliveries). Before
+/// (checked before the push hold: n = 100, seed 4 lost the figure's 40,260
+/// deliveries; with `TRACE_HOLD_MS=0` it still does). Before
 /// 2026-11-25 it defaulted to unordered delivery and a 200 ms retry cap and
 /// sent 1000 messages per second of `TRACE_SECS`, so the traces quoted in
 /// `docs/reproduction.md` before that date used those.
@@ -284,7 +286,8 @@ mod trace {
             Duration::from_millis(setting("TRACE_RETRY_MAX_MS", 20)).max(config.solicit_retry);
         config.retransmits_per_round_max = setting("TRACE_BUDGET", 500);
         config.push_age_max = Duration::from_millis(setting("TRACE_PUSH_MS", 1000));
-        config.push_hold_max = Duration::from_millis(setting("TRACE_HOLD_MS", 500));
+        let default_hold = config.push_hold_max.as_millis() as u64;
+        config.push_hold_max = Duration::from_millis(setting("TRACE_HOLD_MS", default_hold));
         config.mode = match setting("TRACE_MODE", "push-pull".to_string()).as_str() {
             "pull" => GossipMode::Pull,
             "push" => GossipMode::Push,
