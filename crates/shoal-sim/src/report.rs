@@ -130,6 +130,7 @@ impl Report {
         put("violations", violations.len().to_string());
         put("complete", complete.to_string());
         put("latency_p50_ms", ms(all.value_at_quantile(0.5)));
+        put("latency_p90_ms", ms(all.value_at_quantile(0.9)));
         put("latency_p99_ms", ms(all.value_at_quantile(0.99)));
         put("latency_max_ms", ms(all.max()));
         let per_member_second = |kind: Kind| {

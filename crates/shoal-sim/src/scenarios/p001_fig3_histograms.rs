@@ -8,9 +8,13 @@
 //!
 //! Bottom: a 500-node tree with 300 members placed at random, 1% loss:
 //! pbcast unordered, pbcast FIFO and SRM. P001 gives this tree's link
-//! speed nowhere; ours are Fig 1's 1.5 Mbit/s, or `SHOAL_SIM_LARGE_TREE_BPS`
-//! bits/s when that is set (a probe of how much the result owes to the
-//! links: `docs/reproduction.md`).
+//! speed nowhere. Ours are 10 Mbit/s (the non-root links of Fig 8): with
+//! Fig 1's 1.5 Mbit/s, repairing by unicast the ~6% of the first phase
+//! that 300 members miss needs more than the root links carry, so no
+//! unicast-repair protocol could deliver what P001 reports pbcast
+//! delivering (the arithmetic is in `docs/reproduction.md`).
+//! `SHOAL_SIM_LARGE_TREE_BPS` sets another speed (bits/s):
+//! `SHOAL_SIM_LARGE_TREE_BPS=1.5e6` runs that other reading.
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -27,13 +31,14 @@ pub const NAME: &str = "p001-fig3-histograms";
 
 const LOSS: f64 = 0.01;
 
-/// The large tree's link speed from `SHOAL_SIM_LARGE_TREE_BPS`, if set.
-fn large_tree_bps() -> Option<f64> {
+/// The large tree's link speed: 10 Mbit/s, or `SHOAL_SIM_LARGE_TREE_BPS`.
+fn large_tree_bps() -> f64 {
     super::probe_setting(
         "SHOAL_SIM_LARGE_TREE_BPS",
         "a positive number of bits/s",
         |bps| bps.is_finite() && bps > 0.0,
     )
+    .unwrap_or(10e6)
 }
 
 /// One histogram's runs: (label, protocol, delivery, tree nodes, members).
@@ -97,7 +102,7 @@ pub fn run(scale: Scale) -> Figure {
                 let depth = if members == nodes { 4 } else { 6 };
                 let mut link = LinkSpec::paper(LOSS);
                 if members != nodes {
-                    link.bandwidth_bps = large_tree_bps().unwrap_or(link.bandwidth_bps);
+                    link.bandwidth_bps = large_tree_bps();
                 }
                 let topology = Topology::tree_of(nodes, depth, link);
                 let hosts = if members == nodes {
@@ -193,9 +198,11 @@ mod tests {
 
     /// On the dense trees every protocol delivers everything, SRM's
     /// high-latency share grows with n and its tail outlasts pbcast-grb's;
-    /// on the large tree SRM and hierarchical pbcast deliver everything and
-    /// SRM's tail is far longer. (Flat pbcast congests the large tree's root
-    /// links in our model and is not asserted on; docs/reproduction.md.)
+    /// on the large tree every protocol delivers everything, 90% of
+    /// unordered pbcast's deliveries come at about the network's latency
+    /// (P001: "90% at the minimum latency"), and FIFO's distribution is
+    /// wider. (P001's SRM tail, longer than pbcast's here, is not
+    /// reproduced: docs/reproduction.md.)
     #[test]
     fn srm_tail_grows_with_n_and_pbcast_stays_put() {
         let f = run(Scale {
@@ -207,23 +214,32 @@ mod tests {
             .iter()
             .filter(|r| r.contains("group_size=20 ") || r.contains("group_size=80 "));
         assert_eq!(top_incomplete.count(), 0, "{:?}", f.incomplete);
-        let large_incomplete = f
-            .incomplete
-            .iter()
-            .filter(|r| r.contains("protocol=pbcast-hier ") || r.contains("protocol=srm "));
-        assert_eq!(large_incomplete.count(), 0, "{:?}", f.incomplete);
+        assert!(f.incomplete.is_empty(), "{:?}", f.incomplete);
         let get = |c: &str, p: &str, n: &str| f.values(c, &[("protocol", p), ("group_size", n)])[0];
         assert!(
             get("over_200ms", "srm", "80") > get("over_200ms", "srm", "20"),
             "SRM tail grows"
         );
         assert!(get("latency_max_ms", "srm", "80") > get("latency_max_ms", "pbcast-grb", "80"));
-        let bottom = |c: &str, p: &str| f.values(c, &[("protocol", p), ("figure_part", "bottom")]);
-        let hier_max = bottom("latency_max_ms", "pbcast-hier")[0];
-        let srm_max = bottom("latency_max_ms", "srm")[0];
+        let bottom = |c: &str, delivery: &str| {
+            let only = [
+                ("protocol", "pbcast"),
+                ("delivery", delivery),
+                ("figure_part", "bottom"),
+            ];
+            f.values(c, &only)[0]
+        };
+        let (p50, p90) = (
+            bottom("latency_p50_ms", "unordered"),
+            bottom("latency_p90_ms", "unordered"),
+        );
         assert!(
-            srm_max > 1.5 * hier_max,
-            "SRM {srm_max} ms, hierarchical pbcast {hier_max} ms"
+            p90 < 1.25 * p50,
+            "unordered pbcast: p50 {p50} ms, p90 {p90} ms"
+        );
+        assert!(
+            bottom("latency_p50_ms", "fifo") > 2.0 * p50,
+            "FIFO is wider"
         );
     }
 }
