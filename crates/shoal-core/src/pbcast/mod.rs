@@ -591,20 +591,19 @@ impl Pbcast {
                 source,
                 seq,
                 payload,
-            } => {
-                if let Some(source) = self.index_of(NodeId(source)) {
-                    let payload = own(payload);
-                    self.on_message(now, source, seq, payload, Via::Answer { by: from });
-                }
             }
-            Packet::Push {
+            | Packet::Push {
                 source,
                 seq,
                 payload,
             } => {
+                let via = if matches!(packet, Packet::Push { .. }) {
+                    Via::Push { by: from }
+                } else {
+                    Via::Answer { by: from }
+                };
                 if let Some(source) = self.index_of(NodeId(source)) {
-                    let payload = own(payload);
-                    self.on_message(now, source, seq, payload, Via::Push { by: from });
+                    self.on_message(now, source, seq, own(payload), via);
                 }
             }
             Packet::Gossip {
