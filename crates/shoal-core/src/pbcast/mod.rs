@@ -728,7 +728,7 @@ impl Pbcast {
         awaited: &[SourceRanges],
     ) {
         let (mut wanted, mut again) = (Vec::new(), Vec::new());
-        let mut adverts: Vec<Advert> = Vec::with_capacity(digest.len());
+        let mut by_source: BTreeMap<usize, Advert> = BTreeMap::new();
         for (list, field) in [
             (digest, AdvertList::Held),
             (lacking, AdvertList::Lacking),
@@ -738,16 +738,14 @@ impl Pbcast {
                 let Some(source) = self.index_of(NodeId(entry.source)) else {
                     continue;
                 };
-                let i = match adverts.iter().position(|a| a.source == source) {
-                    Some(i) => i,
-                    None => {
-                        adverts.push(Advert::new(source));
-                        adverts.len() - 1
-                    }
-                };
-                adverts[i].list(field).extend_from_slice(&entry.ranges);
+                let advert = by_source
+                    .entry(source)
+                    .or_insert_with(|| Advert::new(source));
+                advert.list(field).extend_from_slice(&entry.ranges);
             }
         }
+        // Ascending by source.
+        let mut adverts: Vec<Advert> = by_source.into_values().collect();
         for advert in &mut adverts {
             advert.held.sort_unstable();
             advert.awaited.sort_unstable();
@@ -772,7 +770,6 @@ impl Pbcast {
                 self.push(now, from, advert);
             }
         }
-        adverts.sort_unstable_by_key(|a| a.source);
         for &source in &self.gappy {
             let log = &mut self.logs[source];
             match adverts.binary_search_by_key(&source, |a| a.source) {
