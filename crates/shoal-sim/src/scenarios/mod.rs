@@ -123,6 +123,27 @@ pub(crate) fn member_seed(run_seed: u64, me: shoal_core::NodeId) -> u64 {
     run_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(me.0)
 }
 
+/// A diagnostic's simulation of pbcast with `config` on `hosts`: each engine
+/// seeded as a figure seeds it (so the diagnostic replays the figure's run),
+/// unordered delivery checked where `config` asks for it.
+#[cfg(test)]
+pub(crate) fn pbcast_sim(
+    topology: &Topology,
+    hosts: &[usize],
+    seed: u64,
+    config: &Config,
+) -> Sim<shoal_core::pbcast::Pbcast> {
+    use shoal_core::pbcast::Pbcast;
+    let mut sim = Sim::new(topology, hosts, seed, |me, members| {
+        let start = shoal_core::Instant::ZERO;
+        Pbcast::new(me, members, config.clone(), member_seed(seed, me), start).expect("valid")
+    });
+    if config.delivery == Delivery::Unordered {
+        sim.check_unordered();
+    }
+    sim
+}
+
 /// A diagnostic's setting from the environment variable `name`, or
 /// `default` when unset; a value that does not parse stops the run.
 #[cfg(test)]

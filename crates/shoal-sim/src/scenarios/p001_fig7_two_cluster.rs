@@ -163,10 +163,10 @@ mod tests {
     #[test]
     #[ignore]
     fn lost_message_trace() {
-        use super::super::{drain_ns, member_seed, ns, trace_setting as setting};
+        use super::super::{drain_ns, ns, pbcast_sim, trace_setting as setting};
         use crate::Sim;
         use shoal_core::pbcast::Pbcast;
-        use shoal_core::{Instant, NodeId};
+        use shoal_core::NodeId;
         use shoal_wire::{Kind, KIND_COUNT};
         let seed: u64 = setting("TRACE_SEED", 1);
         let seconds: u64 = setting("TRACE_SECS", 60);
@@ -185,19 +185,7 @@ mod tests {
         let hold = std::time::Duration::from_millis(setting("TRACE_HOLD_MS", default_hold));
         config.push_hold_max = hold;
         let build = || {
-            let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
-                Pbcast::new(
-                    me,
-                    members,
-                    config.clone(),
-                    member_seed(seed, me),
-                    Instant::ZERO,
-                )
-                .expect("valid")
-            });
-            if config.delivery == Delivery::Unordered {
-                sim.check_unordered();
-            }
+            let mut sim = pbcast_sim(&topology, &hosts, seed, &config);
             sim.schedule_stream(0, ns(0.5), 10_000_000, 100 * seconds, 210);
             sim
         };

@@ -266,13 +266,12 @@ mod trace {
     use std::time::Duration;
 
     use shoal_core::pbcast::{Delivery, GossipMode, MulticastRepair, Pbcast};
-    use shoal_core::{Instant, NodeId};
     use shoal_wire::Kind;
 
     use super::*;
     use crate::Sim;
 
-    use super::super::{member_seed, trace_setting as setting};
+    use super::super::{pbcast_sim, trace_setting as setting};
 
     fn config() -> shoal_core::pbcast::Config {
         let delivery = match setting("TRACE_DELIVERY", "fifo".to_string()).as_str() {
@@ -320,19 +319,7 @@ mod trace {
         let topology = super::tree(n, if at_receivers { 0.0 } else { loss });
         let hosts: Vec<usize> = (0..n).collect();
         let config = config();
-        let mut sim = Sim::new(&topology, &hosts, seed, |me: NodeId, members: &[NodeId]| {
-            Pbcast::new(
-                me,
-                members,
-                config.clone(),
-                member_seed(seed, me),
-                Instant::ZERO,
-            )
-            .expect("valid")
-        });
-        if config.delivery == Delivery::Unordered {
-            sim.check_unordered();
-        }
+        let mut sim = pbcast_sim(&topology, &hosts, seed, &config);
         if at_receivers {
             sim.set_receive_loss(loss);
         }
