@@ -577,7 +577,10 @@ impl<'a> Analysis<'a> {
                 }
             }
         }
-        if member_of.is_empty() {
+        // A client is always a member of its own private group.
+        let own = self.group_ix.get(self.streams[c as usize].0);
+        let to_me = own.is_some_and(|g| groups.contains(g));
+        if member_of.is_empty() && !to_me {
             let at = self.at(c, pos);
             let ms = self.m(m);
             self.report.flag(Kind::NotMember, || {

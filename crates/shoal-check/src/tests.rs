@@ -209,6 +209,14 @@ fn not_member() {
 }
 
 #[test]
+fn a_client_is_a_member_of_its_private_group() {
+    let mut h = vec![v("a", "g", 1, &["a"])];
+    h.push(s("a", 1, Fifo, &["b"]));
+    h.push(d("b", "a", 1, Fifo, &["b"]));
+    expect(h, &[]);
+}
+
+#[test]
 fn fifo() {
     let mut h = view_all("g", 1, &["a", "b"]);
     h.extend([s("a", 1, Fifo, &["g"]), s("a", 2, Fifo, &["g"])]);
