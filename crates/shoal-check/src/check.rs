@@ -129,7 +129,10 @@ struct Analysis<'a> {
     msgs: Vec<MsgInfo>,
     msg_ix: HashMap<(C, u64), M>,
     views: Vec<ViewInfo>,
-    view_ix: HashMap<(G, u64, bool), V>,
+    /// (group, view id, transitional) -> every member list seen for it: a
+    /// list that disagrees with the first is reported and kept as a view of
+    /// its own, so that it is judged with the clients that saw it.
+    view_ix: HashMap<(G, u64, bool), Vec<V>>,
     evs: Vec<Vec<Ev>>,
     ended: Vec<bool>,
     /// Per recorded client: its `NotDelivered` ranges, sorted and merged.
@@ -444,18 +447,22 @@ impl<'a> Analysis<'a> {
                 ms.sort_unstable();
                 ms.dedup();
                 let key = (g, *view_id, *transitional);
-                let v = match self.view_ix.get(&key) {
-                    Some(&v) => {
-                        if self.views[v as usize].members != ms {
-                            let at = self.at(c, pos);
-                            let first = self.v(v);
-                            let here = format!("{:?}", self.names_of(&ms));
-                            self.report.flag(Kind::ViewMembership, || {
-                                format!("{at}: view {first} has members {here} here")
-                            });
-                        }
-                        v
+                let known = self.view_ix.get(&key).cloned().unwrap_or_default();
+                if let Some(&first) = known.first() {
+                    if self.views[first as usize].members != ms {
+                        let at = self.at(c, pos);
+                        let first = self.v(first);
+                        let here = format!("{:?}", self.names_of(&ms));
+                        self.report.flag(Kind::ViewMembership, || {
+                            format!("{at}: view {first} has members {here} here")
+                        });
                     }
+                }
+                let v = match known
+                    .iter()
+                    .find(|&&v| self.views[v as usize].members == ms)
+                {
+                    Some(&v) => v,
                     None => {
                         let v = self.views.len() as V;
                         self.views.push(ViewInfo {
@@ -464,7 +471,7 @@ impl<'a> Analysis<'a> {
                             transitional: *transitional,
                             members: ms,
                         });
-                        self.view_ix.insert(key, v);
+                        self.view_ix.entry(key).or_default().push(v);
                         v
                     }
                 };

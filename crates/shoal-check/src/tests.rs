@@ -413,6 +413,18 @@ fn view_membership() {
 }
 
 #[test]
+fn a_view_named_two_ways_is_reported_once_and_judged_as_each_client_saw_it() {
+    // Two clusters that cannot hear each other reuse one view id: each
+    // client is a member of the view it saw, so nothing else cascades.
+    let mut h = vec![v("a", "g", 1, &["a", "b"]), v("b", "g", 1, &["a", "b"])];
+    h.push(v("c", "g", 1, &["c"]));
+    h.push(s("c", 1, Agreed, &["g"]));
+    h.push(d("c", "c", 1, Agreed, &["g"]));
+    let r = expect(h, &[Kind::ViewMembership]);
+    assert_eq!(r.count(Kind::ViewMembership), 1, "{r}");
+}
+
+#[test]
 fn view_order() {
     expect(
         vec![v("a", "g", 2, &["a"]), v("a", "g", 1, &["a"])],
