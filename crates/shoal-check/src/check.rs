@@ -143,7 +143,7 @@ struct Analysis<'a> {
     view_pos: HashMap<(C, V), usize>,
     /// Consecutive agreed/safe deliveries at one client: (before, after, client).
     edges: Vec<(M, M, C)>,
-    /// Safe deliveries in a regular view: (msg, view, receiver, position).
+    /// Safe deliveries: (msg, the view delivered in, receiver, position).
     safe_seen: Vec<(M, V, C, usize)>,
     /// Reliable-or-stronger sends by a member: (msg, the sender's view of a
     /// destination group at the send).
@@ -630,9 +630,13 @@ impl<'a> Analysis<'a> {
                 w.segment.entry(g).or_default().push(m);
             }
         }
-        if service == Service::Safe && !transitional {
+        if service == Service::Safe {
+            // Safe binds the members of the configuration it is delivered
+            // in: the regular view, or (EVS) the transitional one. A
+            // delivery marked transitional in a regular view was reported
+            // above and binds nobody.
             for &(_, v) in &member_of {
-                if !self.views[v as usize].transitional {
+                if self.views[v as usize].transitional || !transitional {
                     self.safe_seen.push((m, v, c, pos));
                 }
             }
@@ -907,8 +911,9 @@ impl<'a> Analysis<'a> {
             .join("; ")
     }
 
-    /// Pass 5: a safe message delivered in a regular view reaches every
-    /// member of it that installs the group's next view or never ends.
+    /// Pass 5: a safe message delivered in a view (regular, or transitional
+    /// under EVS) reaches every member of that view that installs the
+    /// group's next view or never ends.
     fn check_safe(&mut self) {
         let mut done: HashSet<(M, V)> = HashSet::new();
         let safe_seen = std::mem::take(&mut self.safe_seen);

@@ -347,12 +347,34 @@ fn safe() {
 
 #[test]
 fn safe_in_a_transitional_view_promises_less() {
+    // Delivered in the transitional view of a and b: c, in the regular
+    // view before it but not in the transitional one, is owed nothing.
     let mut h = view_all("g", 1, &["a", "b", "c"]);
     h.push(s("a", 1, Safe, &["g"]));
-    h.push(v("a", "g", 1, &["a", "b"]).transitional());
+    h.extend(
+        view_all("g", 1, &["a", "b"])
+            .into_iter()
+            .map(Record::transitional),
+    );
     h.push(d("a", "a", 1, Safe, &["g"]).transitional());
+    h.push(d("b", "a", 1, Safe, &["g"]).transitional());
     h.push(Record::ended("a", "daemon crashed"));
     expect(h, &[]);
+}
+
+#[test]
+fn safe_in_a_transitional_view_binds_its_members() {
+    let mut h = view_all("g", 1, &["a", "b", "c"]);
+    h.push(s("a", 1, Safe, &["g"]));
+    h.extend(
+        view_all("g", 1, &["a", "b"])
+            .into_iter()
+            .map(Record::transitional),
+    );
+    h.push(d("a", "a", 1, Safe, &["g"]).transitional());
+    h.push(Record::ended("a", "daemon crashed"));
+    let r = expect(h, &[Kind::Safe]);
+    assert!(r.violations[&Kind::Safe].1.contains("member b"), "{r}");
 }
 
 #[test]
