@@ -851,6 +851,32 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What a client writes while its daemon is stopped (SIGSTOP) past its
+/// committee timeout is delivered once the daemon runs again and rejoins,
+/// or the client is told it was not: the history checker judges it.
+#[test]
+#[ignore = "checker finds own-delivery: the messages a client wrote while its daemon was stopped reach nobody, not even it, and it is told nothing"]
+fn what_a_client_writes_while_its_daemon_is_stopped_is_not_lost_silently() {
+    let (dir, mut daemons, mut clients, sockets) = committee_of_three("stopped-writes", "w");
+    daemons[2].signal("-STOP");
+    for m in 0..20u8 {
+        clients[2].multicast(Service::Fifo, "g", &[m]);
+    }
+    for c in &mut clients[..2] {
+        c.until_or_dump(
+            "g with 2 members",
+            |f| matches!(f, Frame::Membership { members, .. } if members.len() == 2),
+            &sockets[..2],
+        );
+    }
+    daemons[2].signal("-CONT");
+    for c in clients.iter_mut() {
+        c.until_members("g", 3);
+    }
+    check_history(&mut clients);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The primary daemon stopped (SIGSTOP) past its committee timeout is alive
 /// but silent, as across a network cut: a backup takes over and the other
 /// two daemons move on without it, deciding their Newview with a majority
