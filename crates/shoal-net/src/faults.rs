@@ -1,4 +1,5 @@
-//! Fault injection: drop and delay datagrams, from a seeded generator.
+//! Fault injection: drop, duplicate and delay datagrams, from a seeded
+//! generator.
 //!
 //! Applied to **received** datagrams, before the engine sees them: a drop
 //! models loss anywhere on the path to this member, and each member draws
@@ -19,6 +20,10 @@ use shoal_core::{Instant, NodeId};
 pub struct FaultConfig {
     /// Probability in [0, 1) that a received datagram is dropped.
     pub drop_probability: f64,
+    /// Probability in [0, 1) that a received datagram is handed over twice
+    /// (each copy then dropped or delayed on its own draw, so with jitter
+    /// the copies may arrive apart and out of order).
+    pub duplicate_probability: f64,
     /// Added to every received datagram's arrival time.
     pub delay: Duration,
     /// A further uniform random delay in [0, jitter] per datagram (datagrams
@@ -32,6 +37,7 @@ impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig {
             drop_probability: 0.0,
+            duplicate_probability: 0.0,
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
             seed: 0,
@@ -42,7 +48,10 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// Whether any fault is configured (the runtime skips the layer if not).
     pub fn is_active(&self) -> bool {
-        self.drop_probability > 0.0 || !self.delay.is_zero() || !self.jitter.is_zero()
+        self.drop_probability > 0.0
+            || self.duplicate_probability > 0.0
+            || !self.delay.is_zero()
+            || !self.jitter.is_zero()
     }
 }
 
@@ -87,7 +96,20 @@ impl Faults {
         &self.config
     }
 
-    /// Decides the fate of a datagram that arrived at `now`.
+    /// How many copies of a datagram that arrived to judge: 2 with
+    /// `duplicate_probability`, else 1. Draws nothing when duplication is off,
+    /// so a seed gives the same drops and delays as without it.
+    pub fn copies(&mut self) -> usize {
+        if self.config.duplicate_probability > 0.0
+            && self.rng.random::<f64>() < self.config.duplicate_probability
+        {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Decides the fate of a datagram (or a copy) that arrived at `now`.
     pub fn judge(&mut self, now: Instant) -> Verdict {
         if self.config.drop_probability > 0.0
             && self.rng.random::<f64>() < self.config.drop_probability
@@ -169,6 +191,21 @@ mod tests {
     fn no_faults_delivers_everything() {
         assert_eq!(count_drops(0.0, 9, 10_000), 0);
         assert!(!FaultConfig::default().is_active());
+    }
+
+    #[test]
+    fn duplication_rate_within_bounds_and_off_by_default() {
+        let mut faults = Faults::new(FaultConfig {
+            duplicate_probability: 0.1,
+            seed: 5,
+            ..FaultConfig::default()
+        });
+        assert!(faults.config().is_active());
+        // 100,000 draws at p = 0.1: mean 10,000, sd ~95; ±1,000 is > 10 sd.
+        let doubled = (0..100_000).filter(|_| faults.copies() == 2).count();
+        assert!((9_000..=11_000).contains(&doubled), "{doubled}");
+        let mut off = Faults::new(FaultConfig::default());
+        assert!((0..1000).all(|_| off.copies() == 1));
     }
 
     #[test]

@@ -42,4 +42,4 @@ pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
 pub use node::{Auth, Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
-pub use socket::{Endpoint, MulticastGroup, SocketOptions};
+pub use socket::{Endpoint, MulticastGroup, MulticastInterface, MulticastOptions, SocketOptions};

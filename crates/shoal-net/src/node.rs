@@ -71,7 +71,8 @@ pub struct EventBatch<Ev> {
 pub struct NodeConfig {
     /// The static member list; must contain the endpoint's own address.
     pub book: AddressBook,
-    /// Injected faults on received datagrams (none by default).
+    /// Injected faults on received datagrams: loss, duplication, delay and
+    /// jitter (none by default).
     pub faults: FaultConfig,
     /// Datagrams read from one socket per turn, at most, before timers and
     /// sends get their turn. Default 64.
@@ -143,6 +144,8 @@ pub struct RuntimeStats {
     pub fault_drops: u64,
     /// Held back by the fault layer.
     pub fault_delays: u64,
+    /// Extra copies made by the fault layer.
+    pub fault_duplicates: u64,
     /// This node's own multicasts looped back to it, dropped.
     pub own_filtered: u64,
     /// From an address not in the book, dropped.
@@ -412,7 +415,7 @@ impl<E: Engine> Driver<E> {
         let (multicast_rx, group) = match endpoint.multicast {
             Some((socket, group)) => (
                 Some(UdpSocket::from_std(socket).map_err(NetError::Runtime)?),
-                Some(SocketAddr::V4(group.addr())),
+                Some(group.addr()),
             ),
             None => (None, None),
         };
@@ -587,6 +590,16 @@ impl<E: Engine> Driver<E> {
             return;
         };
         let now = self.clock.now();
+        let copies = self.faults.as_mut().map_or(1, Faults::copies);
+        self.stats.fault_duplicates += copies as u64 - 1;
+        for _ in 0..copies {
+            self.on_copy(now, node, len);
+        }
+    }
+
+    /// Hands one copy of the datagram `buf[..len]` from `node` to the engine,
+    /// or drops or holds it, as the fault layer decides.
+    fn on_copy(&mut self, now: Instant, node: NodeId, len: usize) {
         let verdict = match self.faults.as_mut() {
             Some(faults) => faults.judge(now),
             None => Verdict::Deliver,

@@ -37,7 +37,7 @@ use super::config::DaemonConfig;
 use super::core::{Core, Output, SessionId};
 use crate::{
     AddressBook, Auth, Clock, Command, Control, Endpoint, EventBatch, Mode, Node, NodeConfig,
-    RuntimeStats, SocketOptions,
+    RuntimeStats,
 };
 
 /// Bytes of client items the core holds for the daemons' group before it
@@ -198,13 +198,18 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
     let mut cluster_config = config.cluster.clone();
     cluster_config.vsync.pbcast.ip_multicast = ip_multicast;
     let (engine, book, slot) = membership(config, cluster_config, incarnation, clock.now())?;
-    // Every multicast socket is pinned to 127.0.0.1 with TTL 0 (socket.rs).
-    let mut endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
+    // Multicast scope from `[ip_multicast]` (default: 127.0.0.1, TTL 0).
+    let options = config.socket_options().map_err(config_error)?;
+    let mut endpoint = Endpoint::bind(config.listen, &options)?;
     if let Some(group) = group {
-        endpoint.join(group, &SocketOptions::default())?;
+        endpoint.join(group, &options)?;
     }
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
+    node_config.faults = config.fault_config(u64::from(incarnation) << 8 | u64::from(slot));
+    if node_config.faults.is_active() {
+        tracing::warn!(faults = ?node_config.faults, "[faults]: injecting faults on received datagrams (a test aid)");
+    }
     node_config.auth = match &config.auth {
         Some(auth) => Some(Auth {
             key: auth
@@ -227,7 +232,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
     // reaches the engine, and a delivery the client, without waking
     // another thread.
     let node = Node::spawn_task(engine, endpoint, node_config, clock)?;
-    tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, "daemon started");
+    tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, max_datagram = config.datagram_size(), "daemon started");
     Ok(node)
 }
 
