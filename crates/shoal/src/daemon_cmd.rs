@@ -33,7 +33,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         config.socket.display(),
         config.listen
     );
-    shoal_net::daemon::run(config, None).context("daemon")
+    let context = match &args.config {
+        Some(path) => format!("daemon ({})", path.display()),
+        None => "daemon".to_string(),
+    };
+    shoal_net::daemon::run(config, None).context(context)
 }
 
 #[derive(Debug, Args)]

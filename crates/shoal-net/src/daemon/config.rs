@@ -76,6 +76,14 @@ pub enum ConfigError {
         name: String,
         why: String,
     },
+    /// A socket the settings ask for could not be set up (an address not
+    /// of this host, a port in use, an interface without multicast).
+    #[error("`{key}` ({value}): {source}")]
+    Socket {
+        key: &'static str,
+        value: String,
+        source: crate::NetError,
+    },
     /// Any of the above, in the file `path` ([`DaemonConfig::load`]).
     #[error("{}: {error}", path.display())]
     File {
@@ -597,6 +605,39 @@ impl DaemonConfig {
             multicast: self.multicast_options()?,
             ..SocketOptions::default()
         })
+    }
+
+    /// The daemon's endpoint: its unicast socket on `listen` and, with
+    /// `multicast` or `discovery`, the group joined on the interface of
+    /// `[ip_multicast]`. An error names the setting.
+    pub fn bind(&self) -> Result<crate::Endpoint, ConfigError> {
+        let options = self.socket_options()?;
+        let mut endpoint =
+            crate::Endpoint::bind(self.listen, &options).map_err(|source| ConfigError::Socket {
+                key: "listen",
+                value: self.listen.to_string(),
+                source,
+            })?;
+        if let Some(group) = self.joined_group()? {
+            let key = if self.multicast.is_some() {
+                "multicast"
+            } else {
+                "discovery"
+            };
+            let interface = self
+                .ip_multicast
+                .interface
+                .as_deref()
+                .unwrap_or("127.0.0.1");
+            endpoint
+                .join(group, &options)
+                .map_err(|source| ConfigError::Socket {
+                    key,
+                    value: format!("{} on interface {interface}", group.addr()),
+                    source,
+                })?;
+        }
+        Ok(endpoint)
     }
 
     /// `[ip_multicast]` as socket options: the interface parsed for the
@@ -1307,6 +1348,28 @@ mod tests {
             let e = error(text);
             assert!(e.contains(key), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_socket_error_names_the_setting() {
+        // 192.0.2.1 (TEST-NET-1) is no address of this host.
+        let c =
+            DaemonConfig::parse("listen = \"192.0.2.1:4804\"\ninsecure_no_auth = true").unwrap();
+        let e = c.bind().unwrap_err().to_string();
+        assert!(
+            e.contains("`listen`") && e.contains("192.0.2.1:4804"),
+            "{e}"
+        );
+        let c = DaemonConfig::parse("listen = \"127.0.0.1:0\"");
+        assert!(c.is_err());
+        let c = DaemonConfig::parse(
+            "listen = \"127.0.0.1:4804\"\nmulticast = \"239.255.7.7:9100\"\ninsecure_no_auth = true\n[ip_multicast]\ninterface = \"192.0.2.1\"\nttl = 1\n",
+        )
+        .unwrap();
+        // The unicast socket refuses an IP_MULTICAST_IF that is no local
+        // address, or the join does: either way, a setting is named.
+        let e = c.bind().unwrap_err().to_string();
+        assert!(e.contains("`listen`") || e.contains("`multicast`"), "{e}");
     }
 
     #[test]

@@ -36,8 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::DaemonConfig;
 use super::core::{Core, Output, SessionId};
 use crate::{
-    AddressBook, Auth, Clock, Command, Control, Endpoint, EventBatch, Mode, Node, NodeConfig,
-    RuntimeStats,
+    AddressBook, Auth, Clock, Command, Control, EventBatch, Mode, Node, NodeConfig, RuntimeStats,
 };
 
 /// Bytes of client items the core holds for the daemons' group before it
@@ -194,16 +193,11 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Cluster>, DaemonError> {
     // pbcast's first phase goes by IP multicast only with `multicast`;
     // `discovery` alone keeps data on the unicast relay tree.
     let ip_multicast = config.multicast_group().map_err(config_error)?.is_some();
-    let group = config.joined_group().map_err(config_error)?;
     let mut cluster_config = config.cluster.clone();
     cluster_config.vsync.pbcast.ip_multicast = ip_multicast;
     let (engine, book, slot) = membership(config, cluster_config, incarnation, clock.now())?;
-    // Multicast scope from `[ip_multicast]` (default: 127.0.0.1, TTL 0).
-    let options = config.socket_options().map_err(config_error)?;
-    let mut endpoint = Endpoint::bind(config.listen, &options)?;
-    if let Some(group) = group {
-        endpoint.join(group, &options)?;
-    }
+    // `listen`, and the group on `[ip_multicast]`'s interface and TTL.
+    let endpoint = config.bind().map_err(config_error)?;
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
     node_config.faults = config.fault_config(u64::from(incarnation) << 8 | u64::from(slot));
