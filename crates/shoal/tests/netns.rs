@@ -758,6 +758,56 @@ impl Cluster {
         }
     }
 
+    /// Unplugs host `host` from the bridge (a partition of it against the
+    /// rest) until the others drop it; the majority keeps delivering; then
+    /// heals and waits until every client sees the whole group again.
+    fn partition_and_heal(&mut self, host: usize) {
+        let n = self.clients.len();
+        let sockets = self.sockets.clone();
+        let unplug = |how: &str| {
+            let ok = Command::new(script())
+                .args([how, &self.net.prefix, &(host + 1).to_string()])
+                .status()
+                .unwrap();
+            assert!(ok.success(), "netns.sh {how}");
+        };
+        unplug("cut");
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            if i != host {
+                let reason = c.until_members("g", n - 1, &sockets);
+                assert_eq!(reason, Reason::Network, "{}", c.history.client);
+            }
+        }
+        let majority = (0..n).find(|&i| i != host).expect("n > 1");
+        let sent: Vec<Vec<u8>> = (0..5u8).map(|i| vec![202, i, 0xf1]).collect();
+        for p in &sent {
+            self.clients[majority].multicast(Service::Agreed, "g", p);
+        }
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            if i == host {
+                continue;
+            }
+            let mut got = Vec::new();
+            c.until(
+                "the majority's agreed messages during the partition",
+                |f| {
+                    if let Frame::Message { payload, .. } = f {
+                        if payload.first() == Some(&202) {
+                            got.push(payload.clone());
+                        }
+                    }
+                    got.len() >= sent.len()
+                },
+                &sockets,
+            );
+            assert_eq!(got, sent, "{}", c.history.client);
+        }
+        unplug("heal");
+        for c in self.clients.iter_mut() {
+            c.until_members("g", n, &sockets);
+        }
+    }
+
     /// Every history, the gone clients' first.
     fn histories(&self) -> Vec<History> {
         self.done
@@ -767,8 +817,13 @@ impl Cluster {
             .collect()
     }
 
-    /// Writes the histories; removes the directory (the test passed).
-    fn finish(self) {
+    /// Reads what is left for each client (until 300 ms pass quietly) so
+    /// that the histories are complete, writes them, and removes the
+    /// directory (the test passed) unless `SHOAL_NETNS_KEEP` is set.
+    fn finish(mut self) {
+        for c in self.clients.iter_mut() {
+            while c.recv(Duration::from_millis(300)).is_some() {}
+        }
         let mut out = String::new();
         for h in self.histories() {
             h.json_lines(&mut out);
@@ -800,9 +855,10 @@ macro_rules! skip_unless_namespaces {
 
 /// Static `peers`, pbcast's first phase by IP multicast on the bridge:
 /// every service across hosts; a daemon stopped and resumed; a daemon
-/// killed and restarted; after each, every host delivers again.
+/// killed and restarted; a host cut off the bridge (the majority delivers
+/// meanwhile) and plugged back; after each, every host delivers again.
 #[test]
-fn three_hosts_deliver_every_service_through_a_stop_and_a_restart() {
+fn three_hosts_deliver_every_service_through_a_stop_a_restart_and_a_partition() {
     skip_unless_namespaces!();
     let layout = Layout {
         v6: false,
@@ -865,6 +921,11 @@ fn three_hosts_deliver_every_service_through_a_stop_and_a_restart() {
     c.kill_and_restart(2);
     c.fifo_reaches_everyone(2, 201);
     c.every_service_everywhere(3, true);
+
+    c.until_committee_full();
+    c.partition_and_heal(0);
+    c.fifo_reaches_everyone(0, 203);
+    c.every_service_everywhere(4, true);
     c.finish();
 }
 
