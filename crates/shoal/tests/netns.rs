@@ -713,6 +713,39 @@ impl Cluster {
         });
     }
 
+    /// Client `from` multicasts one `len`-byte FIFO message, many times
+    /// the datagram size (fragmented), then 500 small ones in one write
+    /// (packed); every client gets them all, intact and in order.
+    fn large_and_small_everywhere(&mut self, from: usize, len: usize) {
+        let large: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut sent = vec![[vec![204u8], large].concat()];
+        sent.extend((0..500u16).map(|i| [vec![204u8], i.to_be_bytes().to_vec()].concat()));
+        for p in &sent {
+            self.clients[from].multicast(Service::Fifo, "g", p);
+        }
+        let sockets = self.sockets.clone();
+        for c in self.clients.iter_mut() {
+            let mut got = Vec::new();
+            c.until(
+                "a large message and 500 small ones",
+                |f| {
+                    if let Frame::Message { payload, .. } = f {
+                        if payload.first() == Some(&204) {
+                            got.push(payload.clone());
+                        }
+                    }
+                    got.len() >= sent.len()
+                },
+                &sockets,
+            );
+            assert!(
+                got == sent,
+                "{}: large or small messages differ",
+                c.history.client
+            );
+        }
+    }
+
     /// SIGSTOP daemon `host` until the others drop it, SIGCONT, and wait
     /// until every client sees the whole group again.
     fn stop_and_resume(&mut self, host: usize) {
@@ -904,6 +937,9 @@ fn three_hosts_deliver_every_service_through_a_stop_a_restart_and_a_partition() 
         from_others[1..].iter().all(|n| *n >= 10),
         "multicast packets received from the other hosts: {from_others:?}"
     );
+    // 1,472-byte datagrams (the default beyond loopback): a 200 KB message
+    // goes in fragments, 500 small ones packed.
+    c.large_and_small_everywhere(1, 200_000);
     for socket in &c.sockets {
         let text = status(socket);
         assert!(
@@ -911,6 +947,17 @@ fn three_hosts_deliver_every_service_through_a_stop_a_restart_and_a_partition() 
             "{text}"
         );
     }
+    // h2 cut the large message into fragments of at most ~1.4 KB: well over
+    // a hundred (on loopback, 65 KB datagrams, it would be four).
+    let text = status(&c.sockets[1]);
+    let fragments: u64 = text
+        .split("fragments sent ")
+        .nth(1)
+        .and_then(|r| r.split(|ch: char| !ch.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fragment count in {text}"));
+    eprintln!("netns: a 200,000-byte message went in {fragments} fragments");
+    assert!(fragments >= 100, "{fragments} fragments:\n{text}");
 
     c.until_committee_full();
     c.stop_and_resume(1);

@@ -554,7 +554,7 @@ impl DaemonConfig {
     /// Whether this daemon talks beyond loopback: `listen`, a peer, or the
     /// multicast interface is not a loopback address.
     pub fn beyond_loopback(&self) -> bool {
-        let v4_interface = match self.multicast_options() {
+        let interface_beyond = match self.multicast_options() {
             Ok(o) => match o.interface {
                 MulticastInterface::V4(ip) => !ip.is_loopback(),
                 MulticastInterface::V6(_) => true,
@@ -563,7 +563,7 @@ impl DaemonConfig {
         };
         !self.listen.ip().is_loopback()
             || self.peers.iter().any(|p| !p.ip().is_loopback())
-            || (self.joined_group().ok().flatten().is_some() && v4_interface)
+            || (self.joined_group().ok().flatten().is_some() && interface_beyond)
     }
 
     /// The largest UDP payload sent: `max_datagram`, or its default for the
@@ -777,6 +777,12 @@ impl DaemonConfig {
                 return Err(invalid(
                     "peers",
                     format!("{p} is not a daemon's unicast address with a port"),
+                ));
+            }
+            if listen.ip().is_loopback() && !p.ip().is_loopback() {
+                return Err(invalid(
+                    "peers",
+                    format!("{p} is beyond loopback but `listen` ({listen}) is a loopback address, from which it cannot be reached: listen on this host's address on that network"),
                 ));
             }
             if p.is_ipv4() != listen.is_ipv4() {
@@ -1031,6 +1037,7 @@ mod tests {
             ("peers = [\"127.0.0.2:0\"]", "`peers`"),
             ("peers = [\"0.0.0.0:4804\"]", "`peers`"),
             ("peers = [\"[::1]:4804\"]", "`peers`"),
+            ("peers = [\"10.0.0.2:4804\"]", "`peers`"),
             (
                 "listen = \"127.0.0.1:5\"\npeers = [\"127.0.0.1:5\"]",
                 "`peers`",
