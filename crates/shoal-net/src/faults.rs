@@ -1,11 +1,16 @@
 //! Fault injection: drop, duplicate and delay datagrams, from a seeded
 //! generator.
 //!
-//! Applied to **received** datagrams, before the engine sees them: a drop
+//! Applied mainly to **received** datagrams, before the engine sees them: a drop
 //! models loss anywhere on the path to this member, and each member draws
 //! independently (as on a real LAN, where one multicast reaches some
 //! receivers and not others). The unit is a datagram, which may carry many
 //! packed messages, just as a real network loses whole datagrams.
+//!
+//! Sent datagrams can be dropped or duplicated too (`send_*`), before they
+//! reach the socket: a dropped IP multicast is then lost for every
+//! receiver at once (correlated loss, as at a sender's NIC). Sends are never
+//! delayed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -29,6 +34,10 @@ pub struct FaultConfig {
     /// A further uniform random delay in [0, jitter] per datagram (datagrams
     /// may then be reordered).
     pub jitter: Duration,
+    /// Probability in [0, 1) that a datagram this node sends is dropped.
+    pub send_drop_probability: f64,
+    /// Probability in [0, 1) that a datagram this node sends goes twice.
+    pub send_duplicate_probability: f64,
     /// Seeds the generator; give each node its own.
     pub seed: u64,
 }
@@ -40,6 +49,8 @@ impl Default for FaultConfig {
             duplicate_probability: 0.0,
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
+            send_drop_probability: 0.0,
+            send_duplicate_probability: 0.0,
             seed: 0,
         }
     }
@@ -52,6 +63,8 @@ impl FaultConfig {
             || self.duplicate_probability > 0.0
             || !self.delay.is_zero()
             || !self.jitter.is_zero()
+            || self.send_drop_probability > 0.0
+            || self.send_duplicate_probability > 0.0
     }
 }
 
@@ -107,6 +120,21 @@ impl Faults {
         } else {
             1
         }
+    }
+
+    /// How many copies of a datagram this node sends go to the socket: 0
+    /// (dropped), 1, or 2 (duplicated). Draws nothing for a probability of 0.
+    pub fn sent_copies(&mut self) -> usize {
+        let c = self.config;
+        if c.send_drop_probability > 0.0 && self.rng.random::<f64>() < c.send_drop_probability {
+            return 0;
+        }
+        if c.send_duplicate_probability > 0.0
+            && self.rng.random::<f64>() < c.send_duplicate_probability
+        {
+            return 2;
+        }
+        1
     }
 
     /// Decides the fate of a datagram (or a copy) that arrived at `now`.
@@ -206,6 +234,27 @@ mod tests {
         assert!((9_000..=11_000).contains(&doubled), "{doubled}");
         let mut off = Faults::new(FaultConfig::default());
         assert!((0..1000).all(|_| off.copies() == 1));
+    }
+
+    #[test]
+    fn sent_datagrams_are_dropped_and_duplicated_at_the_configured_rates() {
+        let mut faults = Faults::new(FaultConfig {
+            send_drop_probability: 0.2,
+            send_duplicate_probability: 0.1,
+            seed: 11,
+            ..FaultConfig::default()
+        });
+        assert!(faults.config().is_active());
+        let mut counts = [0u32; 3];
+        for _ in 0..100_000 {
+            counts[faults.sent_copies()] += 1;
+        }
+        // Drops: mean 20,000 (sd ~126); duplicates: 10% of the 80,000
+        // kept, mean 8,000 (sd ~85). Bounds are > 7 sd wide.
+        assert!((19_000..=21_000).contains(&counts[0]), "{counts:?}");
+        assert!((7_400..=8_600).contains(&counts[2]), "{counts:?}");
+        let mut off = Faults::new(FaultConfig::default());
+        assert!((0..1000).all(|_| off.sent_copies() == 1));
     }
 
     #[test]

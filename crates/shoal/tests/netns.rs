@@ -978,15 +978,18 @@ fn three_hosts_deliver_every_service_through_a_stop_a_restart_and_a_partition() 
 
 /// `discovery` instead of `peers` (the daemons can only find each other by
 /// IP multicast across the bridge), with 2% loss, 1% duplication and
-/// 0-3 ms delay injected by every daemon's `[faults]` layer: every service
-/// but `unreliable` still reaches every host, in order.
+/// 1-3 ms delay of received datagrams and 1% loss of sent ones injected by
+/// every daemon's `[faults]` layer: every service but `unreliable` still
+/// reaches every host, in order.
 #[test]
 fn three_hosts_discover_each_other_by_ip_multicast_under_injected_faults() {
     skip_unless_namespaces!();
     let layout = Layout {
         v6: false,
         discovery: true,
-        faults: Some("loss = 0.02\nduplicate = 0.01\ndelay_ms = 1\njitter_ms = 2"),
+        faults: Some(
+            "loss = 0.02\nduplicate = 0.01\ndelay_ms = 1\njitter_ms = 2\nsend_loss = 0.01",
+        ),
     };
     let mut c = Cluster::start("b", 3, &layout);
     c.every_service_everywhere(1, false);

@@ -37,7 +37,7 @@
 //! client_queue = 33554432          # bytes
 //!
 //! [faults]                          # test aid only: off unless present
-//! loss = 0.02
+//! loss = 0.02                       # also duplicate, delay_ms, jitter_ms, send_loss, send_duplicate, seed
 //! ```
 //!
 //! Host names (in `listen`, `peers`, `tcp.address`, `metrics.address`) are
@@ -245,8 +245,8 @@ pub struct IpMulticastConfig {
 }
 
 /// `[faults]`: loss, duplication and delay injected on the datagrams this
-/// daemon receives from its peers, before its engine sees them
-/// (`crate::Faults`). A test aid, for reproducing network trouble on a
+/// daemon receives from its peers, before its engine sees them, and loss
+/// and duplication of those it sends (`crate::Faults`). A test aid, for reproducing network trouble on a
 /// real network; never for production. Off unless the section is present.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -260,6 +260,11 @@ pub struct FaultsConfig {
     /// A further uniform random delay in [0, jitter_ms] per datagram;
     /// datagrams then overtake each other (reordering).
     pub jitter_ms: u64,
+    /// Probability in [0, 1) that a datagram this daemon sends is dropped
+    /// (an IP multicast then for every receiver at once).
+    pub send_loss: f64,
+    /// Probability in [0, 1) that a datagram this daemon sends goes twice.
+    pub send_duplicate: f64,
     /// Seed of the fault generator; default: drawn from the daemon's
     /// incarnation, so each daemon and each restart draws differently.
     pub seed: Option<u64>,
@@ -681,6 +686,8 @@ impl DaemonConfig {
             duplicate_probability: f.duplicate,
             delay: Duration::from_millis(f.delay_ms),
             jitter: Duration::from_millis(f.jitter_ms),
+            send_drop_probability: f.send_loss,
+            send_duplicate_probability: f.send_duplicate,
             seed: f.seed.unwrap_or(seed),
         }
     }
@@ -884,7 +891,12 @@ impl DaemonConfig {
             }
         }
         if let Some(f) = &self.faults {
-            for (key, p) in [("faults.loss", f.loss), ("faults.duplicate", f.duplicate)] {
+            for (key, p) in [
+                ("faults.loss", f.loss),
+                ("faults.duplicate", f.duplicate),
+                ("faults.send_loss", f.send_loss),
+                ("faults.send_duplicate", f.send_duplicate),
+            ] {
                 if !(0.0..1.0).contains(&p) {
                     return Err(invalid(key, format!("{p} is not a probability in [0, 1)")));
                 }
@@ -1347,9 +1359,17 @@ mod tests {
         assert_eq!(f.seed, 42);
         let c = DaemonConfig::parse("[faults]\nseed = 7\nloss = 0.5").unwrap();
         assert_eq!(c.fault_config(42).seed, 7);
+        let c = DaemonConfig::parse("[faults]\nsend_loss = 0.1\nsend_duplicate = 0.05").unwrap();
+        let f = c.fault_config(1);
+        assert!(f.is_active());
+        assert_eq!(f.send_drop_probability, 0.1);
+        assert_eq!(f.send_duplicate_probability, 0.05);
+        assert_eq!(f.drop_probability, 0.0);
         for (text, key) in [
             ("[faults]\nloss = 1.0", "`faults.loss`"),
             ("[faults]\nduplicate = -0.1", "`faults.duplicate`"),
+            ("[faults]\nsend_loss = 2", "`faults.send_loss`"),
+            ("[faults]\nsend_duplicate = 1.0", "`faults.send_duplicate`"),
             ("[faults]\nlos = 0.1", "los"),
         ] {
             let e = error(text);

@@ -174,6 +174,7 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         ("malformed_batch", core.stats.malformed_batches),
         ("slow_client", core.stats.slow_clients),
         ("injected_loss", rt.fault_drops),
+        ("injected_send_loss", rt.fault_send_drops),
     ] {
         drops
             .get_or_create(&ReasonLabel {
