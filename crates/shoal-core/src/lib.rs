@@ -19,7 +19,7 @@
 //! let next = engine.poll_timeout();
 //! ```
 
-pub mod cluster;
+pub mod daemon;
 pub mod engine;
 pub mod fd;
 pub mod pbcast;

@@ -211,7 +211,7 @@ pub struct DaemonConfig {
     /// The daemons' membership and their vsync group (every protocol
     /// setting, `[cluster]`, `[cluster.vsync]`, `[cluster.vsync.pbcast]`).
     #[serde(default = "default_cluster")]
-    pub cluster: shoal_core::cluster::Config,
+    pub cluster: shoal_core::daemon::membership::Config,
     /// The cluster key that authenticates datagrams between daemons.
     #[serde(default)]
     pub auth: Option<AuthConfig>,
@@ -432,8 +432,8 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// committee members delivering from their stores (`committee_delivery`),
 /// which takes two hops off an ordered message's way to them, and, in a
 /// cluster no larger than its committee, the pbcast of every payload.
-pub fn default_cluster() -> shoal_core::cluster::Config {
-    let mut c = shoal_core::cluster::Config::default();
+pub fn default_cluster() -> shoal_core::daemon::membership::Config {
+    let mut c = shoal_core::daemon::membership::Config::default();
     c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
     c.vsync.pbcast.max_datagram_size = LOOPBACK_DATAGRAM - crate::OVERHEAD;
     c.vsync.progress_interval = std::time::Duration::from_millis(100);
@@ -453,34 +453,8 @@ pub struct TcpConfig {
     pub token: String,
 }
 
-/// Resource limits of one daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    /// Connected clients at most.
-    pub clients: usize,
-    /// Groups one client may have joined at once.
-    pub groups_per_client: usize,
-    /// Longest group name, in bytes.
-    pub group_name_len: usize,
-    /// Largest multicast payload, in bytes (default 1 MiB).
-    pub message_size: usize,
-    /// Bytes of frames queued to one client before it is disconnected as
-    /// slow (default 32 MiB).
-    pub client_queue: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            clients: 1024,
-            groups_per_client: 256,
-            group_name_len: 128,
-            message_size: 1 << 20,
-            client_queue: 32 << 20,
-        }
-    }
-}
+/// Resource limits of one daemon: `[limits]` (the engine enforces them).
+pub use shoal_core::daemon::Limits;
 
 fn default_node() -> String {
     "shoal".to_string()
@@ -727,8 +701,8 @@ impl DaemonConfig {
                 "slot",
                 "is required with `discovery`: a number 0..=255, unique in the cluster",
             )),
-            (Some(_), Some(slot)) if slot as usize >= shoal_core::cluster::MAX_SLOTS => Err(
-                invalid("slot", &format!("{slot} is not in 0..={}", shoal_core::cluster::MAX_SLOTS - 1)),
+            (Some(_), Some(slot)) if slot as usize >= shoal_core::daemon::membership::MAX_SLOTS => Err(
+                invalid("slot", &format!("{slot} is not in 0..={}", shoal_core::daemon::membership::MAX_SLOTS - 1)),
             ),
             (Some(_), Some(_)) if !self.peers.is_empty() => Err(invalid(
                 "peers",
@@ -942,10 +916,13 @@ impl DaemonConfig {
         if l.message_size > u32::MAX as usize {
             return Err(invalid("limits.message_size", "must fit in 32 bits"));
         }
-        if self.peers.len() + 1 > shoal_core::cluster::MAX_SLOTS {
+        if self.peers.len() + 1 > shoal_core::daemon::membership::MAX_SLOTS {
             return Err(invalid(
                 "peers",
-                &format!("at most {} daemons", shoal_core::cluster::MAX_SLOTS),
+                &format!(
+                    "at most {} daemons",
+                    shoal_core::daemon::membership::MAX_SLOTS
+                ),
             ));
         }
         if let Some(auth) = &self.auth {
