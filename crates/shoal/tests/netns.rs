@@ -14,9 +14,10 @@
 //! and are removed when the test ends, even on a panic; leftovers of a
 //! killed run are reaped by the next. Traffic stays inside the namespaces.
 //!
-//! Every client's history (what it sent, what it received, in order) is
-//! kept in a [`History`] and written as JSON lines to `history.jsonl` in
-//! the test's directory (kept when the test fails), for a history checker.
+//! Every client's history (what it sent, delivered and which memberships it
+//! saw, in order) is kept as `shoal_check` records, written as JSON lines to
+//! `history.jsonl` in the test's directory (kept when the test fails), and
+//! judged by the history checker at the end of each test.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -26,6 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use shoal_check::{MsgId, Record, Service as CheckedService};
 use shoal_wire::client::{decode, Frame, Limits, Reason, Service};
 
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -262,90 +264,32 @@ impl Drop for Daemon {
     }
 }
 
-/// What a client did and saw, in order: the input of a history checker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    Sent {
-        service: Service,
-        groups: Vec<String>,
-        payload: Vec<u8>,
-    },
-    Delivered {
-        sender: String,
-        service: Service,
-        groups: Vec<String>,
-        payload: Vec<u8>,
-    },
-    Membership {
-        group: String,
-        view_id: u64,
-        reason: Reason,
-        members: Vec<String>,
-    },
-}
-
-/// One client's history, with the host its daemon ran on.
+/// One client's history in the history checker's records (`shoal_check`).
+/// A message is named by its sender's
+/// private group and a per-sender sequence number, carried in the last 8
+/// bytes of every payload this test sends ([`Client::multicast`]).
 #[derive(Debug, Clone)]
 struct History {
     client: String,
-    host: usize,
-    entries: Vec<(Duration, Entry)>,
+    records: Vec<Record>,
 }
 
 impl History {
-    /// One JSON object per entry (payloads in hex).
+    /// One JSON object per record (`shoal_check::read_jsonl` reads them).
     fn json_lines(&self, out: &mut String) {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let list = |v: &[String]| {
-            v.iter()
-                .map(|s| format!("{s:?}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        for (at, e) in &self.entries {
-            let head = format!(
-                "{{\"client\":{:?},\"host\":{},\"at_us\":{}",
-                self.client,
-                self.host,
-                at.as_micros()
-            );
-            let _ = match e {
-                Entry::Sent {
-                    service,
-                    groups,
-                    payload,
-                } => writeln!(
-                    out,
-                    "{head},\"kind\":\"sent\",\"service\":\"{}\",\"groups\":[{}],\"payload\":\"{}\"}}",
-                    service.name(),
-                    list(groups),
-                    hex(payload)
-                ),
-                Entry::Delivered {
-                    sender,
-                    service,
-                    groups,
-                    payload,
-                } => writeln!(
-                    out,
-                    "{head},\"kind\":\"delivered\",\"sender\":{sender:?},\"service\":\"{}\",\"groups\":[{}],\"payload\":\"{}\"}}",
-                    service.name(),
-                    list(groups),
-                    hex(payload)
-                ),
-                Entry::Membership {
-                    group,
-                    view_id,
-                    reason,
-                    members,
-                } => writeln!(
-                    out,
-                    "{head},\"kind\":\"membership\",\"group\":{group:?},\"view_id\":{view_id},\"reason\":\"{reason:?}\",\"members\":[{}]}}",
-                    list(members)
-                ),
-            };
+        for r in &self.records {
+            out.push_str(&serde_json::to_string(r).expect("records serialise"));
+            out.push('\n');
         }
     }
+}
+
+/// The checker's name for a service.
+fn checked(service: Service) -> CheckedService {
+    CheckedService::ALL
+        .into_iter()
+        .find(|s| s.name() == service.name())
+        .expect("the same services")
 }
 
 /// A blocking client speaking the frames directly, recording its history.
@@ -354,11 +298,15 @@ struct Client {
     buf: Vec<u8>,
     history: History,
     epoch: Instant,
+    /// This client's private group (from `ConnectOk`): its name in records.
+    me: String,
+    /// Sequence number of the last message sent.
+    seq: u64,
 }
 
 impl Client {
     /// Connects, retrying while the daemon is not ready.
-    fn connect(socket: &Path, name: &str, host: usize, epoch: Instant) -> Client {
+    fn connect(socket: &Path, name: &str, epoch: Instant) -> Client {
         let start = Instant::now();
         loop {
             if let Ok(stream) = UnixStream::connect(socket) {
@@ -367,16 +315,18 @@ impl Client {
                     buf: Vec::new(),
                     history: History {
                         client: name.to_string(),
-                        host,
-                        entries: Vec::new(),
+                        records: Vec::new(),
                     },
                     epoch,
+                    me: String::new(),
+                    seq: 0,
                 };
                 c.send(&Frame::Connect {
                     name: name.to_string(),
                     token: String::new(),
                 });
-                if let Some(Frame::ConnectOk { .. }) = c.recv(Duration::from_secs(10)) {
+                if let Some(Frame::ConnectOk { private_group }) = c.recv(Duration::from_secs(10)) {
+                    c.me = private_group;
                     return c;
                 }
             }
@@ -399,20 +349,39 @@ impl Client {
         });
     }
 
+    /// Multicasts `payload` with this client's next sequence number
+    /// appended (8 bytes, big-endian); [`Client::recv`] strips it again.
     fn multicast(&mut self, service: Service, group: &str, payload: &[u8]) {
+        self.seq += 1;
         let groups = vec![group.to_string()];
-        self.history.entries.push((
-            self.epoch.elapsed(),
-            Entry::Sent {
-                service,
-                groups: groups.clone(),
-                payload: payload.to_vec(),
+        self.history.records.push(Record::Send {
+            client: self.me.clone(),
+            msg: MsgId {
+                sender: self.me.clone(),
+                seq: self.seq,
             },
-        ));
+            service: checked(service),
+            groups: groups.clone(),
+            at_ns: Some(self.at_ns()),
+        });
         self.send(&Frame::Multicast {
             service,
             groups,
-            payload: payload.to_vec(),
+            payload: [payload, &self.seq.to_be_bytes()].concat(),
+        });
+    }
+
+    fn at_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Records that this client's session ended (its daemon was killed).
+    fn ended(&mut self, reason: &str) {
+        let at_ns = Some(self.at_ns());
+        self.history.records.push(Record::Ended {
+            client: self.me.clone(),
+            reason: reason.to_string(),
+            at_ns,
         });
     }
 
@@ -423,8 +392,7 @@ impl Client {
         loop {
             if let Some((frame, used)) = decode(&self.buf, &Limits::default()).unwrap() {
                 self.buf.drain(..used);
-                self.record(&frame);
-                return Some(frame);
+                return Some(self.record(frame));
             }
             let left = deadline.checked_duration_since(Instant::now())?;
             self.stream
@@ -438,33 +406,62 @@ impl Client {
         }
     }
 
-    fn record(&mut self, frame: &Frame) {
-        let entry = match frame.clone() {
+    /// Records a delivery or a membership; returns the frame, a message's
+    /// payload without its sequence number.
+    fn record(&mut self, frame: Frame) -> Frame {
+        let at_ns = Some(self.at_ns());
+        match frame {
             Frame::Message {
                 sender,
                 service,
                 groups,
-                payload,
-            } => Entry::Delivered {
-                sender,
-                service,
-                groups,
-                payload,
-            },
+                mut payload,
+            } => {
+                let at = payload.len().checked_sub(8).expect("a sequence number");
+                let seq = u64::from_be_bytes(payload[at..].try_into().expect("8 bytes"));
+                payload.truncate(at);
+                self.history.records.push(Record::Deliver {
+                    client: self.me.clone(),
+                    msg: MsgId {
+                        sender: sender.clone(),
+                        seq,
+                    },
+                    service: checked(service),
+                    groups: groups.clone(),
+                    transitional: false,
+                    at_ns,
+                });
+                Frame::Message {
+                    sender,
+                    service,
+                    groups,
+                    payload,
+                }
+            }
             Frame::Membership {
                 group,
                 view_id,
                 reason,
                 members,
-            } => Entry::Membership {
-                group,
-                view_id,
-                reason,
-                members,
-            },
-            _ => return,
-        };
-        self.history.entries.push((self.epoch.elapsed(), entry));
+            } => {
+                self.history.records.push(Record::View {
+                    client: self.me.clone(),
+                    group: group.clone(),
+                    view_id,
+                    members: members.clone(),
+                    transitional: false,
+                    quorum: None,
+                    at_ns,
+                });
+                Frame::Membership {
+                    group,
+                    view_id,
+                    reason,
+                    members,
+                }
+            }
+            other => other,
+        }
     }
 
     /// Reads until `pred` matches a frame; on a timeout, panics showing the
@@ -520,10 +517,11 @@ fn status(socket: &Path) -> String {
         buf: Vec::new(),
         history: History {
             client: "status".into(),
-            host: 0,
-            entries: Vec::new(),
+            records: Vec::new(),
         },
         epoch: Instant::now(),
+        me: String::new(),
+        seq: 0,
     };
     c.send(&Frame::Status);
     match c.recv(Duration::from_secs(5)) {
@@ -580,7 +578,7 @@ impl Cluster {
             .iter()
             .enumerate()
             .map(|(host, s)| {
-                let mut c = Client::connect(s, &format!("c{}", host + 1), host, epoch);
+                let mut c = Client::connect(s, &format!("c{}", host + 1), epoch);
                 c.join("g");
                 c
             })
@@ -780,11 +778,11 @@ impl Cluster {
         let mut late = Client::connect(
             &self.sockets[host],
             &format!("c{}late", host + 1),
-            host,
             self.epoch,
         );
         late.join("g");
-        let old = std::mem::replace(&mut self.clients[host], late);
+        let mut old = std::mem::replace(&mut self.clients[host], late);
+        old.ended("its daemon was killed (SIGKILL)");
         self.done.push(old.history);
         for c in self.clients.iter_mut() {
             c.until_members("g", n, &sockets);
@@ -851,8 +849,9 @@ impl Cluster {
     }
 
     /// Reads what is left for each client (until 300 ms pass quietly) so
-    /// that the histories are complete, writes them, and removes the
-    /// directory (the test passed) unless `SHOAL_NETNS_KEEP` is set.
+    /// that the histories are complete, writes them, has the history
+    /// checker judge them (every violation fails the test), and removes the
+    /// directory unless `SHOAL_NETNS_KEEP` is set.
     fn finish(mut self) {
         for c in self.clients.iter_mut() {
             while c.recv(Duration::from_millis(300)).is_some() {}
@@ -862,7 +861,15 @@ impl Cluster {
             h.json_lines(&mut out);
         }
         let path = self.dir.join("history.jsonl");
-        std::fs::write(&path, out).unwrap();
+        std::fs::write(&path, &out).unwrap();
+        let records = self.histories().into_iter().flat_map(|h| h.records);
+        let report = shoal_check::check(records);
+        eprint!("netns: history checker: {report}");
+        assert!(
+            report.is_clean(),
+            "the history checker found violations (histories in {}):\n{report}",
+            path.display()
+        );
         if std::env::var_os("SHOAL_NETNS_KEEP").is_some() {
             eprintln!("netns: histories in {}", path.display());
         } else {
