@@ -129,7 +129,10 @@ struct Analysis<'a> {
     msgs: Vec<MsgInfo>,
     msg_ix: HashMap<(C, u64), M>,
     views: Vec<ViewInfo>,
-    view_ix: HashMap<(G, u64, bool), V>,
+    /// (group, view id, transitional) -> every member list seen for it: a
+    /// list that disagrees with the first is reported and kept as a view of
+    /// its own, so that it is judged with the clients that saw it.
+    view_ix: HashMap<(G, u64, bool), Vec<V>>,
     evs: Vec<Vec<Ev>>,
     ended: Vec<bool>,
     /// Per recorded client: its `NotDelivered` ranges, sorted and merged.
@@ -140,7 +143,7 @@ struct Analysis<'a> {
     view_pos: HashMap<(C, V), usize>,
     /// Consecutive agreed/safe deliveries at one client: (before, after, client).
     edges: Vec<(M, M, C)>,
-    /// Safe deliveries in a regular view: (msg, view, receiver, position).
+    /// Safe deliveries: (msg, the view delivered in, receiver, position).
     safe_seen: Vec<(M, V, C, usize)>,
     /// Reliable-or-stronger sends by a member: (msg, the sender's view of a
     /// destination group at the send).
@@ -388,88 +391,8 @@ impl<'a> Analysis<'a> {
                     _ => Ev::Other,
                 }
             }
-            Record::Deliver {
-                msg,
-                service,
-                groups,
-                transitional,
-                ..
-            } => {
-                self.report.summary.deliveries += 1;
-                let m = self.msg(&msg.sender, msg.seq);
-                let groups = self.group_set(groups);
-                let ok = match &self.msgs[m as usize].send {
-                    None => {
-                        let at = self.at(c, pos);
-                        self.report.flag(Kind::NotSent, || {
-                            format!("{at}: delivered {msg}, which was never sent")
-                        });
-                        false
-                    }
-                    Some(s) if s.service != *service || s.groups != groups => {
-                        let at = self.at(c, pos);
-                        let sent = format!(
-                            "{} to {:?}",
-                            s.service.name(),
-                            s.groups
-                                .iter()
-                                .map(|&g| self.groups[g as usize].as_str())
-                                .collect::<Vec<_>>()
-                        );
-                        let got = format!("{} to {:?}", service.name(), rec_groups(rec));
-                        self.report.flag(Kind::NotSent, || {
-                            format!("{at}: delivered {msg} as {got}, but it was sent {sent}")
-                        });
-                        false
-                    }
-                    Some(_) => true,
-                };
-                Ev::Deliver {
-                    msg: m,
-                    ok,
-                    transitional: *transitional,
-                    groups,
-                }
-            }
-            Record::View {
-                group,
-                view_id,
-                members,
-                transitional,
-                ..
-            } => {
-                self.report.summary.views += 1;
-                let g = self.group(group);
-                let mut ms: Vec<C> = members.iter().map(|s| self.name(s)).collect();
-                ms.sort_unstable();
-                ms.dedup();
-                let key = (g, *view_id, *transitional);
-                let v = match self.view_ix.get(&key) {
-                    Some(&v) => {
-                        if self.views[v as usize].members != ms {
-                            let at = self.at(c, pos);
-                            let first = self.v(v);
-                            let here = format!("{:?}", self.names_of(&ms));
-                            self.report.flag(Kind::ViewMembership, || {
-                                format!("{at}: view {first} has members {here} here")
-                            });
-                        }
-                        v
-                    }
-                    None => {
-                        let v = self.views.len() as V;
-                        self.views.push(ViewInfo {
-                            group: g,
-                            id: *view_id,
-                            transitional: *transitional,
-                            members: ms,
-                        });
-                        self.view_ix.insert(key, v);
-                        v
-                    }
-                };
-                Ev::View { view: v }
-            }
+            Record::Deliver { .. } => self.deliver_event(c, pos, rec),
+            Record::View { .. } => self.view_event(c, pos, rec),
             Record::NotDelivered { first, last, .. } => {
                 self.report.summary.not_delivered += 1;
                 if *first == 0 || first > last {
@@ -484,6 +407,102 @@ impl<'a> Analysis<'a> {
             }
             Record::Ended { .. } => Ev::Other,
         }
+    }
+
+    /// A delivery; `not-sent` unless it matches its `Send`.
+    fn deliver_event(&mut self, c: C, pos: usize, rec: &Record) -> Ev {
+        let Record::Deliver {
+            msg,
+            service,
+            groups: rec_groups,
+            transitional,
+            ..
+        } = rec
+        else {
+            unreachable!("called on deliveries")
+        };
+        self.report.summary.deliveries += 1;
+        let m = self.msg(&msg.sender, msg.seq);
+        let groups = self.group_set(rec_groups);
+        let ok = match &self.msgs[m as usize].send {
+            None => {
+                let at = self.at(c, pos);
+                self.report.flag(Kind::NotSent, || {
+                    format!("{at}: delivered {msg}, which was never sent")
+                });
+                false
+            }
+            Some(s) if s.service != *service || s.groups != groups => {
+                let at = self.at(c, pos);
+                let sent_to: Vec<&str> = s
+                    .groups
+                    .iter()
+                    .map(|&g| self.groups[g as usize].as_str())
+                    .collect();
+                let sent = format!("{} to {sent_to:?}", s.service.name());
+                let got = format!("{} to {rec_groups:?}", service.name());
+                self.report.flag(Kind::NotSent, || {
+                    format!("{at}: delivered {msg} as {got}, but it was sent {sent}")
+                });
+                false
+            }
+            Some(_) => true,
+        };
+        Ev::Deliver {
+            msg: m,
+            ok,
+            transitional: *transitional,
+            groups,
+        }
+    }
+
+    /// A view; `view-membership` when its id was seen with other members.
+    fn view_event(&mut self, c: C, pos: usize, rec: &Record) -> Ev {
+        let Record::View {
+            group,
+            view_id,
+            members,
+            transitional,
+            ..
+        } = rec
+        else {
+            unreachable!("called on views")
+        };
+        self.report.summary.views += 1;
+        let g = self.group(group);
+        let mut ms: Vec<C> = members.iter().map(|s| self.name(s)).collect();
+        ms.sort_unstable();
+        ms.dedup();
+        let key = (g, *view_id, *transitional);
+        let known = self.view_ix.get(&key).cloned().unwrap_or_default();
+        if let Some(&first) = known.first() {
+            if self.views[first as usize].members != ms {
+                let at = self.at(c, pos);
+                let first = self.v(first);
+                let here = format!("{:?}", self.names_of(&ms));
+                self.report.flag(Kind::ViewMembership, || {
+                    format!("{at}: view {first} has members {here} here")
+                });
+            }
+        }
+        let found = known
+            .iter()
+            .find(|&&v| self.views[v as usize].members == ms);
+        let v = match found {
+            Some(&v) => v,
+            None => {
+                let v = self.views.len() as V;
+                self.views.push(ViewInfo {
+                    group: g,
+                    id: *view_id,
+                    transitional: *transitional,
+                    members: ms,
+                });
+                self.view_ix.entry(key).or_default().push(v);
+                v
+            }
+        };
+        Ev::View { view: v }
     }
 
     /// Pass 2: each client's stream alone: duplicates, membership at
@@ -577,7 +596,10 @@ impl<'a> Analysis<'a> {
                 }
             }
         }
-        if member_of.is_empty() {
+        // A client is always a member of its own private group.
+        let own = self.group_ix.get(self.streams[c as usize].0);
+        let to_me = own.is_some_and(|g| groups.contains(g));
+        if member_of.is_empty() && !to_me {
             let at = self.at(c, pos);
             let ms = self.m(m);
             self.report.flag(Kind::NotMember, || {
@@ -620,9 +642,13 @@ impl<'a> Analysis<'a> {
                 w.segment.entry(g).or_default().push(m);
             }
         }
-        if service == Service::Safe && !transitional {
+        if service == Service::Safe {
+            // Safe binds the members of the configuration it is delivered
+            // in: the regular view, or (EVS) the transitional one. A
+            // delivery marked transitional in a regular view was reported
+            // above and binds nobody.
             for &(_, v) in &member_of {
-                if !self.views[v as usize].transitional {
+                if self.views[v as usize].transitional || !transitional {
                     self.safe_seen.push((m, v, c, pos));
                 }
             }
@@ -897,8 +923,9 @@ impl<'a> Analysis<'a> {
             .join("; ")
     }
 
-    /// Pass 5: a safe message delivered in a regular view reaches every
-    /// member of it that installs the group's next view or never ends.
+    /// Pass 5: a safe message delivered in a view (regular, or transitional
+    /// under EVS) reaches every member of that view that installs the
+    /// group's next view or never ends.
     fn check_safe(&mut self) {
         let mut done: HashSet<(M, V)> = HashSet::new();
         let safe_seen = std::mem::take(&mut self.safe_seen);
@@ -1019,13 +1046,6 @@ impl<'a> Analysis<'a> {
         names.sort_unstable();
         names.dedup();
         names.len() as u64
-    }
-}
-
-fn rec_groups(rec: &Record) -> Vec<String> {
-    match rec {
-        Record::Send { groups, .. } | Record::Deliver { groups, .. } => groups.clone(),
-        _ => Vec::new(),
     }
 }
 

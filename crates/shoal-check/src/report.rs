@@ -28,8 +28,9 @@ pub enum Kind {
     /// Total order: the agreed/safe deliveries of the receivers admit no one
     /// order (a cycle in their union).
     TotalOrder,
-    /// A safe message delivered in a regular view, and a member of that view
-    /// that goes on to the group's next view (or never ends) never delivers it.
+    /// A safe message delivered in a view (regular, or transitional under
+    /// EVS), and a member of that view that goes on to the group's next view
+    /// (or never ends) never delivers it.
     Safe,
     /// A sender's own reliable-or-stronger message never delivered to it,
     /// though it was a member of a destination group when sending, never

@@ -209,6 +209,14 @@ fn not_member() {
 }
 
 #[test]
+fn a_client_is_a_member_of_its_private_group() {
+    let mut h = vec![v("a", "g", 1, &["a"])];
+    h.push(s("a", 1, Fifo, &["b"]));
+    h.push(d("b", "a", 1, Fifo, &["b"]));
+    expect(h, &[]);
+}
+
+#[test]
 fn fifo() {
     let mut h = view_all("g", 1, &["a", "b"]);
     h.extend([s("a", 1, Fifo, &["g"]), s("a", 2, Fifo, &["g"])]);
@@ -339,12 +347,34 @@ fn safe() {
 
 #[test]
 fn safe_in_a_transitional_view_promises_less() {
+    // Delivered in the transitional view of a and b: c, in the regular
+    // view before it but not in the transitional one, is owed nothing.
     let mut h = view_all("g", 1, &["a", "b", "c"]);
     h.push(s("a", 1, Safe, &["g"]));
-    h.push(v("a", "g", 1, &["a", "b"]).transitional());
+    h.extend(
+        view_all("g", 1, &["a", "b"])
+            .into_iter()
+            .map(Record::transitional),
+    );
     h.push(d("a", "a", 1, Safe, &["g"]).transitional());
+    h.push(d("b", "a", 1, Safe, &["g"]).transitional());
     h.push(Record::ended("a", "daemon crashed"));
     expect(h, &[]);
+}
+
+#[test]
+fn safe_in_a_transitional_view_binds_its_members() {
+    let mut h = view_all("g", 1, &["a", "b", "c"]);
+    h.push(s("a", 1, Safe, &["g"]));
+    h.extend(
+        view_all("g", 1, &["a", "b"])
+            .into_iter()
+            .map(Record::transitional),
+    );
+    h.push(d("a", "a", 1, Safe, &["g"]).transitional());
+    h.push(Record::ended("a", "daemon crashed"));
+    let r = expect(h, &[Kind::Safe]);
+    assert!(r.violations[&Kind::Safe].1.contains("member b"), "{r}");
 }
 
 #[test]
@@ -402,6 +432,18 @@ fn view_membership() {
         ],
         &[Kind::ViewMembership],
     );
+}
+
+#[test]
+fn a_view_named_two_ways_is_reported_once_and_judged_as_each_client_saw_it() {
+    // Two clusters that cannot hear each other reuse one view id: each
+    // client is a member of the view it saw, so nothing else cascades.
+    let mut h = vec![v("a", "g", 1, &["a", "b"]), v("b", "g", 1, &["a", "b"])];
+    h.push(v("c", "g", 1, &["c"]));
+    h.push(s("c", 1, Agreed, &["g"]));
+    h.push(d("c", "c", 1, Agreed, &["g"]));
+    let r = expect(h, &[Kind::ViewMembership]);
+    assert_eq!(r.count(Kind::ViewMembership), 1, "{r}");
 }
 
 #[test]

@@ -103,6 +103,22 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The settings a daemon runs with unless configured otherwise (and the
+    /// simulator's swarm with it): a committee of 3, so that one daemon's
+    /// failure does not stop the cluster (P000 §6 measures k = 1);
+    /// datagrams up to 65,000 bytes (loopback); progress every 100 ms;
+    /// committee members deliver from their own stores.
+    pub fn daemon_defaults() -> Config {
+        let mut c = Config::default();
+        c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
+        c.vsync.pbcast.max_datagram_size = 65_000;
+        c.vsync.progress_interval = Duration::from_millis(100);
+        c.vsync.committee_delivery = true;
+        c
+    }
+}
+
 /// A vsync event, with the id this daemon had when it happened (the id
 /// changes when an evicted daemon rejoins).
 #[derive(Debug, Clone, PartialEq, Eq)]

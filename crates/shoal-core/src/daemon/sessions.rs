@@ -1073,16 +1073,12 @@ impl Sessions {
         for session in local {
             self.send(session, frame.clone());
         }
+        // The leaver hears the same view as the members (one view id, one
+        // member list everywhere): a list without itself says it left.
         if let Some(session) = left
             .filter(|m| m.daemon == me)
             .and_then(|m| self.by_name.get(&m.client).copied())
         {
-            let frame = Frame::Membership {
-                group: group.to_string(),
-                view_id,
-                reason,
-                members: Vec::new(),
-            };
             self.send(session, frame);
         }
     }

@@ -433,11 +433,10 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// which takes two hops off an ordered message's way to them, and, in a
 /// cluster no larger than its committee, the pbcast of every payload.
 pub fn default_cluster() -> shoal_core::daemon::membership::Config {
-    let mut c = shoal_core::daemon::membership::Config::default();
-    c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
+    // The shared daemon defaults, with this runtime's datagram size for
+    // loopback (parsing a file sets it from `max_datagram`).
+    let mut c = shoal_core::daemon::membership::Config::daemon_defaults();
     c.vsync.pbcast.max_datagram_size = LOOPBACK_DATAGRAM - crate::OVERHEAD;
-    c.vsync.progress_interval = std::time::Duration::from_millis(100);
-    c.vsync.committee_delivery = true;
     c
 }
 

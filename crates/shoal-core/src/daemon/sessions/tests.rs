@@ -443,9 +443,14 @@ fn a_disconnect_and_a_leave_are_announced_with_their_reason() {
     c.take(2, 3);
     c.frame(1, 1, Frame::Leave { group: s("chat") });
     c.settle();
+    // The leaver hears the view the others get, without itself.
     assert_eq!(
         memberships(&c.take(1, 1)),
-        vec![(s("chat"), Reason::Leave, vec![])]
+        vec![(
+            s("chat"),
+            Reason::Leave,
+            vec![s("#alice#n0"), s("#carol#n2")]
+        )]
     );
     c.cores[2].closed(3, Reason::Disconnect);
     c.settle();
