@@ -898,8 +898,8 @@ impl Cluster {
 }
 
 /// A defect of the daemon's sessions engine the checker finds after a
-/// daemon rejoins (an eviction or a healed partition), in one to two runs
-/// of the first test in three: the rejoining daemon rebuilds its group table
+/// daemon rejoins (an eviction or a healed partition), in about half of
+/// the runs of the first test: the rejoining daemon rebuilds its group table
 /// from the other daemons' snapshots and announces each group as each
 /// snapshot item is applied, under that item's view id, before it holds
 /// every snapshot; the other daemons announce the same item's view id with
