@@ -24,6 +24,7 @@ use thiserror::Error;
 
 pub mod client;
 pub mod groups;
+pub mod hop;
 pub mod vsync;
 
 /// First two bytes of every packet: ASCII "SH".
