@@ -22,6 +22,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod fd;
+pub mod hop;
 pub mod overlay;
 pub mod pbcast;
 pub mod ranges;
