@@ -10,7 +10,8 @@
 //!   gaps and all ([`Event::Deliver`]); the layer above forwards it on.
 //! - **Lazy selective NACKs**: a gap is NACKed after `nack_delay` and again
 //!   every `nack_repeat` until the packet arrives. The sender's ACK timer
-//!   sends its highest sequence number so a lost tail is found too.
+//!   sends its highest sequence number, first `tail_probe` after data
+//!   stops, so a lost tail is found too.
 //! - **Cumulative ACKs** from the receiver every `max_packets_between_ack`
 //!   packets or `ack_period`, whichever is sooner, free the sender's buffer.
 //! - **Rate-based flow control**: a leaky bucket (rate, burst) paces every
@@ -83,6 +84,8 @@ pub trait LinkProtocol {
     fn queued(&self) -> usize;
     /// The largest message `send` accepts.
     fn max_message(&self) -> usize;
+    /// Data packets (Hop) or segments (TCP) sent more than once so far.
+    fn retransmissions(&self) -> u64;
 }
 
 /// Counters of one link end.
@@ -120,8 +123,10 @@ pub struct Hop {
     acked: u64,
     tokens: f64,
     refilled: Instant,
-    /// When the last data packet or sender ACK left.
-    last_sent: Instant,
+    /// When the last data packet left.
+    last_data: Instant,
+    /// When the last sender ACK left, if after `last_data`.
+    last_ack_sent: Option<Instant>,
     // Receiving half.
     next_expected: u64,
     /// Missing sequence numbers and when each is next NACKed.
@@ -150,7 +155,8 @@ impl Hop {
             acked: 0,
             tokens,
             refilled: now,
-            last_sent: now,
+            last_data: now,
+            last_ack_sent: None,
             next_expected: 1,
             missing: BTreeMap::new(),
             since_ack: 0,
@@ -298,13 +304,25 @@ impl Hop {
             items.push(Item::Nack { ranges });
             self.stats.nacks_sent += 1;
         }
-        if !self.unacked.is_empty() && now >= self.last_sent + self.config.ack_timer {
+        if self.ack_sent_due().is_some_and(|due| now >= due) {
             items.push(Item::AckSent {
                 highest: self.next_seq - 1,
             });
-            self.last_sent = now;
+            self.last_ack_sent = Some(now);
         }
         items
+    }
+
+    /// When the sender's ACK is next due: a tail probe after the last data
+    /// packet, then every `ack_timer` while packets are unacknowledged.
+    fn ack_sent_due(&self) -> Option<Instant> {
+        if self.unacked.is_empty() {
+            return None;
+        }
+        Some(match self.last_ack_sent {
+            None => self.last_data + self.config.tail_probe,
+            Some(at) => at + self.config.ack_timer,
+        })
     }
 
     /// Missing packets whose NACK is due, as ranges that fit in `room`
@@ -447,7 +465,8 @@ impl LinkProtocol for Hop {
         };
         if let Some((seq, payload, retransmission)) = &data {
             self.tokens -= Self::datagram_len(payload.len()) as f64;
-            self.last_sent = self.now;
+            self.last_data = self.now;
+            self.last_ack_sent = None;
             self.stats.data_sent += 1;
             if *retransmission {
                 self.stats.retransmissions += 1;
@@ -470,7 +489,7 @@ impl LinkProtocol for Hop {
     fn poll_timeout(&self) -> Option<Instant> {
         let nack = self.missing.values().min().copied();
         let ack_r = (self.since_ack > 0).then(|| self.last_ack + self.config.ack_period);
-        let ack_s = (!self.unacked.is_empty()).then(|| self.last_sent + self.config.ack_timer);
+        let ack_s = self.ack_sent_due();
         let data = self.bucket_ready_at();
         [nack, ack_r, ack_s, data].into_iter().flatten().min()
     }
@@ -481,5 +500,9 @@ impl LinkProtocol for Hop {
 
     fn max_message(&self) -> usize {
         self.config.max_payload()
+    }
+
+    fn retransmissions(&self) -> u64 {
+        self.stats.retransmissions
     }
 }

@@ -452,4 +452,8 @@ impl LinkProtocol for TcpLink {
     fn max_message(&self) -> usize {
         MAX_MESSAGE
     }
+
+    fn retransmissions(&self) -> u64 {
+        self.retransmissions
+    }
 }
