@@ -22,6 +22,8 @@ pub mod p001_fig9_hierarchical;
 pub mod pbcast_star;
 pub mod pbcast_tree;
 pub mod protocol;
+pub mod spread_fig6_chain;
+pub mod spread_fig8_chain;
 pub mod spread_sim;
 pub mod spread_table2_link;
 
@@ -64,6 +66,8 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
     (spread_table2_link::NAME, spread_table2_link::run),
+    (spread_fig6_chain::NAME, spread_fig6_chain::run),
+    (spread_fig8_chain::NAME, spread_fig8_chain::run),
 ];
 
 /// The figure called `name`.

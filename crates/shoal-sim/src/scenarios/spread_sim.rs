@@ -948,3 +948,103 @@ pub fn row(pairs: &[(&str, String)]) -> Vec<(String, String)> {
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect()
 }
+
+/// Figs 6-9: the chain, echoes from `order[0]` to each other site in turn,
+/// Hop and TCP at each background loss; RTT and overhead over the summed
+/// per-link pings against the number of links crossed.
+pub fn chain_figure(
+    name: &str,
+    order: &[usize],
+    scale: super::Scale,
+    rtt_plot: &str,
+    overhead_plot: &str,
+) -> super::Figure {
+    use super::figure::Plot;
+    use shoal_plot::Series;
+    let started = std::time::Instant::now();
+    let mut figure = super::Figure::new(name);
+    let count = scale.pick(2000, 1000);
+    let mut rtt_series: Vec<Series> = Vec::new();
+    let mut overhead_series: Vec<Series> = Vec::new();
+    let mut ping_points = Vec::new();
+    let idle = Wan::direct(&SITES, &chain_edges(), 0.0);
+    for k in 1..order.len() {
+        let ping = idle.ping_ns(&order[..=k], 1024 + 28) as f64 / 1e6;
+        ping_points.push((k as f64, ping));
+    }
+    rtt_series.push(Series::new("ping (sum of links)", ping_points.clone()));
+    for kind in link_kinds() {
+        for loss in BACKGROUND_LOSS {
+            let wan = Wan::direct(&SITES, &chain_edges(), loss);
+            let mut rtt_points = Vec::new();
+            let mut overhead_points = Vec::new();
+            for (k, &to) in order.iter().enumerate().skip(1) {
+                let ping = ping_points[k - 1].1;
+                let mut avgs = Vec::new();
+                for seed in scale.seeds() {
+                    let echo = Echo::new(order[0], to, 1024, count);
+                    let (s, out) = echo_run(&wan, &kind, echo, None, seed);
+                    figure.wall.events += out.events;
+                    let overhead = (s.avg - ping) / ping * 100.0;
+                    avgs.push(s.avg);
+                    figure.rows.push(row(&[
+                        ("protocol", kind.name().into()),
+                        ("loss", loss.to_string()),
+                        ("seed", seed.to_string()),
+                        ("receiver", SITES[to].into()),
+                        ("links", k.to_string()),
+                        ("echoes", s.count.to_string()),
+                        ("ping_ms", format!("{ping:.3}")),
+                        ("min_ms", format!("{:.3}", s.min)),
+                        ("avg_ms", format!("{:.3}", s.avg)),
+                        ("max_ms", format!("{:.3}", s.max)),
+                        ("p99_ms", format!("{:.3}", s.p99)),
+                        ("overhead_pct", format!("{overhead:.2}")),
+                        ("retransmissions", out.retransmissions.to_string()),
+                    ]));
+                    if s.count as u64 != count {
+                        figure.incomplete.push(format!(
+                            "{} loss {loss} to {} seed {seed}: {} echoes",
+                            kind.name(),
+                            SITES[to],
+                            s.count
+                        ));
+                    }
+                }
+                let avg = avgs.iter().sum::<f64>() / avgs.len() as f64;
+                rtt_points.push((k as f64, avg));
+                overhead_points.push((k as f64, (avg - ping) / ping * 100.0));
+            }
+            let label = format!("{} {}% loss", kind.name(), loss * 100.0);
+            figure.notes.push(format!(
+                "{label:>16}: overhead over ping by links {}",
+                overhead_points
+                    .iter()
+                    .map(|(k, o)| format!("{k}:{o:.1}%"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+            if loss == 0.01 || loss == 0.0 {
+                rtt_series.push(Series::new(label.clone(), rtt_points));
+            }
+            overhead_series.push(Series::new(label, overhead_points));
+        }
+    }
+    let from = SITES[order[0]];
+    figure.plots.push(Plot::lines(
+        format!("{rtt_plot}.svg"),
+        format!("chain from {from}: 1024 B echo RTT by receiver"),
+        "links from the sender",
+        "round trip (ms)",
+        rtt_series,
+    ));
+    figure.plots.push(Plot::lines(
+        format!("{overhead_plot}.svg"),
+        format!("chain from {from}: RTT overhead over summed ping"),
+        "links from the sender",
+        "overhead over ping (%)",
+        overhead_series,
+    ));
+    figure.wall.seconds = started.elapsed().as_secs_f64();
+    figure
+}
