@@ -26,6 +26,7 @@ pub mod spread_fig6_chain;
 pub mod spread_fig8_chain;
 pub mod spread_sim;
 pub mod spread_table2_link;
+pub mod spread_table3_link_loss;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -68,6 +69,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (spread_table2_link::NAME, spread_table2_link::run),
     (spread_fig6_chain::NAME, spread_fig6_chain::run),
     (spread_fig8_chain::NAME, spread_fig8_chain::run),
+    (spread_table3_link_loss::NAME, spread_table3_link_loss::run),
 ];
 
 /// The figure called `name`.
