@@ -54,8 +54,9 @@ pub struct Config {
     /// flight.
     #[serde(with = "crate::serde_ms")]
     pub ack_timer: Duration,
-    /// The first sender ACK after data stops goes out this soon after the
-    /// last data packet (a tail probe); later ones every `ack_timer`. A
+    /// When nothing more waits to be sent, the first sender ACK goes out
+    /// this soon after the last data packet (a tail probe); later ones
+    /// every `ack_timer`. A
     /// lost last packet (a lone echo, the end of a burst) is then found
     /// half a round trip after it was sent, not `ack_timer` later: on a
     /// 104 ms link at 2% loss this took Hop's echo overhead over ping from

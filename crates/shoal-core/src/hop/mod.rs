@@ -314,13 +314,18 @@ impl Hop {
     }
 
     /// When the sender's ACK is next due: a tail probe after the last data
-    /// packet, then every `ack_timer` while packets are unacknowledged.
+    /// packet when nothing more waits to be sent, then every `ack_timer`
+    /// while packets are unacknowledged.
     fn ack_sent_due(&self) -> Option<Instant> {
         if self.unacked.is_empty() {
             return None;
         }
+        // Data still waiting to leave is no tail: the next packet tells
+        // the receiver of any gap, and a probe would cost bandwidth.
+        let tail = self.queue.is_empty() && self.retransmit.is_empty();
         Some(match self.last_ack_sent {
-            None => self.last_data + self.config.tail_probe,
+            None if tail => self.last_data + self.config.tail_probe,
+            None => self.last_data + self.config.ack_timer,
             Some(at) => at + self.config.ack_timer,
         })
     }

@@ -1106,7 +1106,8 @@ pub fn loss_table(
                         }),
                         ..Workload::default()
                     };
-                    let sim = SpreadSim::new(wan.clone(), kind.clone(), Costs::default(), work, seed);
+                    let sim =
+                        SpreadSim::new(wan.clone(), kind.clone(), Costs::default(), work, seed);
                     let receivers = sim.stream_receivers(Stream {
                         from: source,
                         size: 1024,
@@ -1121,7 +1122,11 @@ pub fn loss_table(
                             out.stream_delivered[r] as f64 * 1024.0 * 8.0 / secs.max(1e-9) / 1e3
                         })
                         .fold(f64::INFINITY, f64::min);
-                    let delivered = receivers.iter().map(|&r| out.stream_delivered[r]).min().unwrap_or(0);
+                    let delivered = receivers
+                        .iter()
+                        .map(|&r| out.stream_delivered[r])
+                        .min()
+                        .unwrap_or(0);
                     // TCP may not finish under heavy loss: that is its
                     // measured result, not a failed run. Hop must finish.
                     if delivered < count && matches!(kind, LinkKind::Hop(_)) {
@@ -1173,3 +1178,42 @@ pub fn loss_table(
 
 /// The added loss of Tables 3 and 4.
 pub const ADDED_LOSS: [f64; 4] = [0.0, 0.05, 0.10, 0.20];
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A paced stream over a lossless link never overflows the link's
+    /// queue: no packet is lost, none retransmitted, all delivered.
+    #[test]
+    fn a_lossless_stream_needs_no_retransmission() {
+        let edges = [Edge {
+            a: MAE_EAST,
+            b: UCSB,
+            rtt_ms: 104.0,
+            bandwidth_bps: WAN_BPS,
+        }];
+        let wan = Wan::direct(&SITES, &edges, 0.0);
+        let work = Workload {
+            stream: Some(Stream {
+                from: MAE_EAST,
+                size: 1024,
+                count: 5000,
+            }),
+            ..Workload::default()
+        };
+        let sim = SpreadSim::new(wan, link_kinds()[0].clone(), Costs::default(), work, 1);
+        let out = sim.run(Duration::from_secs(3600));
+        assert_eq!(out.stream_delivered[UCSB], 5000);
+        assert_eq!(out.retransmissions, 0);
+    }
+
+    #[test]
+    fn ping_sums_the_links_both_ways() {
+        let wan = Wan::direct(&SITES, &chain_edges(), 0.0);
+        let one = wan.ping_ns(&[MAE_EAST, UCSB], 1052);
+        // 104 ms of propagation and 2 × 1052 bytes at 1.5 Mbit/s.
+        assert_eq!(one, 104_000_000 + 2 * 5_610_666);
+        let two = wan.ping_ns(&[MAE_EAST, UCSB, OSU], 1052);
+        assert_eq!(two, one + 60_000_000 + 2 * 5_610_666);
+    }
+}

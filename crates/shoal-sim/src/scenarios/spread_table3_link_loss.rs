@@ -42,7 +42,11 @@ mod tests {
         let at = |p: &str, loss: &str| {
             f.values(
                 "pct_of_lossless",
-                &[("protocol", p), ("added_loss", loss), ("loss_model", "per-direction")],
+                &[
+                    ("protocol", p),
+                    ("added_loss", loss),
+                    ("loss_model", "per-direction"),
+                ],
             )[0]
         };
         assert!(at("hop", "0.05") > at("hop", "0.2"));
