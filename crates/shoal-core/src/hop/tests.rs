@@ -354,3 +354,23 @@ proptest! {
         }
     }
 }
+
+/// At 20% loss each way, with a round trip (104 ms) inside `nack_repeat`,
+/// the sender resends only what was lost: no packet arrives twice, and
+/// retransmissions are about p/(1-p) of the packets.
+#[test]
+fn heavy_loss_draws_no_duplicate_retransmission() {
+    let config = Config {
+        rate_bps: 1_425_000,
+        ..Config::default()
+    };
+    let mut p = Pipe::new(hop_pair(config), 52, 0.2, 1);
+    for i in 0..3000 {
+        p.send(0, &msg(i));
+    }
+    p.run_until(ms(60_000));
+    assert_eq!(p.delivered[1].len(), 3000);
+    assert_eq!(p.ends[1].stats().duplicates, 0);
+    let r = p.ends[0].stats().retransmissions as f64 / 3000.0;
+    assert!((0.2..0.3).contains(&r), "{r}");
+}

@@ -47,7 +47,8 @@ impl LinkKind {
     pub fn name(&self) -> &'static str {
         match self {
             LinkKind::Hop(_) => "hop",
-            LinkKind::Tcp(_) => "tcp",
+            LinkKind::Tcp(c) if c.nagle => "tcp",
+            LinkKind::Tcp(_) => "tcp-nodelay",
         }
     }
 
@@ -910,6 +911,39 @@ pub fn link_kinds() -> [LinkKind; 2] {
         LinkKind::Hop(hop::Config::default()),
         LinkKind::Tcp(TcpConfig::default()),
     ]
+}
+
+/// As [`link_kinds`], plus TCP with Nagle's algorithm off (TCP_NODELAY),
+/// for the experiments where Nagle decides the result (Figs 10-11): the
+/// paper does not say which Spread used.
+pub fn link_kinds_with_nodelay() -> [LinkKind; 3] {
+    let [hop, tcp] = link_kinds();
+    let nodelay = LinkKind::Tcp(TcpConfig {
+        nagle: false,
+        ..TcpConfig::default()
+    });
+    [hop, tcp, nodelay]
+}
+
+/// The round trip of a `size`-byte message over the idle `path` if it
+/// were sent as back-to-back datagrams of at most `mtu` bytes of payload
+/// with nothing else in the way: one datagram's summed per-link ping plus,
+/// each way, the time the rest of the message takes at the slowest link.
+/// Fig 10's "what can be attributed to the size of the message".
+pub fn ideal_rtt_ns(wan: &Wan, path: &[usize], size: usize, mtu: usize) -> u64 {
+    let first = size.min(mtu);
+    let rest = size - first;
+    let slowest = path
+        .windows(2)
+        .flat_map(|w| {
+            let (ab, ba) = wan.paths(w[0], w[1]);
+            ab.iter()
+                .chain(ba)
+                .map(|&l| wan.phys[l].bandwidth_bps)
+                .collect::<Vec<_>>()
+        })
+        .fold(f64::INFINITY, f64::min);
+    wan.ping_ns(path, first + 28) + 2 * ((rest as f64 * 8.0 / slowest) * 1e9) as u64
 }
 
 /// Round-trip summary in milliseconds.
