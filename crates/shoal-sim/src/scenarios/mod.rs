@@ -27,6 +27,7 @@ pub mod spread_fig11_load;
 pub mod spread_fig6_chain;
 pub mod spread_fig8_chain;
 pub mod spread_sim;
+pub mod spread_table1_overlay;
 pub mod spread_table2_link;
 pub mod spread_table3_link_loss;
 pub mod spread_table4_tree_loss;
@@ -69,6 +70,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig10_scale::NAME, p000_fig10_scale::run),
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
+    (spread_table1_overlay::NAME, spread_table1_overlay::run),
     (spread_table2_link::NAME, spread_table2_link::run),
     (spread_fig6_chain::NAME, spread_fig6_chain::run),
     (spread_fig8_chain::NAME, spread_fig8_chain::run),

@@ -132,6 +132,66 @@ impl Wan {
         }
     }
 
+    /// Sites behind access links: site i reaches the Internet core through
+    /// an uplink and a downlink of `access_bps[i]`, shared by all its
+    /// overlay links; the core between two sites has the pair's round trip
+    /// (`rtt_ms[a][b]`) and ample capacity (1 Gbit/s). Every pair of sites
+    /// is a potential overlay link with `weight(a, b)` each way (`None`:
+    /// no link).
+    pub fn access(
+        sites: &[&str],
+        access_bps: &[f64],
+        rtt_ms: &[[f64; 6]; 6],
+        loss: f64,
+        weight: impl Fn(usize, usize) -> Option<u32>,
+    ) -> Wan {
+        let n = sites.len();
+        let spec = |bandwidth_bps: f64, delay_ns: u64| LinkSpec {
+            bandwidth_bps,
+            delay_ns,
+            loss,
+            queue_packets: QUEUE_PACKETS,
+        };
+        // Uplinks 0..n, downlinks n..2n; loss once per direction, on the
+        // core link only.
+        let mut phys: Vec<LinkSpec> = access_bps
+            .iter()
+            .map(|&b| LinkSpec {
+                loss: 0.0,
+                ..spec(b, 0)
+            })
+            .collect();
+        phys.extend(access_bps.iter().map(|&b| LinkSpec {
+            loss: 0.0,
+            ..spec(b, 0)
+        }));
+        let mut links = Vec::new();
+        for a in 0..n {
+            for b in a + 1..n {
+                let Some(w) = weight(a, b) else {
+                    continue;
+                };
+                let delay = (rtt_ms[a][b] * 1e6 / 2.0) as u64;
+                phys.push(spec(1e9, delay));
+                phys.push(spec(1e9, delay));
+                let (ab, ba) = (phys.len() - 2, phys.len() - 1);
+                links.push(WanLink {
+                    a,
+                    b,
+                    a_to_b: vec![a, ab, n + b],
+                    b_to_a: vec![b, ba, n + a],
+                    weight_ab: w,
+                    weight_ba: w,
+                });
+            }
+        }
+        Wan {
+            sites: sites.iter().map(|s| s.to_string()).collect(),
+            phys,
+            links,
+        }
+    }
+
     /// A round trip over the idle overlay path `path` (sites) of a
     /// `bytes`-byte datagram: the sum of each link's ping, as the paper
     /// sums per-link pings for its chain (§4.3). No CPU cost: the kernel
@@ -402,11 +462,26 @@ impl SpreadSim {
                 partial: BTreeMap::new(),
             })
             .collect();
+        // Overlay link directions leaving through each physical link.
+        let mut users = vec![0usize; wan.phys.len()];
+        for l in &wan.links {
+            users[l.a_to_b[0]] += 1;
+            users[l.b_to_a[0]] += 1;
+        }
         for (i, l) in wan.links.iter().enumerate() {
             for (me, peer, path) in [(l.a, l.b, &l.a_to_b), (l.b, l.a, &l.b_to_a)] {
+                // An operator splits the site's own uplink among the
+                // overlay links that leave through it (§3.2: the bucket is
+                // set per link and can follow a reservation); the far
+                // end's access is shared with other senders' links, which
+                // no static setting can know, so it counts in full.
                 let capacity = path
                     .iter()
-                    .map(|&p| wan.phys[p].bandwidth_bps)
+                    .enumerate()
+                    .map(|(k, &p)| {
+                        let share = if k == 0 { users[p] as f64 } else { 1.0 };
+                        wan.phys[p].bandwidth_bps / share
+                    })
                     .fold(f64::INFINITY, f64::min);
                 let engine: Box<dyn LinkProtocol + Send> = match &kind {
                     LinkKind::Hop(config) => Box::new(
