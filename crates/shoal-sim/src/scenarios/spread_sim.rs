@@ -166,8 +166,9 @@ impl Wan {
             ..spec(b, 0)
         }));
         let mut links = Vec::new();
-        for a in 0..n {
-            for b in a + 1..n {
+        let pairs = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b)));
+        for (a, b) in pairs {
+            {
                 let Some(w) = weight(a, b) else {
                     continue;
                 };
