@@ -26,6 +26,7 @@ pub mod hop;
 pub mod overlay;
 pub mod pbcast;
 pub mod ranges;
+pub mod ring;
 pub mod srm;
 pub mod time;
 pub mod traditional;
