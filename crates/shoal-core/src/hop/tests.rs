@@ -374,3 +374,48 @@ fn heavy_loss_draws_no_duplicate_retransmission() {
     let r = p.ends[0].stats().retransmissions as f64 / 3000.0;
     assert!((0.2..0.3).contains(&r), "{r}");
 }
+
+/// P-Spread Fig 5: on A→B packet m2 is lost, on B→C m1. B forwards m3 and
+/// m4 at once, numbering B→C in arrival order (m1 = 1, m3 = 2, m4 = 3) and
+/// the recovered m2 as 4; C never sees a gap for m2, and hands m3 and m4 up
+/// before m1 and m2 arrive.
+#[test]
+fn fig5_each_link_numbers_packets_in_arrival_order() {
+    let mut ab = Pipe::new(hop_pair(Config::default()), 20, 0.0, 1);
+    let mut bc = Pipe::new(hop_pair(Config::default()), 20, 0.0, 2);
+    let mut dropped_ab = false;
+    ab.drop = Some(Box::new(move |from, d| {
+        let drop = from == 0 && !dropped_ab && wire_first_data(d) == Some(2);
+        dropped_ab |= drop;
+        drop
+    }));
+    let mut dropped_bc = false;
+    bc.drop = Some(Box::new(move |from, d| {
+        let drop = from == 0 && !dropped_bc && wire_first_data(d) == Some(1);
+        dropped_bc |= drop;
+        drop
+    }));
+    for i in 1..=4 {
+        ab.send(0, &msg(i));
+    }
+    let mut forwarded = 0;
+    for t in 0..1000 {
+        ab.run_until(ms(t));
+        while forwarded < ab.delivered[1].len() {
+            let payload = ab.delivered[1][forwarded].1.clone();
+            bc.send(0, &payload);
+            forwarded += 1;
+        }
+        bc.run_until(ms(t));
+    }
+    assert_eq!(ids(&ab.delivered[1]), vec![1, 3, 4, 2]);
+    assert_eq!(ids(&bc.delivered[1]), vec![3, 4, 1, 2]);
+    let recovered: Vec<bool> = bc.delivered[1].iter().map(|d| d.2).collect();
+    assert_eq!(
+        recovered,
+        vec![false, false, true, false],
+        "m1 fills a gap on B→C; m2 is just the next packet there"
+    );
+    assert_eq!(bc.ends[1].stats().recovered, 1);
+    assert_eq!(bc.ends[0].stats().retransmissions, 1);
+}
