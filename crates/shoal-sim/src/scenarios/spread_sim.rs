@@ -1326,4 +1326,86 @@ mod tests {
         let two = wan.ping_ns(&[MAE_EAST, UCSB, OSU], 1052);
         assert_eq!(two, one + 60_000_000 + 2 * 5_610_666);
     }
+
+    fn stream_kbps(config: hop::Config, loss: f64, count: u64, seed: u64) -> (f64, u64) {
+        let edges = [Edge {
+            a: MAE_EAST,
+            b: UCSB,
+            rtt_ms: 104.0,
+            bandwidth_bps: WAN_BPS,
+        }];
+        let wan = Wan::direct(&SITES, &edges, loss);
+        let work = Workload {
+            stream: Some(Stream {
+                from: MAE_EAST,
+                size: 1024,
+                count,
+            }),
+            ..Workload::default()
+        };
+        let out = SpreadSim::new(wan, LinkKind::Hop(config), Costs::default(), work, seed)
+            .run(Duration::from_secs(3600));
+        let secs = out.stream_last_ns[UCSB] as f64 / 1e9;
+        (
+            out.stream_delivered[UCSB] as f64 * 8.192 / secs,
+            out.retransmissions,
+        )
+    }
+
+    /// The measurements behind Hop's defaults (`docs/spread.md`):
+    /// `cargo test -p shoal-sim hop_settings_sweep -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check: prints the table docs/spread.md quotes"]
+    fn hop_settings_sweep() {
+        let order = [MAE_EAST, UCSB, OSU, RUTGERS, CNDS, HOPKINS];
+        let ping = Wan::direct(&SITES, &chain_edges(), 0.0).ping_ns(&order, 1052) as f64 / 1e6;
+        for ms in [0u64, 5, 10, 20, 40] {
+            let config = hop::Config {
+                nack_delay: Duration::from_millis(ms),
+                ..hop::Config::default()
+            };
+            let wan = Wan::direct(&SITES, &chain_edges(), 0.01);
+            let avg: f64 = (1..=2)
+                .map(|seed| {
+                    let echo = Echo::new(MAE_EAST, HOPKINS, 1024, 2000);
+                    echo_run(&wan, &LinkKind::Hop(config.clone()), echo, None, seed)
+                        .0
+                        .avg
+                })
+                .sum::<f64>()
+                / 2.0;
+            eprintln!(
+                "nack_delay {ms:>3} ms: chain, 1% loss, overhead over ping {:.2}%",
+                (avg - ping) / ping * 100.0
+            );
+        }
+        for ms in [120u64, 150, 250, 500, 1000] {
+            let config = hop::Config {
+                nack_repeat: Duration::from_millis(ms),
+                ..hop::Config::default()
+            };
+            let (kbps, rtx) = stream_kbps(config, 0.2, 5000, 1);
+            eprintln!("nack_repeat {ms:>4} ms: one link, 20% loss: {kbps:.1} Kbit/s, {rtx} retransmissions of 5000");
+        }
+        for w in [32u32, 64, 128, 256, 1024] {
+            let config = hop::Config {
+                window_packets: std::num::NonZeroU32::new(w).expect("non-zero"),
+                ..hop::Config::default()
+            };
+            let (kbps, _) = stream_kbps(config, 0.2, 5000, 1);
+            let (free, _) = stream_kbps(
+                hop::Config {
+                    window_packets: std::num::NonZeroU32::new(w).expect("non-zero"),
+                    ..hop::Config::default()
+                },
+                0.0,
+                5000,
+                1,
+            );
+            eprintln!(
+                "window {w:>5}: one link, 20% loss: {kbps:.1} Kbit/s ({:.1}% of {free:.1})",
+                kbps / free * 100.0
+            );
+        }
+    }
 }
