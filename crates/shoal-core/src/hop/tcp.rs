@@ -254,7 +254,10 @@ impl TcpLink {
     }
 
     fn on_segment(&mut self, seq: u64, data: &[u8]) {
-        let end = seq + data.len() as u64;
+        // A segment past the end of the sequence space is forged: dropped.
+        let Some(end) = seq.checked_add(data.len() as u64) else {
+            return;
+        };
         if data.is_empty() {
             return;
         }

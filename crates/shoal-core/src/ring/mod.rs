@@ -36,6 +36,12 @@ use shoal_wire::ring::{decode, RingPacket, Token, NO_MEMBER};
 use crate::engine::SendError;
 use crate::{Destination, Engine, Instant, NodeId, Transmit};
 
+/// How far past this member's aru a sequence number may be: a member
+/// that far behind has lost the ring (membership's business), and a
+/// number beyond it is refused as forged, which keeps arithmetic and the
+/// held map bounded.
+const MAX_AHEAD: u64 = 1 << 32;
+
 /// Settings of a ring member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -195,6 +201,11 @@ impl Ring {
         if t.ring_id != self.ring_id || t.token_seq <= self.last_token_seq {
             return;
         }
+        if t.token_seq == u64::MAX || t.seq > self.my_aru + MAX_AHEAD {
+            // Sequence numbers no ring reaches: a forged token.
+            self.stats.bad_datagrams += 1;
+            return;
+        }
         self.stats.tokens += 1;
         self.last_token_seq = t.token_seq;
         self.passed = None;
@@ -299,6 +310,10 @@ impl Ring {
     }
 
     fn on_data(&mut self, seq: u64, sender: u32, payload: &[u8]) {
+        if seq > self.my_aru + MAX_AHEAD {
+            self.stats.bad_datagrams += 1;
+            return;
+        }
         if let Some((t, _)) = &self.passed {
             // A message the token's holder after me stamped: it moved on.
             if seq > t.seq {
