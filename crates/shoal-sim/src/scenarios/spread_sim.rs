@@ -168,23 +168,21 @@ impl Wan {
         let mut links = Vec::new();
         let pairs = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b)));
         for (a, b) in pairs {
-            {
-                let Some(w) = weight(a, b) else {
-                    continue;
-                };
-                let delay = (rtt_ms[a][b] * 1e6 / 2.0) as u64;
-                phys.push(spec(1e9, delay));
-                phys.push(spec(1e9, delay));
-                let (ab, ba) = (phys.len() - 2, phys.len() - 1);
-                links.push(WanLink {
-                    a,
-                    b,
-                    a_to_b: vec![a, ab, n + b],
-                    b_to_a: vec![b, ba, n + a],
-                    weight_ab: w,
-                    weight_ba: w,
-                });
-            }
+            let Some(w) = weight(a, b) else {
+                continue;
+            };
+            let delay = (rtt_ms[a][b] * 1e6 / 2.0) as u64;
+            phys.push(spec(1e9, delay));
+            phys.push(spec(1e9, delay));
+            let (ab, ba) = (phys.len() - 2, phys.len() - 1);
+            links.push(WanLink {
+                a,
+                b,
+                a_to_b: vec![a, ab, n + b],
+                b_to_a: vec![b, ba, n + a],
+                weight_ab: w,
+                weight_ba: w,
+            });
         }
         Wan {
             sites: sites.iter().map(|s| s.to_string()).collect(),
