@@ -75,10 +75,13 @@ pub trait LinkProtocol {
     /// `poll_timeout`'s deadline passed (spurious calls are harmless).
     fn handle_timeout(&mut self, now: Instant);
     /// The next datagram for the peer, built from fresh state.
+    #[must_use]
     fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>>;
     /// The next event for the layer above.
+    #[must_use]
     fn poll_event(&mut self) -> Option<Event>;
     /// When `handle_timeout` should next be called.
+    #[must_use]
     fn poll_timeout(&self) -> Option<Instant>;
     /// Messages accepted and not yet sent once.
     fn queued(&self) -> usize;
