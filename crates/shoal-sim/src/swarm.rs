@@ -208,13 +208,21 @@ struct World {
     hasher: std::collections::hash_map::DefaultHasher,
     events: u64,
     trace: VecDeque<String>,
+    /// Every trace line, kept only when `SWARM_DUMP` asks for it.
+    full_trace: Vec<String>,
+    keep_trace: bool,
     faults_drawn: Vec<String>,
     liveness: bool,
+    /// No client acts from this time on.
+    quiet_from: u64,
     membership_config: membership::Config,
 }
 
 const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
 const TRACE_TAIL: usize = 40;
+/// The end of a run with no new sends: long enough for any message to be
+/// delivered everywhere once the network is healed.
+const DRAIN: u64 = 8 * SEC;
 
 /// Runs one seed.
 pub fn run(cfg: SwarmConfig) -> Outcome {
@@ -223,6 +231,9 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
     let end_faults = w.cfg.fault_phase.as_nanos() as u64;
     w.push(end_faults, Ev::Fault(Fault::Liveness));
     let end = end_faults + w.cfg.converge_within.as_nanos() as u64;
+    // Clients stop sending this long before the end, so that what they
+    // sent has settled when the history is judged.
+    w.quiet_from = end.saturating_sub(DRAIN);
     let progress = std::env::var("SWARM_PROGRESS").is_ok();
     let (mut same_time, mut last_at) = (0u64, 0u64);
     while let Some(Reverse((at, _, ev))) = w.queue.pop() {
@@ -242,7 +253,7 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
             same_time = 0;
             last_at = at;
         }
-        if progress && w.events % 100_000 == 0 {
+        if progress && w.events.is_multiple_of(100_000) {
             eprintln!("{} events, {:.3} s, {:?}", w.events, at as f64 / 1e9, ev);
         }
         w.now = at;
@@ -252,6 +263,14 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
     let (converged, liveness) = w.converged();
     let trace_hash = w.hasher.finish();
     let records = std::mem::take(&mut w.records);
+    if let Ok(dir) = std::env::var("SWARM_DUMP") {
+        // The whole history and trace of this seed, for a failing seed.
+        let dir = std::path::Path::new(&dir).join(format!("seed-{}", w.cfg.seed));
+        let _ = std::fs::create_dir_all(&dir);
+        let lines: Vec<String> = records.iter().map(Record::to_json).collect();
+        let _ = std::fs::write(dir.join("history.jsonl"), lines.join("\n") + "\n");
+        let _ = std::fs::write(dir.join("trace.txt"), w.full_trace.join("\n") + "\n");
+    }
     let report = shoal_check::check(records);
     Outcome {
         seed: w.cfg.seed,
@@ -283,8 +302,11 @@ impl World {
             hasher: Default::default(),
             events: 0,
             trace: VecDeque::new(),
+            full_trace: Vec::new(),
+            keep_trace: std::env::var("SWARM_DUMP").is_ok(),
             faults_drawn: Vec::new(),
             liveness: false,
+            quiet_from: u64::MAX,
             membership_config: membership::Config::daemon_defaults(),
             cfg,
         };
@@ -344,8 +366,11 @@ impl World {
         if self.trace.len() == TRACE_TAIL {
             self.trace.pop_front();
         }
-        self.trace
-            .push_back(format!("{:>9.3} ms {line}", self.now as f64 / 1e6));
+        let line = format!("{:>9.3} ms {line}", self.now as f64 / 1e6);
+        if self.keep_trace {
+            self.full_trace.push(line.clone());
+        }
+        self.trace.push_back(line);
     }
 
     // ---- daemons ------------------------------------------------------------
@@ -517,7 +542,7 @@ impl World {
         }
     }
 
-    fn to_daemon(&mut self, slot: usize, input: ClientInput) {
+    fn hand_to_daemon(&mut self, slot: usize, input: ClientInput) {
         let d = &mut self.daemons[slot];
         if d.engine.is_none() {
             return;
@@ -567,7 +592,7 @@ impl World {
         }
         if written > 0 && self.clients[c].state == ClientState::Connected {
             let (slot, session) = (self.clients[c].daemon, self.clients[c].session);
-            self.to_daemon(slot, ClientInput::Written(session, written));
+            self.hand_to_daemon(slot, ClientInput::Written(session, written));
         }
     }
 
@@ -656,6 +681,9 @@ impl World {
     }
 
     fn client_step(&mut self, c: usize) {
+        if self.now >= self.quiet_from {
+            return;
+        }
         let state = self.clients[c].state;
         let slot = self.clients[c].daemon;
         match state {
@@ -675,7 +703,7 @@ impl World {
                 client.seq = 0;
                 client.state = ClientState::Connecting;
                 let name = client.name.clone();
-                self.to_daemon(
+                self.hand_to_daemon(
                     slot,
                     ClientInput::Opened {
                         id: session,
@@ -686,7 +714,7 @@ impl World {
                     name,
                     token: String::new(),
                 };
-                self.to_daemon(slot, ClientInput::Frame(session, connect));
+                self.hand_to_daemon(slot, ClientInput::Frame(session, connect));
                 let at = self.now + 50 * MS;
                 self.schedule_step(c, at);
             }
@@ -711,7 +739,7 @@ impl World {
         if self.clients[c].groups.is_empty() || roll < 8 {
             let g = GROUPS[self.rng.random_range(0..GROUPS.len())].to_string();
             if self.clients[c].groups.insert(g.clone()) {
-                self.to_daemon(slot, ClientInput::Frame(session, Frame::Join { group: g }));
+                self.hand_to_daemon(slot, ClientInput::Frame(session, Frame::Join { group: g }));
             }
             return;
         }
@@ -723,12 +751,12 @@ impl World {
                 .cloned()
                 .expect("non-empty");
             self.clients[c].groups.remove(&g);
-            self.to_daemon(slot, ClientInput::Frame(session, Frame::Leave { group: g }));
+            self.hand_to_daemon(slot, ClientInput::Frame(session, Frame::Leave { group: g }));
             return;
         }
         if roll < 12 && !quiet {
             self.note(format!("c{c} disconnects"));
-            self.to_daemon(slot, ClientInput::Frame(session, Frame::Disconnect));
+            self.hand_to_daemon(slot, ClientInput::Frame(session, Frame::Disconnect));
             self.read_all(c);
             self.end_client(c, "disconnected");
             return;
@@ -767,7 +795,7 @@ impl World {
             groups,
             payload,
         };
-        self.to_daemon(slot, ClientInput::Frame(session, frame));
+        self.hand_to_daemon(slot, ClientInput::Frame(session, frame));
     }
 
     fn pick_group(&mut self, c: usize) -> String {
@@ -846,7 +874,7 @@ impl World {
             Fault::Wake(slot) => self.wake(slot),
             Fault::Partition(side) => {
                 self.partition = Some(side);
-                let at = self.now + self.rng.random_range(1 * SEC..6 * SEC);
+                let at = self.now + self.rng.random_range(SEC..6 * SEC);
                 self.push(at, Ev::Fault(Fault::Heal));
             }
             Fault::Heal => self.partition = None,
@@ -1027,6 +1055,22 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize) -> Vec<Outcome> {
 mod tests {
     use super::*;
 
+    /// Seeds that pass today, covering every fault kind between them: a
+    /// change that breaks one of them is a regression.
+    const GREEN: [u64; 8] = [2, 3, 5, 6, 7, 9, 10, 12];
+
+    fn describe(o: &Outcome) -> String {
+        format!(
+            "seed {}: converged {} ({:?})\n{}\nfaults: {}\ntrace tail:\n{}",
+            o.seed,
+            o.converged,
+            o.liveness,
+            o.report,
+            o.faults_drawn.join("; "),
+            o.trace_tail.join("\n")
+        )
+    }
+
     #[test]
     fn a_seed_gives_the_same_run() {
         let a = run(SwarmConfig::from_seed(3));
@@ -1044,5 +1088,62 @@ mod tests {
         assert!(o.converged, "{:?}", o.liveness);
         assert!(o.report.summary.deliveries > 0, "{}", o.report);
         assert!(o.report.is_clean(), "{}", o.report);
+    }
+
+    #[test]
+    fn the_green_seeds_stay_clean_under_every_fault_kind() {
+        let outcomes = run_seeds(GREEN[0]..GREEN[0] + 1, 1)
+            .into_iter()
+            .chain(GREEN[1..].iter().flat_map(|s| run_seeds(*s..*s + 1, 2)))
+            .collect::<Vec<_>>();
+        let drawn: String = outcomes
+            .iter()
+            .flat_map(|o| o.faults_drawn.clone())
+            .collect();
+        for kind in ["Crash", "Sleep", "Partition", "Network", "Slow", "Stop"] {
+            assert!(drawn.contains(kind), "no {kind} among the green seeds");
+        }
+        for o in &outcomes {
+            assert!(o.ok(), "{}", describe(o));
+        }
+    }
+
+    // Seeds the swarm found failing that are not fixed yet, one per class
+    // (docs/reliability.md). Each asserts the guarantee, so it fails today;
+    // run with `cargo test -p shoal-sim swarm -- --ignored`.
+
+    fn assert_ok(seed: u64) {
+        let o = run(SwarmConfig::from_seed(seed));
+        assert!(o.ok(), "{}", describe(&o));
+    }
+
+    #[test]
+    #[ignore = "two daemons, one crashes: the survivor cannot install a view without a majority and the restarted one never gets in (primary-partition membership; extended virtual synchrony fixes it)"]
+    fn two_daemons_one_crashed_converge_again() {
+        assert_ok(8);
+    }
+
+    #[test]
+    #[ignore = "a daemon that founds a new group restarts the total order's sequence numbers, so a group's view id repeats with another membership"]
+    fn view_ids_are_never_reused() {
+        assert_ok(18);
+    }
+
+    #[test]
+    #[ignore = "a safe message delivered at one daemon is never delivered by a member of a client at another that installs the next view"]
+    fn a_safe_message_reaches_every_member_moving_on() {
+        assert_ok(1);
+    }
+
+    #[test]
+    #[ignore = "a fifo message is never delivered, not even to its sender, around three overlapping partitions"]
+    fn no_message_is_lost_across_overlapping_partitions() {
+        assert_ok(15);
+    }
+
+    #[test]
+    #[ignore = "a daemon that stopped and restarted founds a group of its own and never merges with the others"]
+    fn groups_formed_apart_merge() {
+        assert_ok(21);
     }
 }
