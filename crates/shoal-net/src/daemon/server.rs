@@ -75,12 +75,50 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 }
 
 /// Runs a daemon until SIGTERM or SIGINT (or `stop` fires). Blocks.
+/// SIGHUP is logged and ignored: nothing is reloaded (docs/daemon.md).
 pub fn run(config: DaemonConfig, stop: Option<oneshot::Receiver<()>>) -> Result<(), DaemonError> {
+    run_with(config, stop, None)
+}
+
+/// Called once, when the daemon first accepts clients (it is in a cluster
+/// view and knows its groups): the hook for readiness signals.
+pub type OnReady = Box<dyn FnOnce() + Send>;
+
+/// [`run`], calling `on_ready` once the daemon accepts clients.
+pub fn run_with(
+    config: DaemonConfig,
+    stop: Option<oneshot::Receiver<()>>,
+    on_ready: Option<OnReady>,
+) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(io_error("tokio runtime"))?;
-    runtime.block_on(serve(config, stop))
+    runtime.block_on(serve(config, stop, on_ready))
+}
+
+/// How often the driver asks the engine whether it accepts clients yet.
+const READY_POLL: Duration = Duration::from_millis(20);
+
+/// Calls `on_ready` once the engine accepts clients.
+async fn watch_ready(controls: mpsc::UnboundedSender<Control<Daemon>>, on_ready: OnReady) {
+    loop {
+        let (tx, rx) = oneshot::channel();
+        let asked = controls.send(Box::new(move |e: &mut Daemon, _, _| {
+            let _ = tx.send(e.sessions().ready());
+        }));
+        if asked.is_err() {
+            return;
+        }
+        match rx.await {
+            Ok(true) => {
+                on_ready();
+                return;
+            }
+            Ok(false) => tokio::time::sleep(READY_POLL).await,
+            Err(_) => return,
+        }
+    }
 }
 
 /// The configured daemons' addresses, sorted: the index is the slot.
@@ -155,7 +193,15 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     let (engine, book, slot) =
         membership(config, cluster_config.clone(), incarnation, clock.now())?;
     // Every multicast socket is pinned to 127.0.0.1 with TTL 0 (socket.rs).
-    let mut endpoint = Endpoint::bind(config.listen, &SocketOptions::default())?;
+    let mut endpoint =
+        Endpoint::bind(config.listen, &SocketOptions::default()).map_err(|e| match e {
+            // Name the address: "address in use" alone does not say which.
+            crate::NetError::Socket { source, .. } => DaemonError::Io {
+                what: format!("bind the peers' UDP address {} (`listen`)", config.listen),
+                source,
+            },
+            e => e.into(),
+        })?;
     if let Some(group) = group {
         endpoint.join(group, &SocketOptions::default())?;
     }
@@ -214,12 +260,14 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
 async fn serve(
     config: DaemonConfig,
     stop: Option<oneshot::Receiver<()>>,
+    on_ready: Option<OnReady>,
 ) -> Result<(), DaemonError> {
     let mut node = start_node(&config)?;
     let unix = bind_unix(&config.socket)?;
     // Where the TCP and metrics listeners are, as bound (a port 0 in the
-    // configuration asks for any free port), for `Status`.
-    let mut endpoints = Vec::new();
+    // configuration asks for any free port), and the daemons' addresses,
+    // for `Status`.
+    let mut endpoints = vec![format!("peers on {}", config.listen), slot_line(&config)];
     let tcp = match &config.tcp {
         Some(t) => {
             let listener = TcpListener::bind(t.address)
@@ -245,7 +293,7 @@ async fn serve(
     };
     let limits = client::Limits {
         name_max: config.limits.group_name_len.max(128),
-        payload_max: config.limits.message_size,
+        payload_max: decode_payload_max(config.limits.message_size),
         ..client::Limits::default()
     };
     // Until a connection has sent its Connect, its frames are small.
@@ -265,10 +313,14 @@ async fn serve(
         endpoints: std::sync::Arc::new(endpoints),
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, wiring));
+    let ready = on_ready.map(|f| tokio::spawn(watch_ready(node.controls(), f)));
     let events = node.take_events().expect("taken once");
     let controls = node.controls();
     let result = dispatch(events, conns_rx, controls, stop).await;
     accept.abort();
+    if let Some(r) = ready {
+        r.abort();
+    }
     if let Some(m) = metrics {
         m.abort();
     }
@@ -278,6 +330,39 @@ async fn serve(
     let stats = node.stop().await?;
     tracing::info!(runtime = ?stats.1, "daemon stopped");
     result
+}
+
+/// The payload bound the readers decode with: above `message_size`, so that
+/// a message somewhat over the limit reaches the engine, which answers it
+/// with `LIMIT` and keeps the connection (docs/daemon.md); only a frame
+/// beyond this bound (twice the limit, or the limit plus 1 MiB, whichever
+/// is larger) is malformed and closes the connection, so a reader never
+/// buffers more than this for one frame.
+fn decode_payload_max(message_size: usize) -> usize {
+    message_size.saturating_add(message_size.max(1 << 20))
+}
+
+/// `slots: 0 127.0.0.1:9000 (this daemon), 1 127.0.0.1:9001`: which
+/// address each daemon slot (the first number of a daemon id `slot.inc`)
+/// stands for, from the static list; with `discovery`, only this one's.
+fn slot_line(config: &DaemonConfig) -> String {
+    if config.discovery.is_some() {
+        let slot = config.slot.map_or("-".to_string(), |s| s.to_string());
+        return format!(
+            "slots: {slot} {} (this daemon); others learned by discovery",
+            config.listen
+        );
+    }
+    let (addrs, me) = slots(config);
+    let list: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let this = if i as u32 == me { " (this daemon)" } else { "" };
+            format!("{i} {a}{this}")
+        })
+        .collect();
+    format!("slots: {}", list.join(", "))
 }
 
 /// What the accept loop hands each connection.
@@ -321,6 +406,7 @@ async fn dispatch(
     tokio::pin!(stop);
     let signals = signal();
     tokio::pin!(signals);
+    let mut hangup = hangups();
     let mut conns: HashMap<SessionId, ConnHandle> = HashMap::new();
     let mut stopping: Option<tokio::time::Instant> = None;
     loop {
@@ -343,6 +429,11 @@ async fn dispatch(
                 tracing::info!("signal received: shutting down");
                 stopping = Some(tokio::time::Instant::now());
                 let _ = controls.send(Box::new(|e: &mut Daemon, now, _| e.begin_shutdown(now)));
+            }
+            Some(()) = recv_hangup(&mut hangup) => {
+                tracing::warn!(
+                    "SIGHUP received: nothing is reloaded (restart the daemon to apply a changed configuration); serving on"
+                );
             }
             batch = events.recv() => {
                 let Some(batch) = batch else { break };
@@ -395,6 +486,26 @@ async fn signal() -> io::Result<()> {
         _ = int.recv() => {},
     }
     Ok(())
+}
+
+/// SIGHUP, if its handler can be installed (then it no longer kills the
+/// daemon).
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle SIGHUP");
+            None
+        }
+    }
+}
+
+async fn recv_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hangup {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `shoal status` lines about the runtime (sockets, drops).
@@ -711,4 +822,28 @@ async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
         advance(chunks, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_over_message_size_still_decodes_so_the_engine_can_answer_limit() {
+        assert_eq!(decode_payload_max(1000), 1000 + (1 << 20));
+        assert_eq!(decode_payload_max(4 << 20), 8 << 20);
+        assert_eq!(decode_payload_max(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn the_slot_line_names_each_slot_address() {
+        let config = DaemonConfig::parse(
+            "listen = \"127.0.0.1:9001\"\npeers = [\"127.0.0.1:9002\", \"127.0.0.1:9000\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            slot_line(&config),
+            "slots: 0 127.0.0.1:9000, 1 127.0.0.1:9001 (this daemon), 2 127.0.0.1:9002"
+        );
+    }
 }
