@@ -55,9 +55,54 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole context chain on one line.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, `a: b: c`, skipping a cause whose
+/// text the line already ends with (an error that prints its source and
+/// also returns it as `source()` would otherwise say it twice).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_its_errors_text_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address in use");
+        let e = anyhow::Error::new(shoal_net::daemon::DaemonError::Io {
+            what: "bind 127.0.0.1:1".into(),
+            source: io,
+        })
+        .context("daemon");
+        assert_eq!(one_line(&e), "daemon: bind 127.0.0.1:1: Address in use");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&e), "outer: inner");
+    }
+
+    #[test]
+    fn help_promises_nothing_for_later() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("later"), "{help}");
+        for sub in ["daemon", "send", "listen", "status", "bench"] {
+            assert!(help.contains(sub), "{sub} in {help}");
         }
     }
 }
