@@ -132,7 +132,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             .map_err(|_| anyhow::anyhow!("--timeout must be a number of seconds >= 0"))?;
         wait_ready(&path, timeout)?;
     }
-    let text = status_text(&path)?;
+    let text = with_addresses(&status_text(&path)?);
     if args.json {
         println!("{}", status_json(&text));
     } else {
@@ -198,6 +198,65 @@ fn status_text(path: &Path) -> anyhow::Result<String> {
     }
 }
 
+/// The daemon ids (`slot.incarnation`) of the `id`, `daemons in view` and
+/// `committee` lines followed by the address of their slot, taken from the
+/// `slots` line (`0.8943351` becomes `0.8943351 at 127.0.0.1:9000`).
+fn with_addresses(text: &str) -> String {
+    let mut slots = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(list) = line.strip_prefix("slots: ") else {
+            continue;
+        };
+        for entry in list.split(", ") {
+            let mut words = entry.split(' ');
+            if let (Some(slot), Some(addr)) = (words.next(), words.next()) {
+                if slot.parse::<u32>().is_ok() {
+                    slots.insert(slot.to_string(), addr.to_string());
+                }
+            }
+        }
+    }
+    let annotate = |line: &str| {
+        let mut out = String::new();
+        let mut run = String::new();
+        let flush = |run: &mut String, out: &mut String| {
+            out.push_str(run);
+            if let Some((slot, inc)) = run.split_once('.') {
+                let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+                if digits(slot) && digits(inc) {
+                    if let Some(addr) = slots.get(slot) {
+                        out.push_str(" at ");
+                        out.push_str(addr);
+                    }
+                }
+            }
+            run.clear();
+        };
+        for c in line.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                run.push(c);
+            } else {
+                flush(&mut run, &mut out);
+                out.push(c);
+            }
+        }
+        flush(&mut run, &mut out);
+        out
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let ids = ["id: ", "daemons in view: ", "committee: "];
+        match ids
+            .iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)))
+        {
+            Some((prefix, rest)) => out.push(format!("{prefix}{}", annotate(rest))),
+            None => out.push(line.to_string()),
+        }
+    }
+    out.join("\n")
+}
+
 /// The status text as JSON: `{"lines": [...], "fields": {key: value}}`,
 /// where `fields` holds each line of the form `key: value` (the first
 /// line with a key, if several share it).
@@ -241,6 +300,15 @@ mod tests {
         assert_eq!(v["fields"]["id"], "0.12");
         assert_eq!(v["fields"]["safe"], "held 0 (waiting now 0)");
         assert_eq!(v["fields"].as_object().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn daemon_ids_are_followed_by_their_slots_address() {
+        let text = "node: a\nid: 1.77\ndaemons in view: 0.5, 1.77, 2.9\ncommittee: 2 (0.5, 1.77)\nuptime: 2.5s\nslots: 0 127.0.0.1:9000, 1 127.0.0.1:9001 (this daemon)";
+        assert_eq!(
+            with_addresses(text),
+            "node: a\nid: 1.77 at 127.0.0.1:9001\ndaemons in view: 0.5 at 127.0.0.1:9000, 1.77 at 127.0.0.1:9001, 2.9\ncommittee: 2 (0.5 at 127.0.0.1:9000, 1.77 at 127.0.0.1:9001)\nuptime: 2.5s\nslots: 0 127.0.0.1:9000, 1 127.0.0.1:9001 (this daemon)"
+        );
     }
 
     #[test]

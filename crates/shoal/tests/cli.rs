@@ -234,7 +234,11 @@ fn status_waits_honours_shoal_socket_and_speaks_json() {
     std::thread::sleep(Duration::from_millis(300));
     let o = status_wait(&socket, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("node: solo"));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("node: solo"), "{text}");
+    // The daemon's id comes with its address.
+    let id = text.lines().find(|l| l.starts_with("id: ")).unwrap();
+    assert!(id.contains(" at 127.0.0.1:"), "{id}");
 
     // `send` and `listen` take the socket from SHOAL_SOCKET too.
     let o = shoal()

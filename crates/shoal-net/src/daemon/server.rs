@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_core::daemon::membership::{self, Membership};
-use shoal_core::daemon::{ClientInput, Daemon, DaemonEvent, MembershipChange, SessionId, Settings};
+use shoal_core::daemon::{
+    daemon_name, ClientInput, Daemon, DaemonEvent, MembershipChange, SessionId, Settings,
+};
 use shoal_core::vsync::RemovedReason;
 use shoal_wire::client::{self, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -236,7 +238,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // reaches the engine, and a delivery the client, without waking
     // another thread.
     let node = Node::spawn_task(engine, endpoint, node_config, clock)?;
-    tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, "daemon started");
+    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, "daemon started");
     Ok(node)
 }
 
@@ -267,7 +269,10 @@ async fn serve(
     // Where the TCP and metrics listeners are, as bound (a port 0 in the
     // configuration asks for any free port), and the daemons' addresses,
     // for `Status`.
-    let mut endpoints = vec![format!("peers on {}", config.listen), slot_line(&config)];
+    let mut endpoints = vec![
+        format!("daemons' UDP on {}", config.listen),
+        slot_line(&config),
+    ];
     let tcp = match &config.tcp {
         Some(t) => {
             let listener = TcpListener::bind(t.address)
@@ -529,24 +534,30 @@ fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
     ]
 }
 
+/// Daemon ids as `shoal status` prints them (`slot.incarnation`).
+fn names(ids: &[shoal_core::NodeId]) -> String {
+    let names: Vec<String> = ids.iter().map(|id| daemon_name(*id)).collect();
+    format!("[{}]", names.join(", "))
+}
+
 fn log_membership(me: shoal_core::NodeId, event: &MembershipChange) {
     match event {
         MembershipChange::View(v) => tracing::info!(
-            me = %me,
+            me = %daemon_name(me),
             view = v.id,
-            members = ?v.members,
-            joined = ?v.joined,
-            failed = ?v.failed,
-            left = ?v.left,
+            members = %names(&v.members),
+            joined = %names(&v.joined),
+            failed = %names(&v.failed),
+            left = %names(&v.left),
             first = v.first,
             "daemons' view installed"
         ),
         MembershipChange::Removed {
             view,
             reason: RemovedReason::Left,
-        } => tracing::info!(me = %me, view, "left the daemons' group"),
+        } => tracing::info!(me = %daemon_name(me), view, "left the daemons' group"),
         MembershipChange::Removed { view, reason } => {
-            tracing::warn!(me = %me, view, ?reason, "removed from the daemons' group; rejoining")
+            tracing::warn!(me = %daemon_name(me), view, ?reason, "removed from the daemons' group; rejoining")
         }
     }
 }
