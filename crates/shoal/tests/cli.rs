@@ -352,3 +352,13 @@ fn a_message_over_message_size_is_refused_with_limit_and_the_connection_goes_on(
     c.disconnect().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_license_file_is_the_one_cargo_toml_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("license = \"Apache-2.0\""));
+    let license = std::fs::read_to_string(root.join("LICENSE")).unwrap();
+    assert!(license.contains("Apache License\n                        Version 2.0, January 2004"));
+    assert!(license.contains("END OF TERMS AND CONDITIONS"));
+}
