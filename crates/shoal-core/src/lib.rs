@@ -22,8 +22,11 @@
 pub mod daemon;
 pub mod engine;
 pub mod fd;
+pub mod hop;
+pub mod overlay;
 pub mod pbcast;
 pub mod ranges;
+pub mod ring;
 pub mod srm;
 pub mod time;
 pub mod traditional;

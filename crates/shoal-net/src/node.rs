@@ -72,7 +72,8 @@ pub struct EventBatch<Ev> {
 pub struct NodeConfig {
     /// The static member list; must contain the endpoint's own address.
     pub book: AddressBook,
-    /// Injected faults on received datagrams (none by default).
+    /// Injected faults: loss, duplication, delay and jitter of received
+    /// datagrams; loss and duplication of sent ones (none by default).
     pub faults: FaultConfig,
     /// Datagrams read from one socket per turn, at most, before timers and
     /// sends get their turn. Default 64.
@@ -147,6 +148,12 @@ pub struct RuntimeStats {
     pub fault_drops: u64,
     /// Held back by the fault layer.
     pub fault_delays: u64,
+    /// Extra copies made by the fault layer (received datagrams).
+    pub fault_duplicates: u64,
+    /// Sent datagrams dropped by the fault layer.
+    pub fault_send_drops: u64,
+    /// Sent datagrams duplicated by the fault layer.
+    pub fault_send_duplicates: u64,
     /// This node's own multicasts looped back to it, dropped.
     pub own_filtered: u64,
     /// From an address not in the book, dropped.
@@ -432,7 +439,7 @@ impl<E: Engine> Driver<E> {
         let (multicast_rx, group) = match endpoint.multicast {
             Some((socket, group)) => (
                 Some(UdpSocket::from_std(socket).map_err(NetError::Runtime)?),
-                Some(SocketAddr::V4(group.addr())),
+                Some(group.addr()),
             ),
             None => (None, None),
         };
@@ -633,6 +640,16 @@ impl<E: Engine> Driver<E> {
             return;
         };
         let now = self.clock.now();
+        let copies = self.faults.as_mut().map_or(1, Faults::copies);
+        self.stats.fault_duplicates += copies as u64 - 1;
+        for _ in 0..copies {
+            self.on_copy(now, node, len);
+        }
+    }
+
+    /// Hands one copy of the datagram `buf[..len]` from `node` to the engine,
+    /// or drops or holds it, as the fault layer decides.
+    fn on_copy(&mut self, now: Instant, node: NodeId, len: usize) {
         let verdict = match self.faults.as_mut() {
             Some(faults) => faults.judge(now),
             None => Verdict::Deliver,
@@ -863,14 +880,27 @@ impl<E: Engine> Driver<E> {
             Some(sealed) => transmit.payload = sealed,
             None => return,
         }
-        match transmit.destination {
+        let copies = self.faults.as_mut().map_or(1, Faults::sent_copies);
+        match copies {
+            0 => self.stats.fault_send_drops += 1,
+            2 => self.stats.fault_send_duplicates += 1,
+            _ => {}
+        }
+        for _ in 0..copies {
+            self.queue(transmit.destination, transmit.payload.clone());
+        }
+    }
+
+    /// Queues one (sealed) datagram for its socket address(es).
+    fn queue(&mut self, destination: Destination, payload: Bytes) {
+        match destination {
             Destination::Node(node) => match self.book.addr(node) {
-                Some(addr) => self.outgoing.push_back((addr, transmit.payload)),
+                Some(addr) => self.outgoing.push_back((addr, payload)),
                 None => tracing::warn!(node = %self.me, to = %node, "no address for member"),
             },
             Destination::Multicast => match self.group {
-                Some(group) => self.outgoing.push_back((group, transmit.payload)),
-                None => self.fan_out(transmit.payload),
+                Some(group) => self.outgoing.push_back((group, payload)),
+                None => self.fan_out(payload),
             },
         }
     }

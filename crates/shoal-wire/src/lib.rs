@@ -24,6 +24,8 @@ use thiserror::Error;
 
 pub mod client;
 pub mod groups;
+pub mod hop;
+pub mod ring;
 pub mod vsync;
 
 /// First two bytes of every packet: ASCII "SH".

@@ -12,7 +12,7 @@ use shoal_net::daemon::config::DaemonConfig;
 pub struct DaemonArgs {
     /// The TOML configuration; without one, a single-host default (Unix
     /// socket at `$XDG_RUNTIME_DIR/shoal.sock` or `/tmp/shoal-<uid>.sock`,
-    /// peers on loopback only).
+    /// listening on 127.0.0.1:4804, no peers).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
@@ -32,8 +32,8 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let config = match &args.config {
-        Some(path) => DaemonConfig::load(path)
-            .with_context(|| format!("configuration file {}", path.display()))?,
+        // Its errors name the file.
+        Some(path) => DaemonConfig::load(path)?,
         None => DaemonConfig::default(),
     };
     // Open the readiness descriptor now, so a bad one fails at start.
@@ -62,7 +62,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             }
         }
     });
-    shoal_net::daemon::server::run_with(config, None, Some(on_ready)).context("daemon")
+    let context = match &args.config {
+        Some(path) => format!("daemon ({})", path.display()),
+        None => "daemon".to_string(),
+    };
+    shoal_net::daemon::server::run_with(config, None, Some(on_ready)).context(context)
 }
 
 /// The startup line: the daemon's name, where clients reach it, its own

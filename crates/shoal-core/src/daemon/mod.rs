@@ -178,6 +178,9 @@ pub struct DaemonStats {
     pub window_full: u64,
     /// Shutdown steps that ran out of time.
     pub shutdown_steps_timed_out: u64,
+    /// Batches handed to vsync again after a view change or an eviction
+    /// dropped them.
+    pub batches_resent: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +225,11 @@ pub struct Daemon {
     pending_since: Option<Instant>,
     /// A batch vsync refused (window full): it goes first.
     refused: Option<Bytes>,
+    /// Batches handed to vsync that have not come back in the total order,
+    /// oldest first: a view change that drops them puts them back in the
+    /// queue (vsync orders only what it delivers before the view; the
+    /// rest would be lost silently).
+    in_flight: VecDeque<(u64, Bytes)>,
     left: bool,
     last_now: Instant,
     stats: DaemonStats,
@@ -243,6 +251,7 @@ impl Daemon {
             phase: Phase::Running,
             pending_since: None,
             refused: None,
+            in_flight: VecDeque::new(),
             left: false,
             last_now: Instant::ZERO,
             stats: DaemonStats::default(),
@@ -423,6 +432,14 @@ impl Daemon {
         while let Some(ev) = self.membership.poll_event() {
             any = true;
             let change = match &ev.event {
+                Event::Deliver {
+                    sender, local_id, ..
+                } if *sender == ev.me => {
+                    if let Some(i) = self.in_flight.iter().position(|(id, _)| id == local_id) {
+                        self.in_flight.remove(i);
+                    }
+                    None
+                }
                 Event::View(v) => Some(MembershipChange::View(v.clone())),
                 Event::Removed { view, reason } => {
                     if *reason == RemovedReason::Left {
@@ -439,7 +456,50 @@ impl Daemon {
                 self.events
                     .push_back(DaemonEvent::Membership { me: ev.me, event });
             }
+            let view_change = match &ev.event {
+                Event::View(v) if !v.first => Some(v.gseq),
+                _ => None,
+            };
+            let evicted = matches!(
+                &ev.event,
+                Event::Removed {
+                    reason: RemovedReason::Dropped,
+                    ..
+                }
+            );
+            let left = matches!(
+                &ev.event,
+                Event::Removed {
+                    reason: RemovedReason::Left,
+                    ..
+                }
+            );
             self.sessions.cluster_event(ev.me, ev.event);
+            if let Some(view_gseq) = view_change {
+                // Every member moving into the view delivered the same
+                // messages of the old one: what was sequenced in it (before
+                // the view's own sequence number) and is still in flight
+                // reached none of them. It goes again, first. What vsync has
+                // not sequenced yet it still retries, and what it sequenced
+                // after the view comes later.
+                let vsync = self.membership.vsync();
+                let (waiting, again): (Vec<_>, Vec<_>) =
+                    self.in_flight.drain(..).partition(|(id, _)| {
+                        vsync.awaits_sequence(*id)
+                            || vsync.sequence_of(*id).is_none_or(|g| g > view_gseq)
+                    });
+                self.in_flight = waiting.into();
+                let again: Vec<Bytes> = again.into_iter().map(|(_, b)| b).collect();
+                self.stats.batches_resent += again.len() as u64;
+                self.sessions.requeue(again, false);
+            } else if evicted {
+                let mut again: Vec<Bytes> = self.in_flight.drain(..).map(|(_, b)| b).collect();
+                again.extend(self.refused.take());
+                self.stats.batches_resent += again.len() as u64;
+                self.sessions.requeue(again, true);
+            } else if left {
+                self.in_flight.clear();
+            }
         }
         any
     }
@@ -480,7 +540,10 @@ impl Daemon {
     /// Returns false when the send window is full (the batch waits).
     fn multicast(&mut self, now: Instant, batch: Bytes) -> bool {
         match self.membership.multicast(now, batch.clone()) {
-            Ok(_) => true,
+            Ok(local_id) => {
+                self.in_flight.push_back((local_id, batch));
+                true
+            }
             Err(SendError::WindowFull) => {
                 self.stats.window_full += 1;
                 self.refused = Some(batch);

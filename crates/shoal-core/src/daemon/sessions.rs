@@ -341,6 +341,63 @@ impl Sessions {
         Some(batch)
     }
 
+    /// Puts batches handed to the total order that did not come back in it
+    /// (a view change dropped them) before the items waiting, in their
+    /// order. With `client_items_only` (this daemon was evicted and rejoins
+    /// a new cluster), only clients' items are kept: acknowledgements,
+    /// snapshots and goodbyes of the old cluster mean nothing in the new.
+    pub fn requeue(&mut self, batches: Vec<Bytes>, client_items_only: bool) {
+        if batches.is_empty() {
+            return;
+        }
+        let waiting = self.take_all_pending();
+        self.in_flight = self.in_flight.saturating_sub(batches.len() as u64);
+        if client_items_only {
+            self.requeue_client_items(batches);
+        } else {
+            for batch in batches {
+                let count = u16::from_be_bytes([batch[0], batch[1]]);
+                self.pending.bytes += batch.len() - 2;
+                self.pending.queue.push_back(PendingBatch {
+                    bytes: batch.to_vec(),
+                    count,
+                });
+            }
+        }
+        self.requeue_client_items(waiting);
+    }
+
+    /// Every pending batch, in order, its count filled in.
+    fn take_all_pending(&mut self) -> Vec<Bytes> {
+        let mut all = Vec::new();
+        while let Some(b) = self.pending.take() {
+            all.push(b);
+        }
+        all
+    }
+
+    /// Re-batches the clients' items of `batches` (joins, leaves, goodbyes
+    /// of clients, messages and fragments) at the back of the pending ones.
+    fn requeue_client_items(&mut self, batches: Vec<Bytes>) {
+        for batch in batches {
+            let Ok(items) = groups::decode(&batch) else {
+                continue;
+            };
+            for item in items {
+                if matches!(
+                    item,
+                    Item::Join { .. }
+                        | Item::Leave { .. }
+                        | Item::Gone { .. }
+                        | Item::Message { .. }
+                        | Item::Fragment { .. }
+                ) {
+                    self.pending.push(&item, self.batch_max);
+                }
+            }
+        }
+    }
+
     /// Bytes of items waiting to be batched.
     pub fn pending_bytes(&self) -> usize {
         self.pending.bytes + self.unsequenced.bytes
@@ -1162,7 +1219,14 @@ impl Sessions {
         self.daemons.clear();
         self.table.clear();
         self.partials.clear();
-        self.pending.clear();
+        if reason == RemovedReason::Dropped && !self.shutting_down {
+            // What clients sent waits for the rejoin (it was never ordered);
+            // what only made sense in the old cluster goes.
+            let waiting = self.take_all_pending();
+            self.requeue_client_items(waiting);
+        } else {
+            self.pending.clear();
+        }
         self.unsequenced.clear();
         self.held.clear();
         self.received.clear();

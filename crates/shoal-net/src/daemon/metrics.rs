@@ -184,6 +184,8 @@ pub fn render(core: &CoreFigures, engine: &Membership, runtime: &RuntimeStats) -
         ("malformed_vsync", s.malformed),
         ("malformed_batch", core.stats.malformed_batches),
         ("slow_client", core.stats.slow_clients),
+        ("injected_loss", rt.fault_drops),
+        ("injected_send_loss", rt.fault_send_drops),
     ] {
         drops
             .get_or_create(&ReasonLabel {

@@ -38,10 +38,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, oneshot};
 
 use super::config::DaemonConfig;
-use crate::{
-    AddressBook, Auth, Clock, Control, Endpoint, EventBatch, Mode, Node, NodeConfig, RuntimeStats,
-    SocketOptions,
-};
+use crate::{AddressBook, Auth, Clock, Control, EventBatch, Mode, Node, NodeConfig, RuntimeStats};
 
 /// How long a connection being closed (a slow client) may take to read what
 /// was already being written and the reason it is closed.
@@ -189,24 +186,12 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // pbcast's first phase goes by IP multicast only with `multicast`;
     // `discovery` alone keeps data on the unicast relay tree.
     let ip_multicast = config.multicast_group().map_err(config_error)?.is_some();
-    let group = config.joined_group().map_err(config_error)?;
     let mut cluster_config = config.cluster.clone();
     cluster_config.vsync.pbcast.ip_multicast = ip_multicast;
     let (engine, book, slot) =
         membership(config, cluster_config.clone(), incarnation, clock.now())?;
-    // Every multicast socket is pinned to 127.0.0.1 with TTL 0 (socket.rs).
-    let mut endpoint =
-        Endpoint::bind(config.listen, &SocketOptions::default()).map_err(|e| match e {
-            // Name the address: "address in use" alone does not say which.
-            crate::NetError::Socket { source, .. } => DaemonError::Io {
-                what: format!("bind the peers' UDP address {} (`listen`)", config.listen),
-                source,
-            },
-            e => e.into(),
-        })?;
-    if let Some(group) = group {
-        endpoint.join(group, &SocketOptions::default())?;
-    }
+    // `listen`, and the group on `[ip_multicast]`'s interface and TTL.
+    let endpoint = config.bind().map_err(config_error)?;
     let mut settings = Settings::new(
         &config.node,
         config.limits.clone(),
@@ -216,6 +201,10 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     let engine = Daemon::new(settings, engine);
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
+    node_config.faults = config.fault_config(u64::from(incarnation) << 8 | u64::from(slot));
+    if node_config.faults.is_active() {
+        tracing::warn!(faults = ?node_config.faults, "[faults]: injecting faults on datagrams (a test aid)");
+    }
     node_config.auth = match &config.auth {
         Some(auth) => Some(Auth {
             key: auth
@@ -238,7 +227,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // reaches the engine, and a delivery the client, without waking
     // another thread.
     let node = Node::spawn_task(engine, endpoint, node_config, clock)?;
-    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, "daemon started");
+    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, max_datagram = config.datagram_size(), "daemon started");
     Ok(node)
 }
 
