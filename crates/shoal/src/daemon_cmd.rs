@@ -18,8 +18,9 @@ pub struct DaemonArgs {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log: tracing::Level,
-    /// Write the line `ready` to this inherited file descriptor once the
-    /// daemon accepts clients (it has joined its cluster), then close it.
+    /// Write the line `ready` to this inherited file descriptor (a pipe or
+    /// a file) once the daemon accepts clients (it has joined its cluster).
+    /// The descriptor itself stays open: wait for the line, not for EOF.
     /// With `$NOTIFY_SOCKET` set (systemd `Type=notify`), `READY=1` is sent
     /// there too, with or without this flag.
     #[arg(long, value_name = "N")]
