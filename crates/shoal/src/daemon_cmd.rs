@@ -123,8 +123,9 @@ pub struct StatusArgs {
     /// How long --wait waits, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, requires = "wait")]
     timeout: f64,
-    /// Print the status as one JSON object: `lines` (the text, line by
-    /// line) and `fields` (each `key: value` line as a string value).
+    /// Print the status as one JSON object: `lines` (the daemon's text,
+    /// line by line), `fields` (each `key: value` line as a string value)
+    /// and `daemons` (those in view: `id`, `address` where known, `this`).
     #[arg(long)]
     json: bool,
 }
@@ -137,11 +138,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             .map_err(|_| anyhow::anyhow!("--timeout must be a number of seconds >= 0"))?;
         wait_ready(&path, timeout)?;
     }
-    let text = with_addresses(&status_text(&path)?);
+    let raw = status_text(&path)?;
     if args.json {
-        println!("{}", status_json(&text));
+        println!("{}", status_json(&raw));
     } else {
-        println!("{text}");
+        println!("{}", with_addresses(&raw));
     }
     Ok(())
 }
@@ -203,10 +204,8 @@ fn status_text(path: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// The daemon ids (`slot.incarnation`) of the `id`, `daemons in view` and
-/// `committee` lines followed by the address of their slot, taken from the
-/// `slots` line (`0.8943351` becomes `0.8943351 at 127.0.0.1:9000`).
-fn with_addresses(text: &str) -> String {
+/// Each slot's address, from the `slots` line.
+fn slot_addresses(text: &str) -> std::collections::BTreeMap<String, String> {
     let mut slots = std::collections::BTreeMap::new();
     for line in text.lines() {
         let Some(list) = line.strip_prefix("slots: ") else {
@@ -221,6 +220,14 @@ fn with_addresses(text: &str) -> String {
             }
         }
     }
+    slots
+}
+
+/// The daemon ids (`slot.incarnation`) of the `id`, `daemons in view` and
+/// `committee` lines followed by the address of their slot, taken from the
+/// `slots` line (`0.8943351` becomes `0.8943351 at 127.0.0.1:9000`).
+fn with_addresses(text: &str) -> String {
+    let slots = slot_addresses(text);
     let annotate = |line: &str| {
         let mut out = String::new();
         let mut run = String::new();
@@ -262,10 +269,28 @@ fn with_addresses(text: &str) -> String {
     out.join("\n")
 }
 
-/// The status text as JSON: `{"lines": [...], "fields": {key: value}}`,
-/// where `fields` holds each line of the form `key: value` (the first
-/// line with a key, if several share it).
+/// The status text as JSON: `{"lines": [...], "fields": {key: value},
+/// "daemons": [{"id", "address", "this"}]}`, where `fields` holds each line
+/// of the form `key: value` (the first line with a key, if several share
+/// it) and `daemons` the daemons in view (`address` null where the slot's
+/// address is not known).
 fn status_json(text: &str) -> String {
+    let slots = slot_addresses(text);
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or("")
+            .to_string()
+    };
+    let me = field("id: ");
+    let daemons: Vec<serde_json::Value> = field("daemons in view: ")
+        .split(", ")
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            let address = id.split_once('.').and_then(|(slot, _)| slots.get(slot));
+            serde_json::json!({ "id": id, "address": address, "this": id == me })
+        })
+        .collect();
     let lines: Vec<&str> = text.lines().collect();
     let mut fields = serde_json::Map::new();
     for line in &lines {
@@ -275,7 +300,7 @@ fn status_json(text: &str) -> String {
             }
         }
     }
-    serde_json::json!({ "lines": lines, "fields": fields }).to_string()
+    serde_json::json!({ "lines": lines, "fields": fields, "daemons": daemons }).to_string()
 }
 
 #[cfg(test)]
@@ -305,6 +330,21 @@ mod tests {
         assert_eq!(v["fields"]["id"], "0.12");
         assert_eq!(v["fields"]["safe"], "held 0 (waiting now 0)");
         assert_eq!(v["fields"].as_object().unwrap().len(), 3);
+        assert_eq!(v["daemons"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn status_json_lists_the_daemons_in_view_with_their_addresses() {
+        let text = "node: a\nid: 1.77\ndaemons in view: 0.5, 1.77, 2.9\nslots: 0 127.0.0.1:9000, 1 127.0.0.1:9001 (this daemon)";
+        let v: serde_json::Value = serde_json::from_str(&status_json(text)).unwrap();
+        assert_eq!(
+            v["daemons"],
+            serde_json::json!([
+                { "id": "0.5", "address": "127.0.0.1:9000", "this": false },
+                { "id": "1.77", "address": "127.0.0.1:9001", "this": true },
+                { "id": "2.9", "address": null, "this": false },
+            ])
+        );
     }
 
     #[test]

@@ -228,6 +228,14 @@ fn status_waits_honours_shoal_socket_and_speaks_json() {
         .as_str()
         .unwrap()
         .contains("(this daemon)"));
+    let daemons = v["daemons"].as_array().unwrap();
+    assert_eq!(daemons.len(), 1, "{v}");
+    assert_eq!(daemons[0]["this"], true);
+    assert_eq!(daemons[0]["id"], v["fields"]["id"]);
+    assert!(daemons[0]["address"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
 
     // SIGHUP is logged and ignored: the daemon serves on.
     daemon.signal("-HUP");
