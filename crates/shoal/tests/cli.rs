@@ -184,9 +184,9 @@ fn ready_fd_and_notify_socket_say_when_clients_are_accepted() {
 #[test]
 fn send_right_after_start_waits_for_the_daemon_instead_of_failing() {
     let dir = temp_dir("early");
-    // A slow start: the daemon looks for peers for 1.5 s before it forms a
+    // A slow start: the daemon looks for peers for 3 s before it forms a
     // cluster alone.
-    let (config, socket) = solo_config(&dir, "\n[cluster]\nfound_after = 1500\n");
+    let (config, socket) = solo_config(&dir, "\n[cluster]\nfound_after = 3000\n");
     let _daemon = Daemon::start(&config, Stdio::null(), &[]);
     let start = Instant::now();
     while !socket.exists() {
