@@ -378,6 +378,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         _cluster = c;
         s
     } else {
+        for socket in &args.sockets {
+            // A missing daemon fails here, not as a silent wait for its
+            // committee.
+            UnixStream::connect(socket)
+                .with_context(|| format!("--sockets: no daemon at {}", socket.display()))?;
+        }
         args.sockets.clone()
     };
     wait_for_committee(&sockets, args.committee)?;

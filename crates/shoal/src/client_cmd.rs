@@ -16,8 +16,8 @@ use shoal_client::{
 /// Where the daemon is, and who we are to it.
 #[derive(Debug, Args)]
 pub struct ConnectArgs {
-    /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/shoal.sock, else
-    /// /tmp/shoal-<uid>.sock].
+    /// The daemon's Unix socket [default: $SHOAL_SOCKET if set, else
+    /// $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-<uid>.sock].
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
     socket: Option<PathBuf>,
     /// Connect to a daemon's TCP listener instead (host:port).
@@ -26,10 +26,50 @@ pub struct ConnectArgs {
     /// The token the TCP listener requires.
     #[arg(long, value_name = "T", requires = "tcp")]
     token: Option<String>,
-    /// The private name (unique on the daemon) [default: send-<pid> or
-    /// listen-<pid>].
+    /// The private name, unique on the daemon [default: the command's name
+    /// and its process id, e.g. listen-4711].
     #[arg(long)]
     name: Option<String>,
+    /// How long to keep retrying a daemon that has not joined its cluster
+    /// yet (error code 10, e.g. just started), in seconds; 0 fails at once.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    wait: f64,
+}
+
+/// The daemon's Unix socket: `given`, else `$SHOAL_SOCKET` (as the
+/// examples and the Python client read it), else the default path.
+pub fn socket_path(given: Option<&std::path::Path>) -> PathBuf {
+    match (given, std::env::var_os("SHOAL_SOCKET")) {
+        (Some(path), _) => path.to_path_buf(),
+        (None, Some(env)) if !env.is_empty() => PathBuf::from(env),
+        _ => shoal_client::default_socket_path(),
+    }
+}
+
+/// Whether `e` is the daemon saying it has not joined its cluster yet.
+pub fn unavailable(e: &ClientError) -> bool {
+    e.code() == Some(shoal_wire::client::code::UNAVAILABLE)
+}
+
+/// How long to sleep between two attempts to connect.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Connects (blocking), retrying for up to `wait` while the daemon answers
+/// that it has not joined its cluster yet.
+pub fn connect_retrying(
+    endpoint: &Endpoint,
+    name: &str,
+    wait: Duration,
+) -> Result<Client, ClientError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match Client::connect_to(endpoint, name) {
+            Err(e) if unavailable(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(RETRY_PAUSE)
+            }
+            result => return result,
+        }
+    }
 }
 
 impl ConnectArgs {
@@ -40,8 +80,13 @@ impl ConnectArgs {
                 token: self.token.clone().unwrap_or_default(),
             },
             (None, Some(path)) => Endpoint::Unix(path.clone()),
-            (None, None) => Endpoint::default(),
+            (None, None) => Endpoint::Unix(socket_path(None)),
         }
+    }
+
+    fn wait(&self) -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(self.wait)
+            .map_err(|_| anyhow::anyhow!("--wait must be a number of seconds >= 0"))
     }
 
     fn name(&self, role: &str) -> String {
@@ -73,7 +118,11 @@ pub struct SendArgs {
 /// reports (a refused service, a bad group) fails the command.
 pub fn run_send(args: SendArgs) -> anyhow::Result<()> {
     let groups: Vec<&str> = args.group.split(',').collect();
-    let client = Client::connect_to(&args.connect.endpoint(), &args.connect.name("send"))?;
+    let client = connect_retrying(
+        &args.connect.endpoint(),
+        &args.connect.name("send"),
+        args.connect.wait()?,
+    )?;
     let (mut send, mut recv) = client.split();
     // The daemon answers nothing to a multicast but a refusal; a thread
     // watches for one so a long send stops at the first.
@@ -155,14 +204,21 @@ pub fn run_listen(args: ListenArgs) -> anyhow::Result<()> {
 async fn listen(args: ListenArgs) -> anyhow::Result<()> {
     use shoal_client::tokio::Client;
 
-    let mut client =
-        Client::connect_to(&args.connect.endpoint(), &args.connect.name("listen")).await?;
+    let endpoint = args.connect.endpoint();
+    let name = args.connect.name("listen");
+    let deadline = tokio::time::Instant::now() + args.connect.wait()?;
+    let mut client = loop {
+        match Client::connect_to(&endpoint, &name).await {
+            Err(e) if unavailable(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(RETRY_PAUSE).await
+            }
+            result => break result?,
+        }
+    };
     for group in &args.groups {
         client.join(group).await?;
     }
     let mut out = std::io::stdout().lock();
-    // The last error the daemon reported: if it then closes, that is why.
-    let mut refused = false;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
@@ -173,12 +229,14 @@ async fn listen(args: ListenArgs) -> anyhow::Result<()> {
         let line = match received {
             Ok(Received::Message(m)) => message_line(&m),
             Ok(Received::Membership(v)) => view_line(&v),
+            // A refused join (a bad group name, a limit) or a slow-client
+            // disconnect: the listener cannot do what it was asked, so it
+            // ends with that error rather than listening on without it.
             Err(e @ ClientError::Daemon { .. }) => {
-                eprintln!("error: {e}");
-                refused = true;
-                continue;
+                let _ = tokio::time::timeout(Duration::from_secs(1), client.disconnect()).await;
+                return Err(e.into());
             }
-            Err(ClientError::Disconnected) if !refused => {
+            Err(ClientError::Disconnected) => {
                 eprintln!("the daemon closed the connection");
                 return Ok(());
             }

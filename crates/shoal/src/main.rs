@@ -39,6 +39,27 @@ enum Command {
     Sim(sim::SimArgs),
     /// Judge recorded histories (JSON lines); exit status 1 on violations.
     Check(check_cmd::CheckArgs),
+    /// Write the manual pages (shoal.1, shoal-daemon.1, ...) into a directory.
+    Man(ManArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ManArgs {
+    /// Where to write the pages (created if missing), e.g.
+    /// /usr/local/share/man/man1.
+    dir: std::path::PathBuf,
+}
+
+/// `shoal man DIR`: one page per command, generated from these clap
+/// definitions, so the pages say what `--help` says.
+fn man(args: ManArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), &args.dir)
+        .with_context(|| format!("writing manual pages to {}", args.dir.display()))?;
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -51,13 +72,78 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Check(args) => return check_cmd::run(args),
+        Command::Man(args) => man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole context chain on one line.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, `a: b: c`, skipping a cause whose
+/// text the line already ends with (an error that prints its source and
+/// also returns it as `source()` would otherwise say it twice).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_its_errors_text_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address in use");
+        let e = anyhow::Error::new(shoal_net::daemon::DaemonError::Io {
+            what: "bind 127.0.0.1:1".into(),
+            source: io,
+        })
+        .context("daemon");
+        assert_eq!(one_line(&e), "daemon: bind 127.0.0.1:1: Address in use");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&e), "outer: inner");
+    }
+
+    #[test]
+    fn man_writes_a_page_per_command() {
+        let dir = std::env::temp_dir().join(format!("shoal-man-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        man(ManArgs { dir: dir.clone() }).unwrap();
+        for page in [
+            "shoal.1",
+            "shoal-daemon.1",
+            "shoal-send.1",
+            "shoal-status.1",
+        ] {
+            let text = std::fs::read_to_string(dir.join(page)).unwrap();
+            assert!(text.starts_with(".ie \\n(.g .ds Aq"), "{page}: {text}");
+        }
+        let daemon = std::fs::read_to_string(dir.join("shoal-daemon.1")).unwrap();
+        assert!(daemon.contains("ready"), "{daemon}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn help_promises_nothing_for_later() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("later"), "{help}");
+        for sub in ["daemon", "send", "listen", "status", "bench"] {
+            assert!(help.contains(sub), "{sub} in {help}");
         }
     }
 }

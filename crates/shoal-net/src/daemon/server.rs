@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_core::daemon::membership::{self, Membership};
-use shoal_core::daemon::{ClientInput, Daemon, DaemonEvent, MembershipChange, SessionId, Settings};
+use shoal_core::daemon::{
+    daemon_name, ClientInput, Daemon, DaemonEvent, MembershipChange, SessionId, Settings,
+};
 use shoal_core::vsync::RemovedReason;
 use shoal_wire::client::{self, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,12 +74,50 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 }
 
 /// Runs a daemon until SIGTERM or SIGINT (or `stop` fires). Blocks.
+/// SIGHUP is logged and ignored: nothing is reloaded (docs/daemon.md).
 pub fn run(config: DaemonConfig, stop: Option<oneshot::Receiver<()>>) -> Result<(), DaemonError> {
+    run_with(config, stop, None)
+}
+
+/// Called once, when the daemon first accepts clients (it is in a cluster
+/// view and knows its groups): the hook for readiness signals.
+pub type OnReady = Box<dyn FnOnce() + Send>;
+
+/// [`run`], calling `on_ready` once the daemon accepts clients.
+pub fn run_with(
+    config: DaemonConfig,
+    stop: Option<oneshot::Receiver<()>>,
+    on_ready: Option<OnReady>,
+) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(io_error("tokio runtime"))?;
-    runtime.block_on(serve(config, stop))
+    runtime.block_on(serve(config, stop, on_ready))
+}
+
+/// How often the driver asks the engine whether it accepts clients yet.
+const READY_POLL: Duration = Duration::from_millis(20);
+
+/// Calls `on_ready` once the engine accepts clients.
+async fn watch_ready(controls: mpsc::UnboundedSender<Control<Daemon>>, on_ready: OnReady) {
+    loop {
+        let (tx, rx) = oneshot::channel();
+        let asked = controls.send(Box::new(move |e: &mut Daemon, _, _| {
+            let _ = tx.send(e.sessions().ready());
+        }));
+        if asked.is_err() {
+            return;
+        }
+        match rx.await {
+            Ok(true) => {
+                on_ready();
+                return;
+            }
+            Ok(false) => tokio::time::sleep(READY_POLL).await,
+            Err(_) => return,
+        }
+    }
 }
 
 /// The configured daemons' addresses, sorted: the index is the slot.
@@ -187,7 +227,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // reaches the engine, and a delivery the client, without waking
     // another thread.
     let node = Node::spawn_task(engine, endpoint, node_config, clock)?;
-    tracing::info!(node = %config.node, slot, id = %node.id(), listen = %config.listen, max_datagram = config.datagram_size(), "daemon started");
+    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, max_datagram = config.datagram_size(), "daemon started");
     Ok(node)
 }
 
@@ -211,12 +251,17 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
 async fn serve(
     config: DaemonConfig,
     stop: Option<oneshot::Receiver<()>>,
+    on_ready: Option<OnReady>,
 ) -> Result<(), DaemonError> {
     let mut node = start_node(&config)?;
     let unix = bind_unix(&config.socket)?;
     // Where the TCP and metrics listeners are, as bound (a port 0 in the
-    // configuration asks for any free port), for `Status`.
-    let mut endpoints = Vec::new();
+    // configuration asks for any free port), and the daemons' addresses,
+    // for `Status`.
+    let mut endpoints = vec![
+        format!("daemons' UDP on {}", config.listen),
+        slot_line(&config),
+    ];
     let tcp = match &config.tcp {
         Some(t) => {
             let listener = TcpListener::bind(t.address)
@@ -242,7 +287,7 @@ async fn serve(
     };
     let limits = client::Limits {
         name_max: config.limits.group_name_len.max(128),
-        payload_max: config.limits.message_size,
+        payload_max: decode_payload_max(config.limits.message_size),
         ..client::Limits::default()
     };
     // Until a connection has sent its Connect, its frames are small.
@@ -262,10 +307,14 @@ async fn serve(
         endpoints: std::sync::Arc::new(endpoints),
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, wiring));
+    let ready = on_ready.map(|f| tokio::spawn(watch_ready(node.controls(), f)));
     let events = node.take_events().expect("taken once");
     let controls = node.controls();
     let result = dispatch(events, conns_rx, controls, stop).await;
     accept.abort();
+    if let Some(r) = ready {
+        r.abort();
+    }
     if let Some(m) = metrics {
         m.abort();
     }
@@ -275,6 +324,39 @@ async fn serve(
     let stats = node.stop().await?;
     tracing::info!(runtime = ?stats.1, "daemon stopped");
     result
+}
+
+/// The payload bound the readers decode with: above `message_size`, so that
+/// a message somewhat over the limit reaches the engine, which answers it
+/// with `LIMIT` and keeps the connection (docs/daemon.md); only a frame
+/// beyond this bound (twice the limit, or the limit plus 1 MiB, whichever
+/// is larger) is malformed and closes the connection, so a reader never
+/// buffers more than this for one frame.
+fn decode_payload_max(message_size: usize) -> usize {
+    message_size.saturating_add(message_size.max(1 << 20))
+}
+
+/// `slots: 0 127.0.0.1:9000 (this daemon), 1 127.0.0.1:9001`: which
+/// address each daemon slot (the first number of a daemon id `slot.inc`)
+/// stands for, from the static list; with `discovery`, only this one's.
+fn slot_line(config: &DaemonConfig) -> String {
+    if config.discovery.is_some() {
+        let slot = config.slot.map_or("-".to_string(), |s| s.to_string());
+        return format!(
+            "slots: {slot} {} (this daemon); others learned by discovery",
+            config.listen
+        );
+    }
+    let (addrs, me) = slots(config);
+    let list: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let this = if i as u32 == me { " (this daemon)" } else { "" };
+            format!("{i} {a}{this}")
+        })
+        .collect();
+    format!("slots: {}", list.join(", "))
 }
 
 /// What the accept loop hands each connection.
@@ -318,6 +400,7 @@ async fn dispatch(
     tokio::pin!(stop);
     let signals = signal();
     tokio::pin!(signals);
+    let mut hangup = hangups();
     let mut conns: HashMap<SessionId, ConnHandle> = HashMap::new();
     let mut stopping: Option<tokio::time::Instant> = None;
     loop {
@@ -340,6 +423,11 @@ async fn dispatch(
                 tracing::info!("signal received: shutting down");
                 stopping = Some(tokio::time::Instant::now());
                 let _ = controls.send(Box::new(|e: &mut Daemon, now, _| e.begin_shutdown(now)));
+            }
+            Some(()) = recv_hangup(&mut hangup) => {
+                tracing::warn!(
+                    "SIGHUP received: nothing is reloaded (restart the daemon to apply a changed configuration); serving on"
+                );
             }
             batch = events.recv() => {
                 let Some(batch) = batch else { break };
@@ -394,6 +482,26 @@ async fn signal() -> io::Result<()> {
     Ok(())
 }
 
+/// SIGHUP, if its handler can be installed (then it no longer kills the
+/// daemon).
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle SIGHUP");
+            None
+        }
+    }
+}
+
+async fn recv_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hangup {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// `shoal status` lines about the runtime (sockets, drops).
 fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
     vec![
@@ -415,24 +523,30 @@ fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
     ]
 }
 
+/// Daemon ids as `shoal status` prints them (`slot.incarnation`).
+fn names(ids: &[shoal_core::NodeId]) -> String {
+    let names: Vec<String> = ids.iter().map(|id| daemon_name(*id)).collect();
+    format!("[{}]", names.join(", "))
+}
+
 fn log_membership(me: shoal_core::NodeId, event: &MembershipChange) {
     match event {
         MembershipChange::View(v) => tracing::info!(
-            me = %me,
+            me = %daemon_name(me),
             view = v.id,
-            members = ?v.members,
-            joined = ?v.joined,
-            failed = ?v.failed,
-            left = ?v.left,
+            members = %names(&v.members),
+            joined = %names(&v.joined),
+            failed = %names(&v.failed),
+            left = %names(&v.left),
             first = v.first,
             "daemons' view installed"
         ),
         MembershipChange::Removed {
             view,
             reason: RemovedReason::Left,
-        } => tracing::info!(me = %me, view, "left the daemons' group"),
+        } => tracing::info!(me = %daemon_name(me), view, "left the daemons' group"),
         MembershipChange::Removed { view, reason } => {
-            tracing::warn!(me = %me, view, ?reason, "removed from the daemons' group; rejoining")
+            tracing::warn!(me = %daemon_name(me), view, ?reason, "removed from the daemons' group; rejoining")
         }
     }
 }
@@ -708,4 +822,28 @@ async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
         advance(chunks, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_over_message_size_still_decodes_so_the_engine_can_answer_limit() {
+        assert_eq!(decode_payload_max(1000), 1000 + (1 << 20));
+        assert_eq!(decode_payload_max(4 << 20), 8 << 20);
+        assert_eq!(decode_payload_max(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn the_slot_line_names_each_slot_address() {
+        let config = DaemonConfig::parse(
+            "listen = \"127.0.0.1:9001\"\npeers = [\"127.0.0.1:9002\", \"127.0.0.1:9000\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            slot_line(&config),
+            "slots: 0 127.0.0.1:9000, 1 127.0.0.1:9001 (this daemon), 2 127.0.0.1:9002"
+        );
+    }
 }
