@@ -3,7 +3,7 @@
 //! Member `i` of the list is `NodeId(i)`. A *slotted* book
 //! ([`AddressBook::slotted`]) is the daemons' variant: an id's low
 //! `slot_bits` bits name the address and the rest is an incarnation
-//! (`shoal_core::cluster`), so a restarted daemon keeps its address under a
+//! (`shoal_core::daemon::membership`), so a restarted daemon keeps its address under a
 //! new id; the sender's full id is then read from each datagram's header
 //! and must match the address it came from.
 //!

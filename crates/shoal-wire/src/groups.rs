@@ -1,4 +1,4 @@
-//! What daemons tell each other about their clients (issue 5): the payload
+//! What daemons tell each other about their clients: the payload
 //! of each message a daemon multicasts to its peers through the daemons'
 //! vsync group. Lightweight groups live here: a client's join or leave is
 //! one item in the daemons' total order, not a daemon view change (Spread,

@@ -245,7 +245,7 @@ pub enum Packet<'a> {
     /// Virtual synchrony and membership control (P000 §5.2): the body is
     /// decoded by [`vsync::decode`], kept opaque here so the layers stay apart.
     Vsync { body: &'a [u8] },
-    /// A daemon's presence (`shoal_core::cluster`): a daemon looking for its
+    /// A daemon's presence (`shoal_core::daemon::membership`): a daemon looking for its
     /// cluster announces itself with `member: false`; a member answers with
     /// `member: true` and its view id, so the joiner knows a group exists and
     /// whom to ask. Members also probe daemons outside their view with it,

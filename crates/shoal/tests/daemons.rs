@@ -1,5 +1,5 @@
-//! Three `shoal daemon` processes on loopback, several clients each (issue
-//! 5): joins and leaves, every service type, a daemon killed with SIGKILL
+//! Three `shoal daemon` processes on loopback, several clients each:
+//! joins and leaves, every service type, a daemon killed with SIGKILL
 //! and restarted, one stopped with SIGTERM, and bad input. Outcomes are
 //! asserted with generous time bounds; nothing depends on this machine's
 //! speed except how long the test takes.

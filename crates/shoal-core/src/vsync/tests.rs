@@ -492,7 +492,7 @@ fn chaos_single_seed() {
 }
 
 /// One cut seed: `VSYNC_CUT_SEED=153 VSYNC_K=2` (with `VSYNC_DEBUG=1` for
-/// the dump); issue 4's guarantees (`Order::NonUniform`).
+/// the dump); the daemons' guarantees (`Order::NonUniform`).
 #[test]
 fn cut_single_seed() {
     if let Ok(seed) = std::env::var("VSYNC_CUT_SEED") {

@@ -1,5 +1,5 @@
 //! Checks the virtual-synchrony guarantees over the event logs of a run
-//! (issue 4, item 5): one total order; no duplicate; members that move
+//! (the vsync guarantees): one total order; no duplicate; members that move
 //! together from view V to V+1 delivered the same messages in V; removed
 //! members are told; messages of members that stay are delivered to every
 //! member that stays.
@@ -24,7 +24,7 @@ pub enum Order {
     /// together from V to V+1 delivered the same messages in V; a member
     /// later removed may have delivered, in its last view, messages the
     /// others never did (non-uniform, as Isis' ABCAST: a removed member
-    /// counts as failed). Issue 4 item 5 asks for this.
+    /// counts as failed). This is what the daemons promise.
     NonUniform,
 }
 
