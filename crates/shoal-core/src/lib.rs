@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod engine;
 pub mod fd;
 pub mod pbcast;
+pub mod qsm;
 pub mod ranges;
 pub mod srm;
 pub mod time;

@@ -22,6 +22,7 @@ pub mod p001_fig9_hierarchical;
 pub mod pbcast_star;
 pub mod pbcast_tree;
 pub mod protocol;
+pub mod qsm_cover_sets;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -61,6 +62,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig10_scale::NAME, p000_fig10_scale::run),
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
+    (qsm_cover_sets::NAME, qsm_cover_sets::run),
 ];
 
 /// The figure called `name`.
