@@ -316,11 +316,7 @@ mod tests {
             regions_per_group_max: 2,
             regions_per_cover_max: 64,
         };
-        let members = vec![
-            (0..8).collect(),
-            vec![0, 2, 4, 6],
-            vec![0, 1, 2, 3],
-        ];
+        let members = vec![(0..8).collect(), vec![0, 2, 4, 6], vec![0, 1, 2, 3]];
         let sets = cover_sets(8, &members, &[3.0, 2.0, 1.0], &config);
         assert_eq!(sets.len(), 2);
         assert_eq!(sets[0].groups, vec![0, 1]);
@@ -336,7 +332,9 @@ mod tests {
         let members: Vec<Vec<u32>> = (0..60)
             .map(|_| {
                 let p = rng.random::<f64>();
-                (0..nodes as u32).filter(|_| rng.random::<f64>() < p).collect()
+                (0..nodes as u32)
+                    .filter(|_| rng.random::<f64>() < p)
+                    .collect()
             })
             .collect();
         let traffic: Vec<f64> = (0..60).map(|g| 1.0 / (g as f64 + 1.0)).collect();
@@ -344,6 +342,8 @@ mod tests {
         let sets = cover_sets(nodes, &members, &traffic, &config);
         check(nodes, &members, &sets, &config);
         let per_node = node_concentration(&sets, &members, &traffic, nodes);
-        assert!(per_node.iter().all(|&(_, share)| share > 0.0 && share <= 1.0));
+        assert!(per_node
+            .iter()
+            .all(|&(_, share)| share > 0.0 && share <= 1.0));
     }
 }
