@@ -42,6 +42,14 @@ pub struct Config {
     /// once pending messages fall to this many. [A] §4 mentions a low
     /// watermark without its value; 3/4 of the window.
     pub send_window_low: u32,
+    /// Messages the application may hand over that are not yet sent: pull
+    /// sending takes data when the socket can send, so only "a little
+    /// buffering remains" ([A] §3, no number). 64.
+    pub send_buffer: NonZeroU32,
+    /// New messages a sender multicasts per second at most; `None`: as fast
+    /// as the driver pulls. [A] §3 and [B] §1 use an adaptive rate
+    /// controller they do not describe; this is a fixed cap.
+    pub send_rate_max: Option<NonZeroU32>,
     /// Repairs (pushes, answers to pulls, sender retransmissions) a member
     /// sends per second at most: recovery is rate-controlled ([B] §6.6,
     /// §7 4a) with no rate given. 4,000/s is half of one sender's data rate
@@ -63,6 +71,8 @@ impl Default for Config {
             loss_suspicion: Duration::from_millis(300),
             send_window: NonZeroU32::new(100_000).expect("non-zero"),
             send_window_low: 75_000,
+            send_buffer: NonZeroU32::new(64).expect("non-zero"),
+            send_rate_max: None,
             repair_rate: NonZeroU32::new(4_000).expect("non-zero"),
             repair_burst: NonZeroU32::new(400).expect("non-zero"),
             repair_queue_max: 20_000,

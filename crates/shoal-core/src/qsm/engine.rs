@@ -283,6 +283,9 @@ impl Inbound {
     /// Missing ranges below `frontier`, oldest first, at most `max`.
     fn missing(&self, frontier: u64, max: usize) -> Vec<SeqRange> {
         let mut out = Vec::new();
+        if frontier <= self.contig {
+            return out;
+        }
         let mut from = self.contig;
         for &seq in self.held.range(self.contig..frontier).map(|(s, _)| s) {
             if seq > from {
@@ -326,6 +329,8 @@ impl Inbound {
 
 /// Marks of `max_seen` closer than this merge (bounds their number).
 const MARK_GRAIN: Duration = Duration::from_millis(10);
+/// New messages a rate-capped sender may send back to back.
+const DATA_BURST: f64 = 8.0;
 /// Sequence numbers one pull or NAK is answered for, at most.
 const ANSWER_MAX: u64 = 4_096;
 
@@ -355,6 +360,9 @@ pub struct Qsm {
     repairs: VecDeque<RepairJob>,
     repair_credit: f64,
     repair_refilled: Instant,
+    /// `send_rate_max`'s bucket: new messages that may go now.
+    data_credit: f64,
+    data_refilled: Instant,
     events: VecDeque<Event>,
     /// Region leader: when the next token starts.
     next_token_at: Option<Instant>,
@@ -405,6 +413,8 @@ impl Qsm {
             control: VecDeque::new(),
             repairs: VecDeque::new(),
             repair_refilled: now,
+            data_credit: 1.0,
+            data_refilled: now,
             events: VecDeque::new(),
             next_token_at,
             round: 0,
@@ -426,12 +436,23 @@ impl Qsm {
         let Ok(g) = self.groups.binary_search_by_key(&group, |g| g.id) else {
             return Err(MulticastError::UnknownGroup(group));
         };
-        if self.out.paused || self.out.pending.len() >= self.config.send_window.get() as usize {
-            self.out.paused = true;
+        if !self.can_send() {
+            if self.out.pending.len() >= self.config.send_window.get() as usize {
+                self.out.paused = true;
+            }
             return Err(MulticastError::WindowFull);
         }
         self.groups[g].sent += 1;
+        self.groups[g].delivered += 1;
         let seq = self.out.next_seq();
+        // A member delivers its own message at once (loopback).
+        self.events.push_back(Event::Deliver {
+            source: self.me,
+            group,
+            seq,
+            payload: payload.clone(),
+            recovered: false,
+        });
         self.out.pending.push_back(Pending {
             group,
             payload,
@@ -455,7 +476,10 @@ impl Qsm {
 
     /// Whether the send window takes a message now.
     pub fn can_send(&self) -> bool {
-        !self.out.paused && self.out.pending.len() < self.config.send_window.get() as usize
+        let unsent = self.out.next_seq() - self.out.next_sent;
+        !self.out.paused
+            && self.out.pending.len() < self.config.send_window.get() as usize
+            && unsent < u64::from(self.config.send_buffer.get())
     }
 
     /// Messages held for others and own pending ones.
@@ -963,6 +987,18 @@ impl Qsm {
 
     fn next_data(&mut self, now: Instant) -> Option<Transmit> {
         let seq = self.out.next_sent;
+        if let Some(rate) = self.config.send_rate_max {
+            let rate = f64::from(rate.get());
+            let dt = now
+                .saturating_duration_since(self.data_refilled)
+                .as_secs_f64();
+            self.data_credit = (self.data_credit + dt * rate).min(DATA_BURST);
+            self.data_refilled = now;
+            if self.data_credit < 1.0 || self.out.get(seq).is_none() {
+                return None;
+            }
+            self.data_credit -= 1.0;
+        }
         let region = self.layout.region.0;
         let p = self.out.get(seq)?;
         let message = Message::Data {
@@ -1077,9 +1113,16 @@ impl Engine for Qsm {
             let secs = lack / f64::from(self.config.repair_rate.get());
             self.last_now + Duration::from_secs_f64(secs) + Duration::from_micros(1)
         });
-        match (self.next_token_at, repair) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let data = self.config.send_rate_max.and_then(|rate| {
+            let unsent = self.out.next_sent < self.out.next_seq();
+            (unsent && self.data_credit < 1.0).then(|| {
+                let secs = (1.0 - self.data_credit) / f64::from(rate.get());
+                self.data_refilled + Duration::from_secs_f64(secs) + Duration::from_micros(1)
+            })
+        });
+        [self.next_token_at, repair, data]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }

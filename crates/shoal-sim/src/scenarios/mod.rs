@@ -23,6 +23,8 @@ pub mod pbcast_star;
 pub mod pbcast_tree;
 pub mod protocol;
 pub mod qsm_cover_sets;
+pub mod qsm_receivers;
+pub mod qsm_sim;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -63,6 +65,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
     (qsm_cover_sets::NAME, qsm_cover_sets::run),
+    (qsm_receivers::NAME, qsm_receivers::run_fig),
 ];
 
 /// The figure called `name`.

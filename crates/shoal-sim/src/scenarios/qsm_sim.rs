@@ -1,0 +1,294 @@
+//! What the QSM scenarios share: the testbed ([A] §3 and [B] §6: one
+//! switched 100 Mbit/s LAN of identical hosts), the per-host CPU model
+//! calibrated to [A]'s sender, perturbations, and one run of a region with
+//! its measurements.
+//!
+//! **Calibration** (the notes' proposal, `docs/qsm.md`): [A] §1's sender
+//! saturates at about 8,000 1-KB messages/s, and [B] §6.3 reports receivers
+//! at 50-60% CPU. A host spends [`SEND_NS`] + 5 ns/byte of CPU per datagram
+//! it sends (≈ 120 µs for a 1 KB message: ≈ 8,300/s at most) and
+//! [`RECEIVE_NS`] + 5 ns/byte per datagram it receives (≈ 45 µs: 36% busy at
+//! 8,000/s); 4,000 received datagrams may wait for the CPU ([A] §2.1's 4 MB
+//! socket buffer of 1 KB messages). Senders are blocking applications that
+//! offer more than the host can send, so throughput is what the system
+//! sustains. The model has no garbage collector: [B]'s memory-to-CPU
+//! feedback loop is not simulated, and the figures say so.
+
+use shoal_core::qsm::{self, GroupId, Qsm, RegionId, RegionView};
+use shoal_core::{Instant, NodeId};
+
+use super::p000::switch;
+use super::{member_seed, ns};
+use crate::metrics::{Observed, SimEvent};
+use crate::report::{Report, Wall};
+use crate::{ProcessingCost, Sim};
+
+/// CPU per datagram sent, ns (plus 5 ns per byte).
+pub const SEND_NS: u64 = 115_000;
+/// CPU per datagram received, ns (plus 5 ns per byte).
+pub const RECEIVE_NS: u64 = 40_000;
+/// Received datagrams waiting for the CPU, at most.
+pub const BACKLOG: usize = 4_000;
+/// Message size ([A], [B]: 1,000-byte arrays).
+pub const SIZE: u32 = 1_000;
+
+impl SimEvent for qsm::Event {
+    fn observed(&self) -> Observed<'_> {
+        let qsm::Event::Deliver {
+            source,
+            seq,
+            payload,
+            recovered,
+            ..
+        } = self;
+        Observed::Deliver {
+            source: source.0,
+            seq: *seq,
+            payload,
+            recovered: *recovered,
+        }
+    }
+}
+
+/// A disturbance of one receiver (the last host).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Perturb {
+    None,
+    /// Every `every` seconds the host is suspended for `length` seconds:
+    /// it drops what arrives and runs no timers ([B] §6.3's "sleep": 0.5 s
+    /// every 5 s; its "loss": input dropped 10 ms every 1 s, modelled the
+    /// same way; [A] §4's bursty loss: 1 s every 10 s).
+    Sleep {
+        every: f64,
+        length: f64,
+    },
+}
+
+impl Perturb {
+    pub fn label(&self) -> String {
+        match self {
+            Perturb::None => "none".into(),
+            Perturb::Sleep { every, length } => format!("{}ms-every-{}s", length * 1e3, every),
+        }
+    }
+}
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub receivers: usize,
+    pub senders: usize,
+    pub groups: u32,
+    /// Seconds of sending.
+    pub seconds: f64,
+    /// Messages per second each sender's application offers (more than the
+    /// host can send: the application blocks).
+    pub offered: f64,
+    pub config: qsm::Config,
+    pub perturb: Perturb,
+    pub seed: u64,
+}
+
+impl Setup {
+    pub fn new(receivers: usize, seed: u64) -> Setup {
+        Setup {
+            receivers,
+            senders: 1,
+            groups: 1,
+            seconds: 10.0,
+            offered: 10_000.0,
+            config: qsm::Config::default(),
+            perturb: Perturb::None,
+            seed,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub report: Report,
+    /// Deliveries per second at a receiver (mean over receivers), over the
+    /// sending period after its first 2 s.
+    pub throughput: f64,
+    /// The same at the slowest receiver.
+    pub throughput_min: f64,
+    /// Most messages pending at a sender (sampled every 100 ms).
+    pub pending_max: usize,
+    /// Most payload bytes held by one receiver (sampled every 100 ms).
+    pub receiver_bytes_max: usize,
+    /// Largest token round trip seen at the region leader (sampled).
+    pub token_rtt_max_ms: f64,
+    /// Largest token, bytes.
+    pub token_bytes_max: usize,
+    /// Per second of the run: deliveries at the first receiver.
+    pub per_second: Vec<f64>,
+    /// Per 100 ms sample: (time s, pending at sender 0).
+    pub pending_trace: Vec<(f64, f64)>,
+}
+
+const START: f64 = 0.5;
+const DRAIN: f64 = 6.0;
+const BIN: f64 = 0.1;
+
+/// Runs `setup`; `head` starts the summary row.
+pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
+    let started = std::time::Instant::now();
+    let n = setup.senders + setup.receivers;
+    let (topology, hosts) = switch(n);
+    let view = RegionView {
+        id: RegionId(1),
+        view: 1,
+        members: (0..n as u32).map(NodeId).collect(),
+        groups: (0..setup.groups).map(GroupId).collect(),
+    };
+    let (seed, config) = (setup.seed, setup.config.clone());
+    let mut sim = Sim::new(&topology, &hosts, seed, |me, _| {
+        Qsm::new(
+            me,
+            &view,
+            config.clone(),
+            member_seed(seed, me),
+            Instant::ZERO,
+        )
+        .expect("valid")
+    });
+    let cost = |per_datagram_ns| ProcessingCost {
+        per_datagram_ns,
+        per_byte_ns: 5.0,
+        backlog_max: BACKLOG,
+    };
+    sim.set_processing_cost(cost(RECEIVE_NS));
+    sim.set_send_processing_cost(cost(SEND_NS));
+    sim.set_blocking_sends(true);
+    sim.set_blocking_application(true);
+    sim.record_throughput(ns(BIN));
+    let per_sender = (setup.offered * setup.seconds) as u64;
+    for s in 0..setup.senders {
+        // Senders start a little apart so their first bursts do not collide.
+        let start = ns(START) + s as u64 * 1_000_000;
+        sim.schedule_stream(s, start, ns(1.0 / setup.offered), per_sender, SIZE);
+    }
+    let end = START + setup.seconds;
+    if let Perturb::Sleep { every, length } = setup.perturb {
+        let mut at = START + every;
+        while at < end {
+            sim.sleep(n - 1, ns(at), ns(at + length));
+            at += every;
+        }
+    }
+    let (mut pending_max, mut receiver_bytes_max, mut rtt_max) = (0, 0, 0.0f64);
+    let mut pending_trace = Vec::new();
+    let mut t = 0.0;
+    let mut link_bytes = Vec::new();
+    while t < end + DRAIN {
+        t += BIN;
+        sim.run_until(ns(t));
+        if (t - end).abs() < BIN / 2.0 {
+            link_bytes = sim.link_bytes();
+        }
+        let mut hosts_iter = sim.hosts();
+        let (sender, _) = hosts_iter.next().expect("a sender");
+        let pending = sender.memory().pending;
+        pending_max = pending_max.max(pending);
+        pending_trace.push((t, pending as f64));
+        for (e, _) in sim.hosts().skip(setup.senders) {
+            receiver_bytes_max = receiver_bytes_max.max(e.memory().payload_bytes);
+        }
+        let leader = sim.hosts().next().expect("leader").0;
+        rtt_max = rtt_max.max(leader.stats.token_rtt.as_secs_f64() * 1e3);
+    }
+    if link_bytes.is_empty() {
+        link_bytes = sim.link_bytes();
+    }
+    let messages = per_sender * setup.senders as u64;
+    let mut report = Report::collect(
+        &sim,
+        head,
+        messages,
+        ns(end + DRAIN),
+        (setup.seconds, &link_bytes),
+        0,
+    );
+    let rates: Vec<f64> = sim
+        .hosts()
+        .skip(setup.senders)
+        .map(|(_, m)| m.delivery_rate(ns(START + 2.0), ns(end)))
+        .collect();
+    let throughput = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let throughput_min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let token_bytes_max = sim
+        .hosts()
+        .map(|(e, _)| e.stats.token_bytes_max)
+        .max()
+        .unwrap_or(0);
+    let first = sim.hosts().nth(setup.senders).expect("a receiver").1;
+    let per_second = first
+        .bins_between(0, ns(end + DRAIN))
+        .chunks((1.0 / BIN) as usize)
+        .map(|c| c.iter().map(|&x| f64::from(x)).sum())
+        .collect();
+    let repairs: u64 = sim.hosts().map(|(e, _)| e.stats.repairs_sent).sum();
+    let naks: u64 = sim.hosts().map(|(e, _)| e.stats.naks_sent).sum();
+    let dropped_backlog: u64 = sim.hosts().map(|(_, m)| m.dropped_backlog).sum();
+    report.put("throughput", format!("{throughput:.1}"));
+    report.put("throughput_min", format!("{throughput_min:.1}"));
+    report.put("pending_max", pending_max);
+    report.put("receiver_bytes_max", receiver_bytes_max);
+    report.put("token_rtt_max_ms", format!("{rtt_max:.1}"));
+    report.put("token_bytes_max", token_bytes_max);
+    report.put("repairs", repairs);
+    report.put("naks", naks);
+    report.put("dropped_backlog", dropped_backlog);
+    report.wall = Wall::since(started, sim.events);
+    Outcome {
+        report,
+        throughput,
+        throughput_min,
+        pending_max,
+        receiver_bytes_max,
+        token_rtt_max_ms: rtt_max,
+        token_bytes_max,
+        per_second,
+        pending_trace,
+    }
+}
+
+/// The first summary columns of a QSM run.
+pub fn head(scenario: &str, setup: &Setup) -> Vec<(String, String)> {
+    vec![
+        ("scenario".into(), scenario.into()),
+        ("protocol".into(), "qsm".into()),
+        (
+            "group_size".into(),
+            (setup.senders + setup.receivers).to_string(),
+        ),
+        ("seed".into(), setup.seed.to_string()),
+        ("receivers".into(), setup.receivers.to_string()),
+        ("senders".into(), setup.senders.to_string()),
+        ("groups".into(), setup.groups.to_string()),
+        ("perturb".into(), setup.perturb.label()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calibration: one sender to a few receivers runs near [A]'s 8,000
+    /// messages/s, and every receiver gets every message.
+    #[test]
+    fn one_sender_runs_near_eight_thousand_per_second() {
+        let setup = Setup {
+            seconds: 4.0,
+            ..Setup::new(8, 1)
+        };
+        let o = run(&setup, head("test", &setup));
+        assert!(o.report.complete, "{:?}", o.report.summary);
+        assert!(
+            (7_000.0..9_000.0).contains(&o.throughput),
+            "{}",
+            o.throughput
+        );
+    }
+}
