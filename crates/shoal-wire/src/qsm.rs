@@ -102,10 +102,13 @@ pub enum Message<'a> {
         payload: &'a [u8],
     },
     /// Kind 35: asks a caching member for `source`'s messages in `ranges`
-    /// it holds. Body: `region u32, source u32`, a range list.
+    /// it holds, sent at most `rate` per second (the asker's recovery
+    /// budget, shared among the members it asks). Body: `region u32, source
+    /// u32, rate u32`, a range list.
     Pull {
         region: u32,
         source: u32,
+        rate: u32,
         ranges: Vec<SeqRange>,
     },
 }
@@ -141,7 +144,7 @@ impl Message<'_> {
             Message::Ack { .. } => 20,
             Message::Nak { ranges: r, .. } => 8 + ranges(r),
             Message::Repair { payload, .. } => 20 + payload.len(),
-            Message::Pull { ranges: r, .. } => 8 + ranges(r),
+            Message::Pull { ranges: r, .. } => 12 + ranges(r),
         }
     }
 
@@ -204,10 +207,12 @@ impl Message<'_> {
             Message::Pull {
                 region,
                 source,
+                rate,
                 ranges,
             } => {
                 put32(out, *region);
                 put32(out, *source);
+                put32(out, *rate);
                 put_ranges(out, ranges)?;
             }
         }
@@ -308,6 +313,7 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Message<'_>, DecodeError> {
         Kind::QsmPull => Message::Pull {
             region: r.u32()?,
             source: r.u32()?,
+            rate: r.u32()?,
             ranges: r.ranges()?,
         },
         other => return Err(DecodeError::UnknownKind(other as u8)),
@@ -510,6 +516,7 @@ mod tests {
             _ => Message::Pull {
                 region: a,
                 source: b,
+                rate: v[3] as u32,
                 ranges: r.to_vec(),
             },
         }
@@ -550,7 +557,7 @@ mod tests {
     #[test]
     fn counts_beyond_the_body_are_refused_before_allocating() {
         // A pull claiming 65,535 ranges in a 10-byte body.
-        let mut body = vec![0, 0, 0, 1, 0, 0, 0, 2];
+        let mut body = vec![0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 9];
         body.extend_from_slice(&u16::MAX.to_be_bytes());
         assert!(matches!(
             decode(Kind::QsmPull, &body),

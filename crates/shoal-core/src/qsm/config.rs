@@ -25,6 +25,14 @@ pub struct Config {
     /// token's round trip.
     #[serde(with = "crate::serde_ms")]
     pub token_interval: Duration,
+    /// Copies of the token each hop sends (the receiver ignores all but
+    /// the first). A round is lost when any of its m + k + 1 hops is, and a
+    /// lost round delays ACKs and garbage collection by a token interval;
+    /// the papers do not say how QSM protects the token. 2 copies make a
+    /// hop lost only when both are (at 1% loss, a 100-member round is lost
+    /// 1% of the time instead of 70%), for one more small packet per member
+    /// per round.
+    pub token_copies: NonZeroU32,
     /// Ranges one ACK/NAK/pull list carries at most; recovery past the bound
     /// waits for a later token. [A] §2.2 bounds the lists (unbounded ones
     /// reached "tens of kilobytes" under massive loss) without giving the
@@ -50,6 +58,18 @@ pub struct Config {
     /// as the driver pulls. [A] §3 and [B] §1 use an adaptive rate
     /// controller they do not describe; this is a fixed cap.
     pub send_rate_max: Option<NonZeroU32>,
+    /// Repairs per second a member asks for in all its pulls together, and
+    /// (times `token_interval`) the most it asks for per token visit; the
+    /// members it asks pace their answers to share this rate. Recovery is
+    /// rate-controlled ([B] §6.6, §7 4a) with no rate given: recovery
+    /// traffic arriving on top of a full data stream overflows the
+    /// receiver's link ([B] §6.3: "recovery traffic interferes with regular
+    /// multicast"). 2,000/s fits beside [A]'s 8,000/s of data on 100 Mbit/s.
+    pub recovery_rate: NonZeroU32,
+    /// Ranges one pull request carries at most (a pull is a unicast, not
+    /// part of the token, so it may list more than `intervals_max`; holes
+    /// left by lost repairs are many and short). Not in the papers.
+    pub pull_ranges_max: usize,
     /// Repairs (pushes, answers to pulls, sender retransmissions) a member
     /// sends per second at most: recovery is rate-controlled ([B] §6.6,
     /// §7 4a) with no rate given. 4,000/s is half of one sender's data rate
@@ -67,12 +87,15 @@ impl Default for Config {
         Config {
             replication: NonZeroU32::new(5).expect("non-zero"),
             token_interval: Duration::from_secs(1),
+            token_copies: NonZeroU32::new(2).expect("non-zero"),
             intervals_max: 32,
             loss_suspicion: Duration::from_millis(300),
             send_window: NonZeroU32::new(100_000).expect("non-zero"),
             send_window_low: 75_000,
             send_buffer: NonZeroU32::new(64).expect("non-zero"),
             send_rate_max: None,
+            recovery_rate: NonZeroU32::new(2_000).expect("non-zero"),
+            pull_ranges_max: 512,
             repair_rate: NonZeroU32::new(4_000).expect("non-zero"),
             repair_burst: NonZeroU32::new(400).expect("non-zero"),
             repair_queue_max: 20_000,
@@ -85,7 +108,7 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("token_interval must be positive")]
     ZeroTokenInterval,
-    #[error("intervals_max must be at least 1")]
+    #[error("intervals_max and pull_ranges_max must be at least 1")]
     NoIntervals,
     #[error("send_window_low {low} must be below send_window {window}")]
     LowWatermark { low: u32, window: u32 },
@@ -97,7 +120,7 @@ impl Config {
         if self.token_interval.is_zero() {
             return Err(ConfigError::ZeroTokenInterval);
         }
-        if self.intervals_max == 0 {
+        if self.intervals_max == 0 || self.pull_ranges_max == 0 {
             return Err(ConfigError::NoIntervals);
         }
         if self.send_window_low >= self.send_window.get() {

@@ -331,8 +331,10 @@ impl Inbound {
 const MARK_GRAIN: Duration = Duration::from_millis(10);
 /// New messages a rate-capped sender may send back to back.
 const DATA_BURST: f64 = 8.0;
-/// Sequence numbers one pull or NAK is answered for, at most.
+/// Repairs one pull, want or NAK is answered with, at most.
 const ANSWER_MAX: u64 = 4_096;
+/// Sequence numbers one pull or want is scanned for, at most.
+const SCAN_MAX: u64 = 65_536;
 
 /// A repair to send when the rate allows.
 #[derive(Debug, Clone, Copy)]
@@ -357,7 +359,9 @@ pub struct Qsm {
     inbound: Vec<Option<Inbound>>,
     /// Encoded control packets, oldest first.
     control: VecDeque<Transmit>,
-    repairs: VecDeque<RepairJob>,
+    /// Repairs by (not before, order): answers to pulls are paced.
+    repairs: BTreeMap<(Instant, u64), RepairJob>,
+    repair_order: u64,
     repair_credit: f64,
     repair_refilled: Instant,
     /// `send_rate_max`'s bucket: new messages that may go now.
@@ -369,6 +373,8 @@ pub struct Qsm {
     round: u64,
     /// Region leader: per source, the GC point the next token carries.
     gc_for: BTreeMap<u32, u64>,
+    /// (round, hop) of the last token step received and run.
+    last_hop: Option<(u64, u32)>,
     /// Region leader: (round, start) of rounds under way.
     rounds: VecDeque<(u64, Instant)>,
     last_now: Instant,
@@ -411,7 +417,8 @@ impl Qsm {
             out: Outbound::default(),
             inbound: Vec::new(),
             control: VecDeque::new(),
-            repairs: VecDeque::new(),
+            repairs: BTreeMap::new(),
+            repair_order: 0,
             repair_refilled: now,
             data_credit: 1.0,
             data_refilled: now,
@@ -420,6 +427,7 @@ impl Qsm {
             round: 0,
             gc_for: BTreeMap::new(),
             rounds: VecDeque::new(),
+            last_hop: None,
             last_now: now,
             stats: Stats::default(),
         })
@@ -471,6 +479,7 @@ impl Qsm {
         };
         self.layout = layout;
         self.rounds.clear();
+        self.last_hop = None;
         self.next_token_at = (self.layout.me == 0).then(|| now + self.config.token_interval);
     }
 
@@ -543,11 +552,18 @@ impl Qsm {
     }
 
     fn queue_repair(&mut self, to: Destination, source: NodeId, seq: u64) {
+        let at = self.last_now;
+        self.queue_repair_at(at, to, source, seq);
+    }
+
+    fn queue_repair_at(&mut self, at: Instant, to: Destination, source: NodeId, seq: u64) {
         if self.repairs.len() >= self.config.repair_queue_max {
             self.stats.repairs_dropped += 1;
             return;
         }
-        self.repairs.push_back(RepairJob { to, source, seq });
+        self.repair_order += 1;
+        self.repairs
+            .insert((at, self.repair_order), RepairJob { to, source, seq });
     }
 
     fn on_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8], shared: Option<&Bytes>) {
@@ -598,9 +614,10 @@ impl Qsm {
                 Message::Pull {
                     region,
                     source,
+                    rate,
                     ranges,
                 } if region == self.layout.region.0 => {
-                    self.on_pull(sender, NodeId(source), &ranges);
+                    self.on_pull(now, sender, NodeId(source), rate, &ranges);
                 }
                 _ => self.stats.bad_datagrams += 1,
             }
@@ -705,6 +722,14 @@ impl Qsm {
         if self.layout.step_node(step) != self.layout.me {
             return;
         }
+        // A copy of a hop already run, or a hop of an older round.
+        if self
+            .last_hop
+            .is_some_and(|last| (token.round, token.hop) <= last)
+        {
+            return;
+        }
+        self.last_hop = Some((token.round, token.hop));
         self.run_token(now, token);
     }
 
@@ -724,7 +749,10 @@ impl Qsm {
             let next = self.layout.step_node(self.layout.route[token.hop as usize]);
             if next != self.layout.me {
                 let to = Destination::Node(self.layout.members[next]);
-                self.send_control(to, &Message::Token(token));
+                let message = Message::Token(token);
+                for _ in 0..self.config.token_copies.get() {
+                    self.send_control(to, &message);
+                }
                 return;
             }
         }
@@ -733,6 +761,7 @@ impl Qsm {
     fn visit(&mut self, now: Instant, partition: u32, records: &mut [TokenRecord]) {
         let k = self.layout.partitions;
         let (suspicion, max) = (self.config.loss_suspicion, self.config.intervals_max);
+        let pull_max = self.config.pull_ranges_max;
         for rec in records.iter_mut() {
             let source = NodeId(rec.source);
             let (contig, max_seen, missing, part_next) = if source == self.me {
@@ -746,23 +775,24 @@ impl Qsm {
                 inbound.see(now, rec.max_seen);
                 inbound.gc(rec.gc_next);
                 let frontier = inbound.frontier(now, suspicion);
-                let missing = inbound.missing(frontier, max);
+                let missing = inbound.missing(frontier, pull_max);
                 let part_next = inbound.part_next(source, partition, k);
                 (inbound.contig, inbound.max_seen, missing, part_next)
             };
             rec.max_seen = rec.max_seen.max(max_seen);
             rec.min_contig = rec.min_contig.min(contig);
             self.push_wants(source, &rec.wants);
+            let listed = &missing[..missing.len().min(max)];
             rec.nak = if rec.part_stable == u64::MAX {
-                missing.clone()
+                listed.to_vec()
             } else {
-                intersect(&rec.nak, &missing)
+                intersect(&rec.nak, listed)
             };
             rec.part_stable = rec.part_stable.min(part_next);
             if !missing.is_empty() {
                 rec.wants.push(Want {
                     member: self.me.0,
-                    ranges: missing.clone(),
+                    ranges: listed.to_vec(),
                 });
                 self.pull(source, partition, &missing);
             }
@@ -776,17 +806,28 @@ impl Qsm {
                 continue;
             }
             let to = Destination::Node(NodeId(want.member));
-            for seq in ranges_iter(&want.ranges, ANSWER_MAX) {
+            let mut served = 0;
+            for seq in ranges_iter(&want.ranges, SCAN_MAX) {
+                if served == ANSWER_MAX {
+                    break;
+                }
                 if self.holds(source, seq) {
                     self.queue_repair(to, source, seq);
+                    served += 1;
                 }
             }
         }
     }
 
-    /// Asks a random member of each other partition caching part of `missing`.
+    /// Asks a random member of each partition caching part of `missing` (a
+    /// mate for my own partition's share): tens of members repair a large
+    /// gap in parallel ([B] §7 4c).
     fn pull(&mut self, source: NodeId, mine: u32, missing: &[SeqRange]) {
         let k = self.layout.partitions;
+        let budget = (f64::from(self.config.recovery_rate.get())
+            * self.config.token_interval.as_secs_f64())
+        .max(1.0) as u64;
+        let missing = &take_seqs(missing, budget);
         let mut wanted = vec![false; k as usize];
         for r in missing {
             let last = r.last.min(r.first.saturating_add(u64::from(k) - 1));
@@ -794,16 +835,30 @@ impl Qsm {
                 wanted[self.layout.caching(source, seq) as usize] = true;
             }
         }
+        let me = self.layout.me;
+        let mut targets = Vec::new();
         for p in 0..k {
-            if p == mine || !wanted[p as usize] {
+            if !wanted[p as usize] {
                 continue;
             }
-            let list = &self.layout.partition_members[p as usize];
-            let pick = list[self.rng.random_range(0..list.len())];
+            // In my own partition, a mate (they cache its share too).
+            let list: Vec<usize> = self.layout.partition_members[p as usize]
+                .iter()
+                .copied()
+                .filter(|&i| p != mine || i != me)
+                .collect();
+            if list.is_empty() {
+                continue;
+            }
+            targets.push(list[self.rng.random_range(0..list.len())]);
+        }
+        let rate = (self.config.recovery_rate.get() / (targets.len() as u32).max(1)).max(1);
+        for pick in targets {
             let to = Destination::Node(self.layout.members[pick]);
             let message = Message::Pull {
                 region: self.layout.region.0,
                 source: source.0,
+                rate,
                 ranges: missing.to_vec(),
             };
             self.stats.pulls_sent += 1;
@@ -912,10 +967,26 @@ impl Qsm {
         }
     }
 
-    fn on_pull(&mut self, from: NodeId, source: NodeId, ranges: &[SeqRange]) {
-        for seq in ranges_iter(ranges, ANSWER_MAX) {
+    /// Answers a pull with what I hold, paced at the asker's `rate`.
+    fn on_pull(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        source: NodeId,
+        rate: u32,
+        ranges: &[SeqRange],
+    ) {
+        let gap = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+        let mut at = now;
+        let mut served = 0;
+        for seq in ranges_iter(ranges, SCAN_MAX) {
+            if served == ANSWER_MAX {
+                break;
+            }
             if self.holds(source, seq) {
-                self.queue_repair(Destination::Node(from), source, seq);
+                self.queue_repair_at(at, Destination::Node(from), source, seq);
+                at += gap;
+                served += 1;
             }
         }
     }
@@ -975,7 +1046,11 @@ impl Qsm {
     fn next_repair(&mut self, now: Instant) -> Option<Transmit> {
         self.refill(now);
         while self.repair_credit >= 1.0 {
-            let job = self.repairs.pop_front()?;
+            let (&(at, _), _) = self.repairs.first_key_value()?;
+            if at > now {
+                return None;
+            }
+            let (_, job) = self.repairs.pop_first()?;
             if let Some(t) = self.repair_packet(job) {
                 self.repair_credit -= 1.0;
                 self.stats.repairs_sent += 1;
@@ -1024,6 +1099,23 @@ fn ranges_iter(ranges: &[SeqRange], max: u64) -> impl Iterator<Item = u64> + '_ 
         .iter()
         .flat_map(|r| r.first..=r.last)
         .take(usize::try_from(max).unwrap_or(usize::MAX))
+}
+
+/// The first `count` sequence numbers of `ranges`, as ranges.
+fn take_seqs(ranges: &[SeqRange], mut count: u64) -> Vec<SeqRange> {
+    let mut out = Vec::new();
+    for r in ranges {
+        if count == 0 {
+            break;
+        }
+        let last = r.last.min(r.first.saturating_add(count - 1));
+        out.push(SeqRange {
+            first: r.first,
+            last,
+        });
+        count -= last - r.first + 1;
+    }
+    out
 }
 
 /// The intersection of two ascending, disjoint range lists.
@@ -1108,10 +1200,12 @@ impl Engine for Qsm {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        let repair = (!self.repairs.is_empty()).then(|| {
+        let repair = self.repairs.first_key_value().map(|(&(at, _), _)| {
             let lack = (1.0 - self.repair_credit).max(0.0);
             let secs = lack / f64::from(self.config.repair_rate.get());
-            self.last_now + Duration::from_secs_f64(secs) + Duration::from_micros(1)
+            let credit_at =
+                self.last_now + Duration::from_secs_f64(secs) + Duration::from_micros(1);
+            at.max(credit_at)
         });
         let data = self.config.send_rate_max.and_then(|rate| {
             let unsent = self.out.next_sent < self.out.next_seq();

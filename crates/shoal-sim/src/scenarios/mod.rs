@@ -23,8 +23,13 @@ pub mod pbcast_star;
 pub mod pbcast_tree;
 pub mod protocol;
 pub mod qsm_cover_sets;
+pub mod qsm_crash;
+pub mod qsm_groups;
+pub mod qsm_perturbed;
 pub mod qsm_receivers;
+pub mod qsm_replication;
 pub mod qsm_sim;
+pub mod qsm_token_rate;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -66,6 +71,11 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
     (qsm_cover_sets::NAME, qsm_cover_sets::run),
     (qsm_receivers::NAME, qsm_receivers::run_fig),
+    (qsm_groups::NAME, qsm_groups::run),
+    (qsm_perturbed::NAME, qsm_perturbed::run),
+    (qsm_crash::NAME, qsm_crash::run),
+    (qsm_token_rate::NAME, qsm_token_rate::run),
+    (qsm_replication::NAME, qsm_replication::run),
 ];
 
 /// The figure called `name`.

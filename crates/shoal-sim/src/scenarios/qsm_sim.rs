@@ -17,8 +17,11 @@
 use shoal_core::qsm::{self, GroupId, Qsm, RegionId, RegionView};
 use shoal_core::{Instant, NodeId};
 
+use shoal_plot::Series;
+
+use super::figure::Plot;
 use super::p000::switch;
-use super::{member_seed, ns};
+use super::{member_seed, ns, run_parallel, Figure};
 use crate::metrics::{Observed, SimEvent};
 use crate::report::{Report, Wall};
 use crate::{ProcessingCost, Sim};
@@ -62,6 +65,19 @@ pub enum Perturb {
         every: f64,
         length: f64,
     },
+    /// Suspended once, for `length` seconds from `at` s after the start,
+    /// and never suspected ([A] §4 Fig 19: an undetected 10 s freeze).
+    Freeze {
+        at: f64,
+        length: f64,
+    },
+    /// Crashes `at` s after the start; `detect` s later the membership
+    /// service installs a region view without it ([A] §4 Fig 18: a 10 s
+    /// failure detector).
+    Crash {
+        at: f64,
+        detect: f64,
+    },
 }
 
 impl Perturb {
@@ -69,6 +85,8 @@ impl Perturb {
         match self {
             Perturb::None => "none".into(),
             Perturb::Sleep { every, length } => format!("{}ms-every-{}s", length * 1e3, every),
+            Perturb::Freeze { length, .. } => format!("freeze-{length}s"),
+            Perturb::Crash { detect, .. } => format!("crash-detected-after-{detect}s"),
         }
     }
 }
@@ -81,12 +99,15 @@ pub struct Setup {
     pub groups: u32,
     /// Seconds of sending.
     pub seconds: f64,
-    /// Messages per second each sender's application offers (more than the
-    /// host can send: the application blocks).
+    /// Messages per second each sender's application offers (a little more
+    /// than the host can send: the application blocks, and what it could
+    /// not send by the end goes during the drain).
     pub offered: f64,
     pub config: qsm::Config,
     pub perturb: Perturb,
     pub seed: u64,
+    /// Seconds simulated after the sending period, for recovery to finish.
+    pub drain: f64,
 }
 
 impl Setup {
@@ -96,10 +117,11 @@ impl Setup {
             senders: 1,
             groups: 1,
             seconds: 10.0,
-            offered: 10_000.0,
+            offered: 8_500.0,
             config: qsm::Config::default(),
             perturb: Perturb::None,
             seed,
+            drain: 6.0,
         }
     }
 }
@@ -121,6 +143,8 @@ pub struct Outcome {
     pub token_rtt_max_ms: f64,
     /// Largest token, bytes.
     pub token_bytes_max: usize,
+    /// Bytes of per-group state at the sender (`Qsm::bytes_per_group`).
+    pub bytes_per_group: usize,
     /// Per second of the run: deliveries at the first receiver.
     pub per_second: Vec<f64>,
     /// Per 100 ms sample: (time s, pending at sender 0).
@@ -128,7 +152,6 @@ pub struct Outcome {
 }
 
 const START: f64 = 0.5;
-const DRAIN: f64 = 6.0;
 const BIN: f64 = 0.1;
 
 /// Runs `setup`; `head` starts the summary row.
@@ -170,20 +193,41 @@ pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
         sim.schedule_stream(s, start, ns(1.0 / setup.offered), per_sender, SIZE);
     }
     let end = START + setup.seconds;
-    if let Perturb::Sleep { every, length } = setup.perturb {
-        let mut at = START + every;
-        while at < end {
-            sim.sleep(n - 1, ns(at), ns(at + length));
-            at += every;
+    let mut install_at = None;
+    match setup.perturb {
+        Perturb::None => {}
+        Perturb::Sleep { every, length } => {
+            // The first disturbance 2 s in (or sooner for short periods).
+            let mut at = START + every.min(2.0);
+            while at < end {
+                sim.sleep(n - 1, ns(at), ns(at + length));
+                at += every;
+            }
+        }
+        Perturb::Freeze { at, length } => sim.sleep(n - 1, ns(START + at), ns(START + at + length)),
+        Perturb::Crash { at, detect } => {
+            sim.sleep(n - 1, ns(START + at), u64::MAX / 2);
+            install_at = Some(START + at + detect);
         }
     }
     let (mut pending_max, mut receiver_bytes_max, mut rtt_max) = (0, 0, 0.0f64);
     let mut pending_trace = Vec::new();
     let mut t = 0.0;
     let mut link_bytes = Vec::new();
-    while t < end + DRAIN {
+    while t < end + setup.drain {
         t += BIN;
         sim.run_until(ns(t));
+        if install_at.is_some_and(|at| t >= at - 1e-9) {
+            install_at = None;
+            let survivors = RegionView {
+                view: 2,
+                members: (0..n as u32 - 1).map(NodeId).collect(),
+                ..view.clone()
+            };
+            for h in 0..n - 1 {
+                sim.with_engine(h, |e, now| e.handle_view(now, &survivors));
+            }
+        }
         if (t - end).abs() < BIN / 2.0 {
             link_bytes = sim.link_bytes();
         }
@@ -206,7 +250,7 @@ pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
         &sim,
         head,
         messages,
-        ns(end + DRAIN),
+        ns(end + setup.drain),
         (setup.seconds, &link_bytes),
         0,
     );
@@ -222,9 +266,10 @@ pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
         .map(|(e, _)| e.stats.token_bytes_max)
         .max()
         .unwrap_or(0);
+    let bytes_per_group = sim.hosts().next().map_or(0, |(e, _)| e.bytes_per_group());
     let first = sim.hosts().nth(setup.senders).expect("a receiver").1;
     let per_second = first
-        .bins_between(0, ns(end + DRAIN))
+        .bins_between(0, ns(end + setup.drain))
         .chunks((1.0 / BIN) as usize)
         .map(|c| c.iter().map(|&x| f64::from(x)).sum())
         .collect();
@@ -240,6 +285,7 @@ pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
     report.put("repairs", repairs);
     report.put("naks", naks);
     report.put("dropped_backlog", dropped_backlog);
+    report.put("bytes_per_group", bytes_per_group);
     report.wall = Wall::since(started, sim.events);
     Outcome {
         report,
@@ -249,9 +295,105 @@ pub fn run(setup: &Setup, head: Vec<(String, String)>) -> Outcome {
         receiver_bytes_max,
         token_rtt_max_ms: rtt_max,
         token_bytes_max,
+        bytes_per_group,
         per_second,
         pending_trace,
     }
+}
+
+/// An extra summary column of a sweep: its name and its value per point.
+pub type Column = (&'static str, fn(&Point) -> String);
+
+/// A sweep's chart: file suffix, y label, value per outcome.
+type Chart<'a> = (&'a str, &'a str, &'a dyn Fn(&Outcome) -> f64);
+
+/// One point of a sweep: its series, its x, its run.
+pub struct Point {
+    pub series: String,
+    pub x: f64,
+    pub setup: Setup,
+}
+
+/// Runs every point (in parallel) and draws throughput, sender pending
+/// and receiver memory against x, one line per series. `extra` adds a
+/// column to each row from its outcome.
+pub fn sweep(
+    name: &str,
+    what: &str,
+    x_label: &str,
+    points: Vec<Point>,
+    extra: &[Column],
+) -> (Figure, Vec<Outcome>) {
+    let mut figure = Figure::new(name);
+    type Job = Box<dyn FnOnce() -> Outcome + Send>;
+    let jobs: Vec<Job> = points
+        .iter()
+        .map(|p| {
+            let mut h = head(name, &p.setup);
+            for (column, f) in extra {
+                h.push(((*column).into(), f(p)));
+            }
+            let s = p.setup.clone();
+            Box::new(move || run(&s, h)) as Job
+        })
+        .collect();
+    let outcomes = run_parallel(jobs);
+    let mut labels: Vec<String> = Vec::new();
+    for p in &points {
+        if !labels.contains(&p.series) {
+            labels.push(p.series.clone());
+        }
+    }
+    let line = |f: &dyn Fn(&Outcome) -> f64| -> Vec<Series> {
+        labels
+            .iter()
+            .map(|l| {
+                let pts = points
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(p, _)| &p.series == l)
+                    .map(|(p, o)| (p.x, f(o)))
+                    .collect();
+                Series::new(l.clone(), pts)
+            })
+            .collect()
+    };
+    let charts: [Chart; 4] = [
+        ("", "messages/s delivered per receiver", &|o| o.throughput),
+        ("-pending", "most messages pending at the sender", &|o| {
+            o.pending_max as f64
+        }),
+        ("-memory", "most payload KB held by a receiver", &|o| {
+            o.receiver_bytes_max as f64 / 1e3
+        }),
+        ("-token-rtt", "longest token round trip (ms)", &|o| {
+            o.token_rtt_max_ms
+        }),
+    ];
+    for (suffix, y, f) in charts {
+        figure.plots.push(Plot::lines(
+            format!("{name}{suffix}.svg"),
+            format!("QSM: {what}"),
+            x_label,
+            y,
+            line(f),
+        ));
+    }
+    for (p, o) in points.iter().zip(&outcomes) {
+        figure.add_run(&o.report);
+        figure.notes.push(format!(
+            "{:<28} x={:<8} {:>7.0} msgs/s (slowest {:>6.0}), pending max {:>6}, receiver max {:>6} KB, token rtt max {:>5.0} ms{}",
+            p.series,
+            p.x,
+            o.throughput,
+            o.throughput_min,
+            o.pending_max,
+            o.receiver_bytes_max / 1000,
+            o.token_rtt_max_ms,
+            if o.report.complete { "" } else { "  INCOMPLETE" }
+        ));
+    }
+    (figure, outcomes)
 }
 
 /// The first summary columns of a QSM run.
