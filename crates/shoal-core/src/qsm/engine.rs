@@ -633,7 +633,9 @@ impl Qsm {
         payload: Bytes,
         recovered: bool,
     ) {
-        if source == self.me {
+        // Only members of the region send in it: a forged source id must
+        // not size the per-source table.
+        if source == self.me || self.layout.members.binary_search(&source).is_err() {
             return;
         }
         let mine = self.layout.my_partition();
@@ -764,6 +766,9 @@ impl Qsm {
         let pull_max = self.config.pull_ranges_max;
         for rec in records.iter_mut() {
             let source = NodeId(rec.source);
+            if self.layout.members.binary_search(&source).is_err() {
+                continue;
+            }
             let (contig, max_seen, missing, part_next) = if source == self.me {
                 // The sender holds all it sent, but does not vouch for what
                 // the others saw: `max_seen` stays theirs, so the ACK tells

@@ -182,3 +182,38 @@ fn per_group_state_is_small() {
     assert_eq!(e.groups().len(), 10_000);
     assert!(e.bytes_per_group() < 512, "{} B", e.bytes_per_group());
 }
+
+#[test]
+fn forged_sources_and_numbers_cost_nothing_and_break_nothing() {
+    use shoal_wire::qsm::Message;
+    let v = view(4, 1);
+    let mut e = Qsm::new(NodeId(1), &v, Config::default(), 1, crate::Instant::ZERO).unwrap();
+    let forge = |sender: u32, seq: u64| {
+        Message::Data {
+            region: 7,
+            group: 0,
+            seq,
+            payload: b"x",
+        }
+        .to_vec(sender)
+        .unwrap()
+    };
+    // A sender outside the region, with an id that would size a table.
+    crate::Engine::handle_datagram(&mut e, crate::Instant::ZERO, NodeId(9), &forge(u32::MAX, 0));
+    // A member's message far ahead: held, a gap known, nothing delivered.
+    crate::Engine::handle_datagram(
+        &mut e,
+        crate::Instant::ZERO,
+        NodeId(2),
+        &forge(2, u64::MAX - 1),
+    );
+    assert!(crate::Engine::poll_event(&mut e).is_none());
+    assert_eq!(e.memory().held, 1);
+    // Later token visits (loss suspicion passed) ask for a bounded amount.
+    let mut now = crate::Instant::ZERO;
+    for _ in 0..5 {
+        now += std::time::Duration::from_secs(1);
+        crate::Engine::handle_timeout(&mut e, now);
+        while crate::Engine::poll_transmit(&mut e, now).is_some() {}
+    }
+}

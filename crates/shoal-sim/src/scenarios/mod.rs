@@ -26,6 +26,7 @@ pub mod qsm_cover_sets;
 pub mod qsm_crash;
 pub mod qsm_groups;
 pub mod qsm_perturbed;
+pub mod qsm_rate;
 pub mod qsm_receivers;
 pub mod qsm_replication;
 pub mod qsm_sim;
@@ -76,6 +77,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (qsm_crash::NAME, qsm_crash::run),
     (qsm_token_rate::NAME, qsm_token_rate::run),
     (qsm_replication::NAME, qsm_replication::run),
+    (qsm_rate::NAME, qsm_rate::run),
 ];
 
 /// The figure called `name`.
