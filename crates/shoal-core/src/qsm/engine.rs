@@ -773,8 +773,14 @@ impl Qsm {
                 // The sender holds all it sent, but does not vouch for what
                 // the others saw: `max_seen` stays theirs, so the ACK tells
                 // the sender when the whole region missed its tail.
+                // (Alone in the region, the sender is the region.)
                 let sent = self.out.next_sent;
-                (sent, 0, Vec::new(), sent + u64::from(k))
+                let seen = if self.layout.members.len() == 1 {
+                    sent
+                } else {
+                    0
+                };
+                (sent, seen, Vec::new(), sent + u64::from(k))
             } else {
                 let inbound = self.inbound(source);
                 inbound.see(now, rec.max_seen);

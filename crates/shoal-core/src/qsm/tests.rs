@@ -217,3 +217,12 @@ fn forged_sources_and_numbers_cost_nothing_and_break_nothing() {
         while crate::Engine::poll_transmit(&mut e, now).is_some() {}
     }
 }
+
+#[test]
+fn a_sender_alone_in_its_region_is_acked_by_its_own_token() {
+    let mut net = net(1, 6, &Config::default());
+    send(&mut net, 0, 30);
+    net.run_until(3_000);
+    assert_eq!(net.engines[0].memory().pending, 0);
+    assert_eq!(delivered(&net, 0, 0), (0..30).collect::<Vec<_>>());
+}
