@@ -9,11 +9,12 @@
 //! [B] gives no traffic model for this figure beyond "traffic is also
 //! Zipf-like"; here a group's traffic is its popularity weight
 //! (1/rank^1.5), so the most joined groups are the busiest. Pure
-//! computation: no network is simulated.
+//! computation: no network is simulated. Also recorded: the sends a message
+//! costs (the regions its group spans), averaged over messages.
 
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use shoal_core::qsm::cover::{cover_sets, node_concentration, CoverConfig};
+use shoal_core::qsm::cover::{cover_sets, node_concentration, sends_per_message, CoverConfig};
 use shoal_plot::Series;
 
 use super::figure::Plot;
@@ -28,6 +29,7 @@ const JOIN_FRACTION: f64 = 0.10;
 /// One configuration's results.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    pub tail_share: f64,
     pub nodes: usize,
     pub groups: usize,
     pub seed: u64,
@@ -39,6 +41,8 @@ pub struct Outcome {
     pub top2_share_p10: f64,
     /// Share of all traffic (summed over nodes) in the 5 busiest cover sets.
     pub top5_sets_share: f64,
+    /// Sends per message (regions its group spans), weighted by traffic.
+    pub sends_per_message: f64,
     /// Per node, its top-2 share (for the distribution plot).
     pub shares: Vec<f64>,
     pub wall: Wall,
@@ -67,10 +71,14 @@ pub fn zipf_membership(nodes: usize, groups: usize, seed: u64) -> (Vec<Vec<u32>>
     (members, weight)
 }
 
-pub fn one(nodes: usize, groups: usize, seed: u64) -> Outcome {
+pub fn one(nodes: usize, groups: usize, seed: u64, tail_share: f64) -> Outcome {
     let started = std::time::Instant::now();
     let (members, traffic) = zipf_membership(nodes, groups, seed);
-    let sets = cover_sets(nodes, &members, &traffic, &CoverConfig::default());
+    let config = CoverConfig {
+        tail_traffic_share: tail_share,
+        ..CoverConfig::default()
+    };
+    let sets = cover_sets(nodes, &members, &traffic, &config);
     let per_node = node_concentration(&sets, &members, &traffic, nodes);
     let mut shares: Vec<f64> = per_node.iter().map(|p| p.1).collect();
     let mut by_set: Vec<f64> = sets
@@ -89,6 +97,7 @@ pub fn one(nodes: usize, groups: usize, seed: u64) -> Outcome {
     let top2_share_mean = mean(&shares);
     shares.sort_by(f64::total_cmp);
     Outcome {
+        tail_share,
         nodes,
         groups,
         seed,
@@ -99,6 +108,7 @@ pub fn one(nodes: usize, groups: usize, seed: u64) -> Outcome {
         top2_share_mean,
         top2_share_p10: shares[shares.len() / 10],
         top5_sets_share: by_set.iter().take(5).sum::<f64>() / total.max(1e-300),
+        sends_per_message: sends_per_message(&sets, &traffic),
         shares,
         wall: Wall {
             seconds: started.elapsed().as_secs_f64(),
@@ -114,40 +124,51 @@ pub fn run(scale: Scale) -> Figure {
     // One seed per configuration: the membership is large enough that
     // seeds barely differ (a `--seeds` above 1 still adds them).
     let seeds: Vec<u64> = scale.seeds().take(scale.pick(1, 1)).collect();
+    // With and without the tail set (`CoverConfig::tail_traffic_share`).
+    let tails = [0.0, CoverConfig::default().tail_traffic_share];
     let mut configs = Vec::new();
-    for &n in node_counts {
-        for &g in group_counts {
-            for &s in &seeds {
-                configs.push((n, g, s));
+    for &tail in &tails {
+        for &n in node_counts {
+            for &g in group_counts {
+                for &s in &seeds {
+                    configs.push((n, g, s, tail));
+                }
             }
         }
     }
     type Job = Box<dyn FnOnce() -> Outcome + Send>;
     let jobs: Vec<Job> = configs
         .iter()
-        .map(|&(n, g, s)| Box::new(move || one(n, g, s)) as Job)
+        .map(|&(n, g, s, tail)| Box::new(move || one(n, g, s, tail)) as Job)
         .collect();
     let outcomes = run_parallel(jobs);
     let mut regions_series = Vec::new();
     let mut share_series = Vec::new();
-    for &n in node_counts {
-        let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.nodes == n).collect();
-        regions_series.push(Series::new(
-            format!("{n} nodes"),
-            mine.iter()
-                .map(|o| (o.groups as f64, o.regions_per_node_mean))
-                .collect(),
-        ));
-        share_series.push(Series::new(
-            format!("{n} nodes"),
-            mine.iter()
-                .map(|o| (o.groups as f64, 100.0 * o.top2_share_mean))
-                .collect(),
-        ));
+    for &tail in &tails {
+        for &n in node_counts {
+            let mine: Vec<&Outcome> = outcomes
+                .iter()
+                .filter(|o| o.nodes == n && o.tail_share == tail)
+                .collect();
+            let label = format!("{n} nodes, tail set {:.0}%", tail * 100.0);
+            regions_series.push(Series::new(
+                label.clone(),
+                mine.iter()
+                    .map(|o| (o.groups as f64, o.regions_per_node_mean))
+                    .collect(),
+            ));
+            share_series.push(Series::new(
+                label,
+                mine.iter()
+                    .map(|o| (o.groups as f64, 100.0 * o.top2_share_mean))
+                    .collect(),
+            ));
+        }
     }
     for o in &outcomes {
         figure.rows.push(vec![
             ("scenario".into(), NAME.into()),
+            ("tail_traffic_share".into(), o.tail_share.to_string()),
             ("nodes".into(), o.nodes.to_string()),
             ("groups".into(), o.groups.to_string()),
             ("seed".into(), o.seed.to_string()),
@@ -170,10 +191,15 @@ pub fn run(scale: Scale) -> Figure {
                 "top5_cover_sets_traffic_share".into(),
                 format!("{:.4}", o.top5_sets_share),
             ),
+            (
+                "sends_per_message".into(),
+                format!("{:.3}", o.sends_per_message),
+            ),
         ]);
         figure.wall.seconds += o.wall.seconds;
         figure.notes.push(format!(
-            "{:>5} nodes {:>6} groups: {:>4} cover sets, {:>5.2} regions/node (max {}), top-2 share {:.1}% (p10 {:.1}%), top-5 sets {:.1}% of traffic",
+            "tail {:>4.2} {:>5} nodes {:>6} groups: {:>4} cover sets, {:>5.2} regions/node (max {}), top-2 share {:.1}% (p10 {:.1}%), top-5 sets {:.1}% of traffic, {:.2} sends/message",
+            o.tail_share,
             o.nodes,
             o.groups,
             o.cover_sets,
@@ -181,11 +207,17 @@ pub fn run(scale: Scale) -> Figure {
             o.regions_per_node_max,
             100.0 * o.top2_share_mean,
             100.0 * o.top2_share_p10,
-            100.0 * o.top5_sets_share
+            100.0 * o.top5_sets_share,
+            o.sends_per_message
         ));
     }
     // [B] Fig 3: the distribution at the largest configuration.
-    if let Some(big) = outcomes.iter().max_by_key(|o| (o.nodes, o.groups)) {
+    let default_tail = tails[1];
+    if let Some(big) = outcomes
+        .iter()
+        .filter(|o| o.tail_share == default_tail)
+        .max_by_key(|o| (o.nodes, o.groups))
+    {
         let mut csv = String::from("top2_share_percent_at_least,fraction_of_nodes\n");
         let mut points = Vec::new();
         for pct in (0..=100).step_by(5) {
@@ -242,7 +274,7 @@ mod tests {
 
     #[test]
     fn traffic_concentrates_in_few_regions() {
-        let o = one(250, 1000, 1);
+        let o = one(250, 1000, 1, 0.05);
         assert!(o.regions_per_node_mean >= 1.0);
         assert!(o.top2_share_mean > 0.5, "{o:?}");
     }
