@@ -433,4 +433,41 @@ mod tests {
             o.throughput
         );
     }
+
+    /// The crash goal at a small scale: while the crashed member is
+    /// in the view nothing is ACKed; within 2 s of the view without it,
+    /// everything old is.
+    #[test]
+    fn after_a_crash_everything_old_is_acked_soon_after_the_view_change() {
+        let setup = Setup {
+            seconds: 8.0,
+            perturb: Perturb::Crash {
+                at: 2.0,
+                detect: 3.0,
+            },
+            ..Setup::new(10, 1)
+        };
+        let o = run(&setup, head("test", &setup));
+        let pending_at = |t: f64| {
+            o.pending_trace
+                .iter()
+                .find(|(at, _)| *at >= t - 1e-9)
+                .map(|p| p.1)
+                .unwrap()
+        };
+        let view_change = START + 2.0 + 3.0;
+        assert!(
+            pending_at(view_change - 0.1) > 20_000.0,
+            "{:?}",
+            o.pending_trace
+        );
+        assert!(
+            pending_at(view_change + 2.0) < 9_000.0,
+            "{:?}",
+            o.pending_trace
+        );
+        // A live receiver runs at full speed throughout.
+        let live = &o.per_second[1..8];
+        assert!(live.iter().all(|&d| d > 8_000.0), "{live:?}");
+    }
 }
