@@ -226,3 +226,40 @@ fn a_sender_alone_in_its_region_is_acked_by_its_own_token() {
     assert_eq!(net.engines[0].memory().pending, 0);
     assert_eq!(delivered(&net, 0, 0), (0..30).collect::<Vec<_>>());
 }
+
+#[test]
+fn after_the_region_leader_crashes_the_new_view_resumes_tokens_and_cleanup() {
+    let mut net = net(8, 7, &Config::default());
+    send(&mut net, 3, 50);
+    net.run_until(2_000);
+    // Member 0, the region leader, crashes: nothing reaches it or leaves it.
+    net.filter = Some(Box::new(|from, to, _| from != 0 && to != 0));
+    send(&mut net, 3, 50);
+    net.run_until(5_000);
+    assert!(
+        net.engines[3].memory().pending > 0,
+        "no ACK without a leader"
+    );
+    let survivors = RegionView {
+        view: 2,
+        members: (1..8).map(NodeId).collect(),
+        ..view(8, 3)
+    };
+    for i in 1..8 {
+        net.with(i, |e, now| e.handle_view(now, &survivors));
+    }
+    net.run_until(9_000);
+    for m in 1..8 {
+        assert_eq!(
+            delivered(&net, m, 3),
+            (0..100).collect::<Vec<_>>(),
+            "member {m}"
+        );
+        let mem = net.engines[m].memory();
+        assert_eq!(
+            (mem.pending, mem.held, mem.cached),
+            (0, 0, 0),
+            "member {m}: {mem:?}"
+        );
+    }
+}
