@@ -206,7 +206,7 @@ class Client:
         self._send(self._requests.join(group))
 
     def leave(self, group: str) -> None:
-        """Leaves ``group``; a :class:`Membership` with no members follows."""
+        """Leaves ``group``; a :class:`Membership` without this client follows."""
         self._send(self._requests.leave(group))
 
     def multicast(self, service: Service | int | str, groups: Groups, payload: bytes) -> None:

@@ -329,11 +329,13 @@ class TwoDaemons(unittest.TestCase):
         group = f"leave{self.n}"
         alice, bob = self.pair(group)
         bob.leave(group)
-        gone = view(bob, group, 0)
-        self.assertEqual(gone.reason, Reason.LEAVE)
+        # The leaver hears the view the others install, without itself.
+        gone = view(bob, group, 1)
+        self.assertEqual((gone.reason, gone.members), (Reason.LEAVE, [alice.private_group]))
         left = view(alice, group, 1)
         self.assertEqual((left.reason, left.members), (Reason.LEAVE, [alice.private_group]))
         self.assertGreater(left.view_id, 0)
+        self.assertEqual(gone.view_id, left.view_id)
 
     def test_a_disconnect_on_leaving_the_with_block_is_seen(self) -> None:
         group = f"with{self.n}"

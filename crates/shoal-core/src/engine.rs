@@ -77,6 +77,13 @@ pub trait Engine {
     fn poll_event(&mut self) -> Option<Self::Event>;
     /// When `handle_timeout` should next be called.
     fn poll_timeout(&self) -> Option<Instant>;
+    /// Whether the engine takes application input now (the daemon engine
+    /// stops taking client frames while too much waits for the total
+    /// order); a driver holds input back, and so back-pressures its
+    /// sources, while this is false.
+    fn accepts_input(&self) -> bool {
+        true
+    }
 }
 
 /// Why a multicast was refused. The engine's state is unchanged in every case.

@@ -19,12 +19,15 @@
 //! let next = engine.poll_timeout();
 //! ```
 
-pub mod cluster;
+pub mod daemon;
 pub mod engine;
 pub mod fd;
+pub mod hop;
+pub mod overlay;
 pub mod pbcast;
 pub mod qsm;
 pub mod ranges;
+pub mod ring;
 pub mod srm;
 pub mod time;
 pub mod traditional;

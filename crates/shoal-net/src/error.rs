@@ -18,9 +18,10 @@ pub enum NetError {
     /// two members to one address. The node did not start.
     #[error("address book: {0}")]
     AddressBook(String),
-    /// Only IPv4 multicast groups in 239.255.0.0/16 (admin-scoped) are
-    /// accepted, so nothing can leave the machine. The node did not start.
-    #[error("multicast group {0} is not in 239.255.0.0/16")]
+    /// Only administratively scoped multicast groups with a port are
+    /// accepted: IPv4 239.255.0.0/16, IPv6 link-, admin-, site- or
+    /// organisation-local (`socket::MulticastGroup`). The node did not start.
+    #[error("multicast group {0} is not administratively scoped (239.255.0.0/16, or IPv6 ff02/ff04/ff05/ff08) with a port")]
     GroupNotAdminScoped(SocketAddr),
     /// The node's thread or runtime could not be started.
     #[error("runtime: {0}")]

@@ -1,10 +1,16 @@
-//! Fault injection: drop and delay datagrams, from a seeded generator.
+//! Fault injection: drop, duplicate and delay datagrams, from a seeded
+//! generator.
 //!
-//! Applied to **received** datagrams, before the engine sees them: a drop
+//! Applied mainly to **received** datagrams, before the engine sees them: a drop
 //! models loss anywhere on the path to this member, and each member draws
 //! independently (as on a real LAN, where one multicast reaches some
 //! receivers and not others). The unit is a datagram, which may carry many
 //! packed messages, just as a real network loses whole datagrams.
+//!
+//! Sent datagrams can be dropped or duplicated too (`send_*`), before they
+//! reach the socket: a dropped IP multicast is then lost for every
+//! receiver at once (correlated loss, as at a sender's NIC). Sends are never
+//! delayed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -19,11 +25,19 @@ use shoal_core::{Instant, NodeId};
 pub struct FaultConfig {
     /// Probability in [0, 1) that a received datagram is dropped.
     pub drop_probability: f64,
+    /// Probability in [0, 1) that a received datagram is handed over twice
+    /// (each copy then dropped or delayed on its own draw, so with jitter
+    /// the copies may arrive apart and out of order).
+    pub duplicate_probability: f64,
     /// Added to every received datagram's arrival time.
     pub delay: Duration,
     /// A further uniform random delay in [0, jitter] per datagram (datagrams
     /// may then be reordered).
     pub jitter: Duration,
+    /// Probability in [0, 1) that a datagram this node sends is dropped.
+    pub send_drop_probability: f64,
+    /// Probability in [0, 1) that a datagram this node sends goes twice.
+    pub send_duplicate_probability: f64,
     /// Seeds the generator; give each node its own.
     pub seed: u64,
 }
@@ -32,8 +46,11 @@ impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig {
             drop_probability: 0.0,
+            duplicate_probability: 0.0,
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
+            send_drop_probability: 0.0,
+            send_duplicate_probability: 0.0,
             seed: 0,
         }
     }
@@ -42,7 +59,12 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// Whether any fault is configured (the runtime skips the layer if not).
     pub fn is_active(&self) -> bool {
-        self.drop_probability > 0.0 || !self.delay.is_zero() || !self.jitter.is_zero()
+        self.drop_probability > 0.0
+            || self.duplicate_probability > 0.0
+            || !self.delay.is_zero()
+            || !self.jitter.is_zero()
+            || self.send_drop_probability > 0.0
+            || self.send_duplicate_probability > 0.0
     }
 }
 
@@ -87,7 +109,35 @@ impl Faults {
         &self.config
     }
 
-    /// Decides the fate of a datagram that arrived at `now`.
+    /// How many copies of a datagram that arrived to judge: 2 with
+    /// `duplicate_probability`, else 1. Draws nothing when duplication is off,
+    /// so a seed gives the same drops and delays as without it.
+    pub fn copies(&mut self) -> usize {
+        if self.config.duplicate_probability > 0.0
+            && self.rng.random::<f64>() < self.config.duplicate_probability
+        {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// How many copies of a datagram this node sends go to the socket: 0
+    /// (dropped), 1, or 2 (duplicated). Draws nothing for a probability of 0.
+    pub fn sent_copies(&mut self) -> usize {
+        let c = self.config;
+        if c.send_drop_probability > 0.0 && self.rng.random::<f64>() < c.send_drop_probability {
+            return 0;
+        }
+        if c.send_duplicate_probability > 0.0
+            && self.rng.random::<f64>() < c.send_duplicate_probability
+        {
+            return 2;
+        }
+        1
+    }
+
+    /// Decides the fate of a datagram (or a copy) that arrived at `now`.
     pub fn judge(&mut self, now: Instant) -> Verdict {
         if self.config.drop_probability > 0.0
             && self.rng.random::<f64>() < self.config.drop_probability
@@ -169,6 +219,42 @@ mod tests {
     fn no_faults_delivers_everything() {
         assert_eq!(count_drops(0.0, 9, 10_000), 0);
         assert!(!FaultConfig::default().is_active());
+    }
+
+    #[test]
+    fn duplication_rate_within_bounds_and_off_by_default() {
+        let mut faults = Faults::new(FaultConfig {
+            duplicate_probability: 0.1,
+            seed: 5,
+            ..FaultConfig::default()
+        });
+        assert!(faults.config().is_active());
+        // 100,000 draws at p = 0.1: mean 10,000, sd ~95; ±1,000 is > 10 sd.
+        let doubled = (0..100_000).filter(|_| faults.copies() == 2).count();
+        assert!((9_000..=11_000).contains(&doubled), "{doubled}");
+        let mut off = Faults::new(FaultConfig::default());
+        assert!((0..1000).all(|_| off.copies() == 1));
+    }
+
+    #[test]
+    fn sent_datagrams_are_dropped_and_duplicated_at_the_configured_rates() {
+        let mut faults = Faults::new(FaultConfig {
+            send_drop_probability: 0.2,
+            send_duplicate_probability: 0.1,
+            seed: 11,
+            ..FaultConfig::default()
+        });
+        assert!(faults.config().is_active());
+        let mut counts = [0u32; 3];
+        for _ in 0..100_000 {
+            counts[faults.sent_copies()] += 1;
+        }
+        // Drops: mean 20,000 (sd ~126); duplicates: 10% of the 80,000
+        // kept, mean 8,000 (sd ~85). Bounds are > 7 sd wide.
+        assert!((19_000..=21_000).contains(&counts[0]), "{counts:?}");
+        assert!((7_400..=8_600).contains(&counts[2]), "{counts:?}");
+        let mut off = Faults::new(FaultConfig::default());
+        assert!((0..1000).all(|_| off.sent_copies() == 1));
     }
 
     #[test]

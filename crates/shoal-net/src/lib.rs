@@ -4,15 +4,16 @@
 //! One [`Node`] is one member: an OS thread running a current-thread tokio
 //! runtime (or, with [`Node::spawn_task`], a task of the caller's runtime)
 //! that owns the engine outright (no `Arc<Mutex<Engine>>`), a unicast
-//! UDP socket on loopback and, when configured, an IP multicast receive
-//! socket. Its core loop follows QSM's lessons: received datagrams are handled
+//! UDP socket (IPv4 or IPv6, loopback or any address of the host) and, when
+//! configured, an IP multicast receive socket on a chosen interface. Its core loop follows QSM's lessons: received datagrams are handled
 //! before timers, and timers before new application sends; sockets are drained
 //! in batches; the engine packs many messages per datagram and the runtime
 //! flushes whenever it runs out of input, so packing adds no latency at low
 //! rates.
 //!
-//! A seeded fault-injection layer ([`Faults`]) drops and delays received
-//! datagrams, for tests and `shoal demo`.
+//! A seeded fault-injection layer ([`Faults`]) drops, duplicates and delays
+//! received datagrams and drops or duplicates sent ones, for tests, `shoal
+//! demo` and the daemon's `[faults]` section.
 //!
 //! ```text
 //! let clock = Clock::new();
@@ -42,4 +43,4 @@ pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
 pub use node::{Auth, Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
-pub use socket::{Endpoint, MulticastGroup, SocketOptions};
+pub use socket::{Endpoint, MulticastGroup, MulticastInterface, MulticastOptions, SocketOptions};

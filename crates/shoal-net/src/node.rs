@@ -18,10 +18,11 @@
 //!    engine builds each datagram when the socket can take it);
 //! 6. hand the turn's events to the application as one [`EventBatch`].
 //!
-//! Events are drained after every input; transmissions once per turn, after
-//! all of the turn's inputs. The engine queues its outputs, so this changes
-//! no protocol decision; it lets the engine pack a turn's worth of messages
-//! into few datagrams. A turn with a single input flushes at once: nothing
+//! Events and transmissions are drained once per turn, after all of the
+//! turn's inputs. The engine queues its outputs, so this changes no
+//! protocol decision; it lets the engine pack a turn's worth of messages
+//! into few datagrams (and the daemon engine a turn's frames for one client
+//! into one chunk). A turn with a single input flushes at once: nothing
 //! waits for a batch to fill, so packing adds no latency at low rates.
 //!
 //! Then the loop sleeps until a socket is readable (or writable, when a send
@@ -71,7 +72,8 @@ pub struct EventBatch<Ev> {
 pub struct NodeConfig {
     /// The static member list; must contain the endpoint's own address.
     pub book: AddressBook,
-    /// Injected faults on received datagrams (none by default).
+    /// Injected faults: loss, duplication, delay and jitter of received
+    /// datagrams; loss and duplication of sent ones (none by default).
     pub faults: FaultConfig,
     /// Datagrams read from one socket per turn, at most, before timers and
     /// sends get their turn. Default 64.
@@ -80,6 +82,8 @@ pub struct NodeConfig {
     pub command_batch_max: usize,
     /// Capacity of the command channel. Default 4096.
     pub command_queue_len: usize,
+    /// Capacity of the input channel ([`Node::inputs`]). Default 64.
+    pub input_queue_len: usize,
     /// While the send window is full, retry at least this often even if no
     /// datagram arrives (a silent member stops holding the window after a
     /// timeout the engine does not report). Default 1 ms.
@@ -124,6 +128,7 @@ impl NodeConfig {
             recv_batch_max: 64,
             command_batch_max: 256,
             command_queue_len: 4096,
+            input_queue_len: 64,
             window_retry: Duration::from_millis(1),
             auth: None,
             spin: Duration::ZERO,
@@ -143,6 +148,12 @@ pub struct RuntimeStats {
     pub fault_drops: u64,
     /// Held back by the fault layer.
     pub fault_delays: u64,
+    /// Extra copies made by the fault layer (received datagrams).
+    pub fault_duplicates: u64,
+    /// Sent datagrams dropped by the fault layer.
+    pub fault_send_drops: u64,
+    /// Sent datagrams duplicated by the fault layer.
+    pub fault_send_duplicates: u64,
     /// This node's own multicasts looped back to it, dropped.
     pub own_filtered: u64,
     /// From an address not in the book, dropped.
@@ -171,6 +182,7 @@ pub struct Node<E: Engine> {
     local_addr: SocketAddr,
     commands: mpsc::Sender<Command>,
     controls: mpsc::UnboundedSender<Control<E>>,
+    inputs: mpsc::Sender<Control<E>>,
     events: Option<mpsc::UnboundedReceiver<EventBatch<E::Event>>>,
     shutdown: Option<oneshot::Sender<()>>,
     runner: Option<Runner<E>>,
@@ -251,12 +263,14 @@ where
         let (command_tx, command_rx) = mpsc::channel(config.command_queue_len.max(1));
         let (event_tx, event_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (input_tx, input_rx) = mpsc::channel(config.input_queue_len.max(1));
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
         let node = Node {
             id,
             local_addr,
             commands: command_tx,
             controls: control_tx,
+            inputs: input_tx,
             events: Some(event_rx),
             shutdown: Some(shutdown_tx),
             runner: None,
@@ -264,6 +278,7 @@ where
         let channels = Channels {
             commands: command_rx,
             controls: control_rx,
+            inputs: input_rx,
             events: event_tx,
         };
         Ok((node, channels, shutdown_rx))
@@ -294,6 +309,14 @@ impl<E: Engine> Node<E> {
     /// A handle for [`Node::control`] that can be cloned and moved.
     pub fn controls(&self) -> mpsc::UnboundedSender<Control<E>> {
         self.controls.clone()
+    }
+
+    /// Where application input goes (clone it freely): closures run like
+    /// controls, but only while the engine accepts input
+    /// ([`Engine::accepts_input`]), and the channel is bounded, so a sender
+    /// waits while the engine is behind (back-pressure).
+    pub fn inputs(&self) -> mpsc::Sender<Control<E>> {
+        self.inputs.clone()
     }
 
     /// The event stream; `None` once taken. The application must keep
@@ -353,6 +376,7 @@ enum Wake<E> {
     Io,
     Command(Option<Command>),
     Control(Option<Control<E>>),
+    Input(Option<Control<E>>),
     Timer,
     Shutdown,
 }
@@ -373,6 +397,8 @@ struct Driver<E: Engine> {
     commands_open: bool,
     controls: mpsc::UnboundedReceiver<Control<E>>,
     controls_open: bool,
+    inputs: mpsc::Receiver<Control<E>>,
+    inputs_open: bool,
     /// An application payload refused by flow control, retried first.
     waiting: Option<Bytes>,
     /// Addressed datagrams pulled from the engine, not yet accepted by the socket.
@@ -405,6 +431,7 @@ impl<E: Engine> Driver<E> {
         let Channels {
             commands,
             controls,
+            inputs,
             events: events_tx,
         } = channels;
         let my_addr = endpoint.local_addr();
@@ -412,7 +439,7 @@ impl<E: Engine> Driver<E> {
         let (multicast_rx, group) = match endpoint.multicast {
             Some((socket, group)) => (
                 Some(UdpSocket::from_std(socket).map_err(NetError::Runtime)?),
-                Some(SocketAddr::V4(group.addr())),
+                Some(group.addr()),
             ),
             None => (None, None),
         };
@@ -444,6 +471,8 @@ impl<E: Engine> Driver<E> {
             commands_open: true,
             controls,
             controls_open: true,
+            inputs,
+            inputs_open: true,
             waiting: None,
             outgoing: VecDeque::new(),
             blocked: false,
@@ -499,6 +528,8 @@ impl<E: Engine> Driver<E> {
                 Wake::Command(None) => self.commands_open = false,
                 Wake::Control(Some(f)) => self.run_control(f),
                 Wake::Control(None) => self.controls_open = false,
+                Wake::Input(Some(f)) => self.run_control(f),
+                Wake::Input(None) => self.inputs_open = false,
                 Wake::Io | Wake::Timer => {}
             }
         }
@@ -518,7 +549,8 @@ impl<E: Engine> Driver<E> {
         while let Ok(f) = self.controls.try_recv() {
             self.run_control(f);
         }
-        let mut busy = self.receive_all();
+        let mut busy = self.accept_inputs();
+        busy |= self.receive_all();
         self.release_delayed();
         self.fire_timer();
         busy |= self.accept_commands();
@@ -534,7 +566,28 @@ impl<E: Engine> Driver<E> {
 
     fn run_control(&mut self, f: Control<E>) {
         f(&mut self.engine, self.clock.now(), &self.stats);
-        self.drain_events();
+    }
+
+    /// Runs queued inputs while the engine accepts them, at most
+    /// `command_batch_max` per turn. Returns whether that limit was hit.
+    fn accept_inputs(&mut self) -> bool {
+        for _ in 0..self.config.command_batch_max {
+            if !self.inputs_open || !self.engine.accepts_input() {
+                return false;
+            }
+            match self.inputs.try_recv() {
+                Ok(f) => {
+                    self.stats.commands += 1;
+                    self.run_control(f);
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return false,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.inputs_open = false;
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     // ---- 1. receive --------------------------------------------------------
@@ -587,6 +640,16 @@ impl<E: Engine> Driver<E> {
             return;
         };
         let now = self.clock.now();
+        let copies = self.faults.as_mut().map_or(1, Faults::copies);
+        self.stats.fault_duplicates += copies as u64 - 1;
+        for _ in 0..copies {
+            self.on_copy(now, node, len);
+        }
+    }
+
+    /// Hands one copy of the datagram `buf[..len]` from `node` to the engine,
+    /// or drops or holds it, as the fault layer decides.
+    fn on_copy(&mut self, now: Instant, node: NodeId, len: usize) {
         let verdict = match self.faults.as_mut() {
             Some(faults) => faults.judge(now),
             None => Verdict::Deliver,
@@ -594,7 +657,6 @@ impl<E: Engine> Driver<E> {
         match verdict {
             Verdict::Deliver => {
                 self.engine.handle_datagram(now, node, &self.buf[..len]);
-                self.drain_events();
             }
             Verdict::Drop => self.stats.fault_drops += 1,
             Verdict::DelayUntil(due) => {
@@ -706,9 +768,6 @@ impl<E: Engine> Driver<E> {
         let now = self.clock.now();
         while let Some((from, datagram)) = faults.pop_due(now) {
             self.engine.handle_datagram(now, from, &datagram);
-            while let Some(event) = self.engine.poll_event() {
-                self.events.push(event);
-            }
         }
     }
 
@@ -718,7 +777,6 @@ impl<E: Engine> Driver<E> {
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
-            self.drain_events();
         }
     }
 
@@ -766,10 +824,7 @@ impl<E: Engine> Driver<E> {
     fn multicast(&mut self, payload: Bytes) -> bool {
         let now = self.clock.now();
         match self.engine.multicast(now, payload.clone()) {
-            Ok(_seq) => {
-                self.drain_events();
-                true
-            }
+            Ok(_seq) => true,
             Err(SendError::WindowFull) => {
                 self.stats.window_full += 1;
                 self.waiting = Some(payload);
@@ -825,14 +880,27 @@ impl<E: Engine> Driver<E> {
             Some(sealed) => transmit.payload = sealed,
             None => return,
         }
-        match transmit.destination {
+        let copies = self.faults.as_mut().map_or(1, Faults::sent_copies);
+        match copies {
+            0 => self.stats.fault_send_drops += 1,
+            2 => self.stats.fault_send_duplicates += 1,
+            _ => {}
+        }
+        for _ in 0..copies {
+            self.queue(transmit.destination, transmit.payload.clone());
+        }
+    }
+
+    /// Queues one (sealed) datagram for its socket address(es).
+    fn queue(&mut self, destination: Destination, payload: Bytes) {
+        match destination {
             Destination::Node(node) => match self.book.addr(node) {
-                Some(addr) => self.outgoing.push_back((addr, transmit.payload)),
+                Some(addr) => self.outgoing.push_back((addr, payload)),
                 None => tracing::warn!(node = %self.me, to = %node, "no address for member"),
             },
             Destination::Multicast => match self.group {
-                Some(group) => self.outgoing.push_back((group, transmit.payload)),
-                None => self.fan_out(transmit.payload),
+                Some(group) => self.outgoing.push_back((group, payload)),
+                None => self.fan_out(payload),
             },
         }
     }
@@ -895,6 +963,7 @@ impl<E: Engine> Driver<E> {
             }
         };
         let take_commands = self.waiting.is_none() && !self.blocked && self.commands_open;
+        let take_inputs = self.inputs_open && self.engine.accepts_input();
         tokio::select! {
             biased;
             _ = shutdown => Wake::Shutdown,
@@ -903,6 +972,7 @@ impl<E: Engine> Driver<E> {
             _ = self.unicast.writable(), if self.blocked => Wake::Io,
             command = self.commands.recv(), if take_commands => Wake::Command(command),
             control = self.controls.recv(), if self.controls_open => Wake::Control(control),
+            input = self.inputs.recv(), if take_inputs => Wake::Input(input),
             _ = sleep => Wake::Timer,
         }
     }
@@ -920,6 +990,7 @@ type Handles<E> = (Node<E>, Channels<E>, oneshot::Receiver<()>);
 struct Channels<E: Engine> {
     commands: mpsc::Receiver<Command>,
     controls: mpsc::UnboundedReceiver<Control<E>>,
+    inputs: mpsc::Receiver<Control<E>>,
     events: mpsc::UnboundedSender<EventBatch<E::Event>>,
 }
 

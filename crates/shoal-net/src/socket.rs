@@ -1,15 +1,19 @@
 //! Socket setup: a unicast socket per node and, optionally, an IP multicast
-//! receive socket, every one of them pinned to loopback.
+//! receive socket.
 //!
-//! Multicast safety: every socket that can send or receive multicast has
-//! `IP_MULTICAST_IF` = 127.0.0.1, TTL 0 and loopback on, and joins its group
-//! on interface 127.0.0.1 only; groups must be admin-scoped
-//! (239.255.0.0/16). Nothing leaves through the machine's real interfaces.
+//! Multicast scope is a setting ([`MulticastOptions`]): the interface that
+//! multicast leaves by and is received on, and the TTL (hop limit). The
+//! default pins every socket to loopback: `IP_MULTICAST_IF` = 127.0.0.1,
+//! TTL 0, loopback on, membership on 127.0.0.1 only, so nothing leaves the
+//! host; tests and demos keep that default. A LAN deployment names the
+//! host's address on the LAN (IPv4) or the interface's index (IPv6) and a
+//! TTL of at least 1. Groups must be administratively scoped in either
+//! case (239.255.0.0/16; IPv6 link-, admin-, site- or organisation-local).
 //! Multicast is sent from the unicast socket, so receivers see the sender's
 //! unicast address as the source and map it to a `NodeId`.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -25,6 +29,8 @@ pub struct SocketOptions {
     pub recv_buffer_bytes: usize,
     /// `SO_SNDBUF`. Default 4 MiB.
     pub send_buffer_bytes: usize,
+    /// Where IP multicast goes. Default: loopback, TTL 0.
+    pub multicast: MulticastOptions,
 }
 
 impl Default for SocketOptions {
@@ -32,25 +38,80 @@ impl Default for SocketOptions {
         SocketOptions {
             recv_buffer_bytes: 4 << 20,
             send_buffer_bytes: 4 << 20,
+            multicast: MulticastOptions::default(),
         }
     }
 }
 
-/// An admin-scoped IPv4 multicast group and port (239.255.0.0/16).
+/// The interface IP multicast is sent by and received on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MulticastGroup(SocketAddrV4);
+pub enum MulticastInterface {
+    /// For IPv4 groups: one of this host's IPv4 addresses
+    /// (`IP_MULTICAST_IF`, and the interface of `IP_ADD_MEMBERSHIP`).
+    V4(Ipv4Addr),
+    /// For IPv6 groups: an interface index (`IPV6_MULTICAST_IF`,
+    /// `IPV6_ADD_MEMBERSHIP`).
+    V6(u32),
+}
+
+/// Scope of a node's IP multicast. The default keeps it on the host:
+/// interface 127.0.0.1, TTL 0, loopback on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MulticastOptions {
+    /// Default 127.0.0.1.
+    pub interface: MulticastInterface,
+    /// `IP_MULTICAST_TTL` / `IPV6_MULTICAST_HOPS`: 0 keeps datagrams on the
+    /// host, 1 on the link (a LAN without multicast routing). Default 0.
+    pub ttl: u32,
+}
+
+impl Default for MulticastOptions {
+    fn default() -> Self {
+        MulticastOptions {
+            interface: MulticastInterface::V4(Ipv4Addr::LOCALHOST),
+            ttl: 0,
+        }
+    }
+}
+
+/// An administratively scoped multicast group and port: IPv4
+/// 239.255.0.0/16, or IPv6 with link-local (2), admin-local (4),
+/// site-local (5) or organisation-local (8) scope (`ff02::/16`,
+/// `ff04::/16`, `ff05::/16`, `ff08::/16`, any flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MulticastGroup(SocketAddr);
 
 impl MulticastGroup {
-    /// Refuses anything outside 239.255.0.0/16.
+    /// Refuses anything outside 239.255.0.0/16, or port 0.
     pub fn new(addr: SocketAddrV4) -> Result<MulticastGroup, NetError> {
         let [a, b, _, _] = addr.ip().octets();
         if (a, b) != (239, 255) || addr.port() == 0 {
             return Err(NetError::GroupNotAdminScoped(addr.into()));
         }
-        Ok(MulticastGroup(addr))
+        Ok(MulticastGroup(addr.into()))
     }
 
-    pub fn addr(&self) -> SocketAddrV4 {
+    /// Refuses an IPv6 group of interface-local, global or reserved scope,
+    /// or port 0.
+    pub fn new_v6(addr: SocketAddrV6) -> Result<MulticastGroup, NetError> {
+        let [first, flags_scope, ..] = addr.ip().octets();
+        let scoped = first == 0xff && matches!(flags_scope & 0x0f, 2 | 4 | 5 | 8);
+        if !scoped || addr.port() == 0 {
+            return Err(NetError::GroupNotAdminScoped(addr.into()));
+        }
+        Ok(MulticastGroup(addr.into()))
+    }
+
+    /// Either family, checked as by [`MulticastGroup::new`] or
+    /// [`MulticastGroup::new_v6`].
+    pub fn from_addr(addr: SocketAddr) -> Result<MulticastGroup, NetError> {
+        match addr {
+            SocketAddr::V4(v4) => MulticastGroup::new(v4),
+            SocketAddr::V6(v6) => MulticastGroup::new_v6(v6),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
         self.0
     }
 }
@@ -73,7 +134,7 @@ impl Endpoint {
     pub fn bind(addr: SocketAddr, options: &SocketOptions) -> Result<Endpoint, NetError> {
         let socket = new_udp(addr)?;
         set_buffers(&socket, options)?;
-        pin_multicast_to_loopback(&socket)?;
+        set_multicast_scope(&socket, addr.ip(), &options.multicast)?;
         socket.bind(&addr.into()).map_err(err("bind unicast"))?;
         let unicast: UdpSocket = socket.into();
         let local_addr = unicast.local_addr().map_err(err("local address"))?;
@@ -84,21 +145,28 @@ impl Endpoint {
         })
     }
 
-    /// Also receive `group`'s datagrams, on loopback only. Several endpoints
-    /// of one host may join the same group (`SO_REUSEADDR`): each gets a copy.
+    /// Also receive `group`'s datagrams, on the interface of
+    /// `options.multicast` only (loopback by default). Several endpoints of
+    /// one host may join the same group (`SO_REUSEADDR`): each gets a copy.
     pub fn join(&mut self, group: MulticastGroup, options: &SocketOptions) -> Result<(), NetError> {
-        let addr = SocketAddr::V4(group.addr());
+        let addr = group.addr();
         let socket = new_udp(addr)?;
         socket
             .set_reuse_address(true)
             .map_err(err("SO_REUSEADDR"))?;
         set_buffers(&socket, options)?;
-        pin_multicast_to_loopback(&socket)?;
+        set_multicast_scope(&socket, addr.ip(), &options.multicast)?;
         // Bound to the group address: this socket sees only the group's traffic.
         socket.bind(&addr.into()).map_err(err("bind multicast"))?;
-        socket
-            .join_multicast_v4(group.addr().ip(), &Ipv4Addr::LOCALHOST)
-            .map_err(err("IP_ADD_MEMBERSHIP on 127.0.0.1"))?;
+        match (addr.ip(), options.multicast.interface) {
+            (IpAddr::V4(ip), MulticastInterface::V4(interface)) => socket
+                .join_multicast_v4(&ip, &interface)
+                .map_err(err("IP_ADD_MEMBERSHIP"))?,
+            (IpAddr::V6(ip), MulticastInterface::V6(index)) => socket
+                .join_multicast_v6(&ip, index)
+                .map_err(err("IPV6_ADD_MEMBERSHIP"))?,
+            _ => return Err(family_mismatch("IP_ADD_MEMBERSHIP")),
+        }
         self.multicast = Some((socket.into(), group));
         Ok(())
     }
@@ -148,19 +216,62 @@ fn set_buffers(socket: &Socket, options: &SocketOptions) -> Result<(), NetError>
     Ok(())
 }
 
-/// IP_MULTICAST_IF = 127.0.0.1, TTL 0, loopback on: whatever this socket
-/// multicasts is looped back locally and never routed out.
-fn pin_multicast_to_loopback(socket: &Socket) -> Result<(), NetError> {
-    socket
-        .set_multicast_if_v4(&Ipv4Addr::LOCALHOST)
-        .map_err(err("IP_MULTICAST_IF"))?;
-    socket
-        .set_multicast_ttl_v4(0)
-        .map_err(err("IP_MULTICAST_TTL"))?;
-    socket
-        .set_multicast_loop_v4(true)
-        .map_err(err("IP_MULTICAST_LOOP"))?;
+/// The multicast interface and TTL of `options`, loopback on (several
+/// daemons of one host hear each other; a node drops its own datagrams).
+/// With the default options whatever this socket multicasts is looped back
+/// locally and never routed out. An interface of the other address family
+/// than the socket's is refused, except the default on an IPv6 socket
+/// (which then keeps its multicast on the host with hops 0).
+fn set_multicast_scope(
+    socket: &Socket,
+    family: IpAddr,
+    options: &MulticastOptions,
+) -> Result<(), NetError> {
+    match (family, options.interface) {
+        (IpAddr::V4(_), MulticastInterface::V4(interface)) => {
+            socket
+                .set_multicast_if_v4(&interface)
+                .map_err(err("IP_MULTICAST_IF"))?;
+            socket
+                .set_multicast_ttl_v4(options.ttl)
+                .map_err(err("IP_MULTICAST_TTL"))?;
+            socket
+                .set_multicast_loop_v4(true)
+                .map_err(err("IP_MULTICAST_LOOP"))?;
+        }
+        (IpAddr::V6(_), MulticastInterface::V6(index)) => {
+            socket
+                .set_multicast_if_v6(index)
+                .map_err(err("IPV6_MULTICAST_IF"))?;
+            socket
+                .set_multicast_hops_v6(options.ttl)
+                .map_err(err("IPV6_MULTICAST_HOPS"))?;
+            socket
+                .set_multicast_loop_v6(true)
+                .map_err(err("IPV6_MULTICAST_LOOP"))?;
+        }
+        // An IPv6 unicast socket with the default (IPv4 loopback) options:
+        // it cannot multicast to an IPv4 group, and no IPv6 group was
+        // configured, so there is nothing to pin; hops 0 still keeps any
+        // IPv6 multicast on the host.
+        (IpAddr::V6(_), MulticastInterface::V4(v4)) if v4.is_loopback() && options.ttl == 0 => {
+            socket
+                .set_multicast_hops_v6(0)
+                .map_err(err("IPV6_MULTICAST_HOPS"))?;
+        }
+        _ => return Err(family_mismatch("IP_MULTICAST_IF")),
+    }
     Ok(())
+}
+
+fn family_mismatch(what: &'static str) -> NetError {
+    NetError::Socket {
+        what,
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the multicast interface is of the other address family",
+        ),
+    }
 }
 
 fn err(what: &'static str) -> impl FnOnce(io::Error) -> NetError {
@@ -170,6 +281,7 @@ fn err(what: &'static str) -> impl FnOnce(io::Error) -> NetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv6Addr;
 
     #[test]
     fn only_admin_scoped_groups() {
@@ -194,5 +306,59 @@ mod tests {
         assert_eq!(sock.multicast_ttl_v4().unwrap(), 0);
         assert_eq!(sock.multicast_if_v4().unwrap(), Ipv4Addr::LOCALHOST);
         assert!(sock.multicast_loop_v4().unwrap());
+    }
+
+    #[test]
+    fn only_admin_scoped_ipv6_groups() {
+        let group = |text: &str| MulticastGroup::from_addr(text.parse().unwrap());
+        for ok in [
+            "[ff02::77]:7400",
+            "[ff05::1:2]:7400",
+            "[ff15::9]:7400",
+            "[ff08::1]:7400",
+        ] {
+            assert!(group(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "[ff01::1]:7400",
+            "[ff0e::1]:7400",
+            "[fe80::1]:7400",
+            "[ff05::1]:0",
+        ] {
+            assert!(group(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_multicast_interface_and_ttl_are_set_as_configured() {
+        let options = SocketOptions {
+            multicast: MulticastOptions {
+                interface: MulticastInterface::V4(Ipv4Addr::LOCALHOST),
+                ttl: 3,
+            },
+            ..SocketOptions::default()
+        };
+        let endpoint = Endpoint::bind_loopback(&options).unwrap();
+        let sock = socket2::SockRef::from(&endpoint.unicast);
+        assert_eq!(sock.multicast_ttl_v4().unwrap(), 3);
+    }
+
+    #[test]
+    fn an_ipv6_socket_binds_with_the_default_options_and_refuses_a_v4_interface_with_ttl() {
+        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, 0));
+        let Ok(endpoint) = Endpoint::bind(v6, &SocketOptions::default()) else {
+            // No IPv6 on this host (e.g. disabled in a container).
+            return;
+        };
+        let sock = socket2::SockRef::from(&endpoint.unicast);
+        assert_eq!(sock.multicast_hops_v6().unwrap(), 0);
+        let lan = SocketOptions {
+            multicast: MulticastOptions {
+                interface: MulticastInterface::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                ttl: 1,
+            },
+            ..SocketOptions::default()
+        };
+        assert!(Endpoint::bind(v6, &lan).is_err());
     }
 }

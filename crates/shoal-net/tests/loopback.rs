@@ -337,3 +337,86 @@ async fn injected_loss_drops_about_the_configured_share() {
     let drop_share = stats.fault_drops as f64 / stats.datagrams_received.max(1) as f64;
     assert!((0.35..=0.65).contains(&drop_share), "{stats:?}");
 }
+
+#[tokio::test]
+async fn injected_duplication_hands_some_datagrams_over_twice() {
+    let faults = FaultConfig {
+        duplicate_probability: 0.3,
+        ..FaultConfig::default()
+    };
+    let mut c = cluster(2, None, faults);
+    for i in 0..200 {
+        c.nodes[0]
+            .commands()
+            .send(Command::Multicast(payload(i)))
+            .await
+            .unwrap();
+    }
+    let mut events = c.events.remove(1);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut delivered = 0;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(1), received(&mut events)).await {
+            Ok(n) => delivered += n,
+            Err(_) if delivered > 0 => break,
+            Err(_) => {}
+        }
+    }
+    let mut nodes = c.nodes;
+    let receiver = nodes.remove(1);
+    let (_engine, stats) = tokio::task::spawn_blocking(|| receiver.shutdown())
+        .await
+        .unwrap()
+        .unwrap();
+    // Every datagram received reached the engine once, plus one more time
+    // per duplicate; about 30% were duplicated (seeded; wide bounds).
+    assert_eq!(
+        delivered as u64,
+        stats.datagrams_received + stats.fault_duplicates
+    );
+    let share = stats.fault_duplicates as f64 / stats.datagrams_received.max(1) as f64;
+    assert!((0.15..=0.45).contains(&share), "{stats:?}");
+}
+
+#[tokio::test]
+async fn injected_send_loss_drops_at_the_sender() {
+    let faults = FaultConfig {
+        send_drop_probability: 0.5,
+        ..FaultConfig::default()
+    };
+    let mut c = cluster(2, None, faults);
+    for i in 0..400 {
+        c.nodes[0]
+            .commands()
+            .send(Command::Multicast(payload(i)))
+            .await
+            .unwrap();
+    }
+    let mut events = c.events.remove(1);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut delivered = 0;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(1), received(&mut events)).await {
+            Ok(n) => delivered += n,
+            Err(_) if delivered > 0 => break,
+            Err(_) => {}
+        }
+    }
+    let mut nodes = c.nodes;
+    let sender = nodes.remove(0);
+    let (_engine, stats) = tokio::task::spawn_blocking(|| sender.shutdown())
+        .await
+        .unwrap()
+        .unwrap();
+    // The sender dropped about half of its 400 datagrams before the
+    // socket; the receiver got at most the rest (seeded; wide bounds).
+    let share = stats.fault_send_drops as f64 / 400.0;
+    assert!((0.35..=0.65).contains(&share), "{stats:?}");
+    assert_eq!(
+        stats.datagrams_sent + stats.fault_send_drops,
+        400,
+        "{stats:?}"
+    );
+    assert!(delivered as u64 <= stats.datagrams_sent);
+    assert!(delivered > 0);
+}

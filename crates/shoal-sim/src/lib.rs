@@ -8,6 +8,7 @@ pub mod network;
 pub mod report;
 pub mod scenarios;
 pub mod sim;
+pub mod swarm;
 
 pub use network::{LinkSpec, Topology};
 pub use report::Report;

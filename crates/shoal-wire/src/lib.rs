@@ -24,7 +24,9 @@ use thiserror::Error;
 
 pub mod client;
 pub mod groups;
+pub mod hop;
 pub mod qsm;
+pub mod ring;
 pub mod vsync;
 
 /// First two bytes of every packet: ASCII "SH".

@@ -10,7 +10,7 @@ use shoal_net::daemon::config::DaemonConfig;
 pub struct DaemonArgs {
     /// The TOML configuration; without one, a single-host default (Unix
     /// socket at `$XDG_RUNTIME_DIR/shoal.sock` or `/tmp/shoal-<uid>.sock`,
-    /// peers on loopback only).
+    /// listening on 127.0.0.1:4804, no peers).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
@@ -33,7 +33,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         config.socket.display(),
         config.listen
     );
-    shoal_net::daemon::run(config, None).context("daemon")
+    let context = match &args.config {
+        Some(path) => format!("daemon ({})", path.display()),
+        None => "daemon".to_string(),
+    };
+    shoal_net::daemon::run(config, None).context(context)
 }
 
 #[derive(Debug, Args)]

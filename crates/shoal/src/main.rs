@@ -2,6 +2,7 @@
 //! module (mini-redis style). `anyhow` lives only at this level.
 
 mod bench_cmd;
+mod check_cmd;
 mod client_cmd;
 mod daemon_cmd;
 mod demo;
@@ -36,6 +37,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
     Sim(sim::SimArgs),
+    /// Judge recorded histories (JSON lines); exit status 1 on violations.
+    Check(check_cmd::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Check(args) => return check_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

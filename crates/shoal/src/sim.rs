@@ -48,10 +48,19 @@ pub struct SimArgs {
     /// pbcast-tree: link bandwidth in Mbit/s [default: 1.5, as in P001].
     #[arg(long)]
     pub bandwidth_mbps: Option<f64>,
+    /// swarm: the seeds to run, `A..B` (B excluded) [default: 1..101].
+    #[arg(long)]
+    pub range: Option<String>,
+    /// swarm: threads to run seeds on [default: 2].
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     check_ranges(&args)?;
+    if args.scenario == "swarm" {
+        return run_swarm(&args);
+    }
     if args.scenario == "all" || figure(&args.scenario).is_some() {
         return run_figures(&args);
     }
@@ -241,4 +250,65 @@ fn print_figure(figure: &Figure, dir: &std::path::Path) {
         figure.wall.events_per_second() / 1e6,
         dir.display()
     );
+}
+
+/// `shoal sim swarm --range A..B`: whole clusters under faults, one per
+/// seed, judged by the history checker. Exits non-zero if any seed fails,
+/// printing each failing seed, its faults and the end of its trace.
+fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
+    let range = args.range.as_deref().unwrap_or("1..101");
+    let (a, b) = range
+        .split_once("..")
+        .with_context(|| format!("--range {range:?}: expected A..B"))?;
+    let a: u64 = a
+        .trim()
+        .parse()
+        .with_context(|| format!("--range {range:?}"))?;
+    let b: u64 = b
+        .trim()
+        .parse()
+        .with_context(|| format!("--range {range:?}"))?;
+    if a >= b {
+        bail!("--range {range:?} is empty");
+    }
+    let started = std::time::Instant::now();
+    let outcomes = shoal_sim::swarm::run_seeds(a..b, args.threads.unwrap_or(2));
+    let wall = started.elapsed();
+    let mut failed = 0;
+    let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut sim_secs = 0.0;
+    for o in &outcomes {
+        sim_secs += o.sim_time.as_secs_f64();
+        if o.ok() {
+            continue;
+        }
+        failed += 1;
+        for k in o.report.kinds() {
+            *kinds.entry(k.name().to_string()).or_default() += 1;
+        }
+        if !o.converged {
+            *kinds.entry("not-converged".into()).or_default() += 1;
+        }
+        println!("seed {} FAILED", o.seed);
+        if let Some(why) = &o.liveness {
+            println!("  liveness: {why}");
+        }
+        println!("{}", o.report);
+        println!("  faults: {}", o.faults_drawn.join("; "));
+        println!("  trace tail:");
+        for line in &o.trace_tail {
+            println!("    {line}");
+        }
+    }
+    println!(
+        "swarm {range}: {} seeds, {failed} failed {kinds:?}; {:.0} simulated s in {:.1} s wall ({:.1} simulated s per wall s)",
+        outcomes.len(),
+        sim_secs,
+        wall.as_secs_f64(),
+        sim_secs / wall.as_secs_f64().max(1e-9)
+    );
+    if failed > 0 {
+        bail!("{failed} of {} seeds failed", outcomes.len());
+    }
+    Ok(())
 }

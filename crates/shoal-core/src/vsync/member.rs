@@ -182,6 +182,7 @@ impl Vsync {
             } => {
                 if sender == self.me {
                     self.sender.awaiting.remove(&local_id);
+                    self.sender.sequenced.remove(&local_id);
                 }
                 self.stats.delivered += 1;
                 self.events.push_back(Event::Deliver {
@@ -196,6 +197,12 @@ impl Vsync {
     }
 
     fn install_view(&mut self, now: Instant, gseq: u64, v: NewView) {
+        // Own messages sequenced two views ago and never delivered are
+        // forgotten (the daemon engine asked about them at the last view).
+        if let Some((previous, _)) = &self.member.installed {
+            let previous = *previous;
+            self.sender.sequenced.retain(|_, g| *g > previous);
+        }
         let members = nodes(&v.members);
         if !contains(&members, self.me) {
             let reason = if v.left.contains(&self.me.0) {

@@ -483,6 +483,19 @@ impl Vsync {
         }
     }
 
+    /// Whether this member's multicast `local_id` still waits for its global
+    /// sequence number (its Gseq Req is retried across view changes, so it
+    /// is not lost by one).
+    pub fn awaits_sequence(&self, local_id: u64) -> bool {
+        self.sender.awaiting.contains_key(&local_id)
+    }
+
+    /// The global sequence number this member's multicast `local_id` was
+    /// given, while it has not been delivered back (and for two views).
+    pub fn sequence_of(&self, local_id: u64) -> Option<u64> {
+        self.sender.sequenced.get(&local_id).copied()
+    }
+
     /// Checks internal invariants; panics when one is broken.
     pub fn check_invariants(&self) {
         if let Some(c) = &self.committee {

@@ -16,6 +16,9 @@ pub(super) struct SenderState {
     /// Messages waiting for their Gseq ack, by local id (bounded by
     /// `gseq_window`).
     pub awaiting: BTreeMap<u64, Awaiting>,
+    /// This member's messages sequenced and not yet delivered back: local id
+    /// to global sequence number (pruned two views after).
+    pub sequenced: BTreeMap<u64, u64>,
     /// Which committee member Gseq Reqs go to (an index that rotates on
     /// repeated silence).
     target: usize,
@@ -37,6 +40,7 @@ impl SenderState {
         SenderState {
             next_local: 0,
             awaiting: BTreeMap::new(),
+            sequenced: BTreeMap::new(),
             target: 0,
             disseminate: VecDeque::new(),
             leaving: false,
@@ -117,6 +121,7 @@ impl Vsync {
         let Some(a) = self.sender.awaiting.remove(&local_id) else {
             return;
         };
+        self.sender.sequenced.insert(local_id, gseq);
         if !self.view_on_committee(view) {
             let entry = Entry::Data {
                 sender: self.me.0,

@@ -1,7 +1,7 @@
 //! The Prometheus text endpoint (`[metrics] address`): `GET /metrics`.
 //!
-//! A scrape asks the core task for its figures, which asks the node thread
-//! for the engine's and the runtime's; the figures are snapshots of the
+//! A scrape runs on the node with the daemon engine and the runtime's
+//! counters; the figures are snapshots of the
 //! counters the daemon keeps anyway, rendered with `prometheus-client`.
 
 use prometheus_client::encoding::text::encode;
@@ -10,19 +10,18 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shoal_core::cluster::Cluster;
+use shoal_core::daemon::{Daemon, Membership, SessionStats};
 use shoal_wire::Kind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use super::core::CoreStats;
-use crate::RuntimeStats;
+use crate::{Control, RuntimeStats};
 
-/// The core task's side of a scrape.
+/// The sessions' side of a scrape.
 #[derive(Debug, Clone, Default)]
 pub struct CoreFigures {
-    pub stats: CoreStats,
+    pub stats: SessionStats,
     pub clients: u64,
     pub groups: u64,
     pub pending_bytes: u64,
@@ -63,8 +62,20 @@ fn resident_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// The daemon engine's figures.
+pub fn figures(daemon: &Daemon) -> CoreFigures {
+    let sessions = daemon.sessions();
+    CoreFigures {
+        stats: sessions.stats().clone(),
+        clients: sessions.clients() as u64,
+        groups: sessions.groups() as u64,
+        pending_bytes: sessions.pending_bytes() as u64,
+        client_queue_bytes: daemon.client_queue_bytes() as u64,
+    }
+}
+
 /// Renders every metric; runs on the node thread with the engine.
-pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> String {
+pub fn render(core: &CoreFigures, engine: &Membership, runtime: &RuntimeStats) -> String {
     let mut r = Registry::with_prefix("shoal");
     let v = engine.vsync();
     let s = v.stats();
@@ -173,6 +184,8 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
         ("malformed_vsync", s.malformed),
         ("malformed_batch", core.stats.malformed_batches),
         ("slow_client", core.stats.slow_clients),
+        ("injected_loss", rt.fault_drops),
+        ("injected_send_loss", rt.fault_send_drops),
     ] {
         drops
             .get_or_create(&ReasonLabel {
@@ -251,11 +264,9 @@ pub fn render(core: &CoreFigures, engine: &Cluster, runtime: &RuntimeStats) -> S
     out
 }
 
-/// A scrape request: the core task answers through the sender.
-pub type Scrape = oneshot::Sender<String>;
-
-/// Serves `GET /metrics` (anything else gets 404) until the runtime stops.
-pub async fn serve(listener: TcpListener, scrapes: mpsc::Sender<Scrape>) {
+/// Serves `GET /metrics` (anything else gets 404) until the runtime stops;
+/// each scrape runs on the node with the engine.
+pub async fn serve(listener: TcpListener, scrapes: mpsc::UnboundedSender<Control<Daemon>>) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
@@ -269,7 +280,10 @@ pub async fn serve(listener: TcpListener, scrapes: mpsc::Sender<Scrape>) {
             let head = String::from_utf8_lossy(&request[..n]);
             let response = if head.starts_with("GET /metrics ") {
                 let (tx, rx) = oneshot::channel();
-                let body = match scrapes.send(tx).await {
+                let scrape = move |d: &mut Daemon, _now, runtime: &RuntimeStats| {
+                    let _ = tx.send(render(&figures(d), d.membership(), runtime));
+                };
+                let body = match scrapes.send(Box::new(scrape)) {
                     Ok(()) => rx.await.unwrap_or_default(),
                     Err(_) => String::new(),
                 };

@@ -1,10 +1,10 @@
-//! The per-host daemon (issue 5, DESIGN.md "What a user sees"): client
-//! sessions and lightweight groups ([`core`]) over the daemons' cluster
-//! membership and total order (`shoal_core::cluster`), served on a Unix
-//! socket and optionally TCP ([`server`]), configured from TOML ([`config`]).
+//! The per-host daemon's runtime: the daemon engine
+//! ([`shoal_core::daemon::Daemon`], which decides everything: membership,
+//! sessions, groups, services, limits) served on a Unix socket and
+//! optionally TCP ([`server`]), configured from TOML ([`config`]), with
+//! Prometheus metrics ([`metrics`]).
 
 pub mod config;
-pub mod core;
 pub mod metrics;
 pub mod server;
 

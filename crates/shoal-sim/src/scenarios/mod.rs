@@ -31,6 +31,15 @@ pub mod qsm_receivers;
 pub mod qsm_replication;
 pub mod qsm_sim;
 pub mod qsm_token_rate;
+pub mod spread_fig10_size;
+pub mod spread_fig11_load;
+pub mod spread_fig6_chain;
+pub mod spread_fig8_chain;
+pub mod spread_sim;
+pub mod spread_table1_overlay;
+pub mod spread_table2_link;
+pub mod spread_table3_link_loss;
+pub mod spread_table4_tree_loss;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -70,6 +79,14 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_fig10_scale::NAME, p000_fig10_scale::run),
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
+    (spread_table1_overlay::NAME, spread_table1_overlay::run),
+    (spread_table2_link::NAME, spread_table2_link::run),
+    (spread_fig6_chain::NAME, spread_fig6_chain::run),
+    (spread_fig8_chain::NAME, spread_fig8_chain::run),
+    (spread_fig10_size::NAME, spread_fig10_size::run),
+    (spread_fig11_load::NAME, spread_fig11_load::run),
+    (spread_table3_link_loss::NAME, spread_table3_link_loss::run),
+    (spread_table4_tree_loss::NAME, spread_table4_tree_loss::run),
     (qsm_cover_sets::NAME, qsm_cover_sets::run),
     (qsm_receivers::NAME, qsm_receivers::run_fig),
     (qsm_groups::NAME, qsm_groups::run),

@@ -1,7 +1,7 @@
 //! Several cores joined by a hand-driven total order: what the daemons'
 //! vsync group gives them, without sockets or timing.
 
-use shoal_core::vsync::ViewReason;
+use crate::vsync::ViewReason;
 
 use super::*;
 
@@ -9,7 +9,7 @@ const BATCH_MAX: usize = 1_000;
 
 /// Daemons `0..n` (ids 10, 11, ...) and the order their batches take.
 struct Cluster {
-    cores: Vec<Core>,
+    cores: Vec<Sessions>,
     ids: Vec<NodeId>,
     gseq: u64,
     view_id: u64,
@@ -37,7 +37,7 @@ impl Cluster {
         let ids: Vec<NodeId> = (0..n as u32).map(|i| NodeId(10 + i)).collect();
         let mut c = Cluster {
             cores: (0..n)
-                .map(|i| Core::new(&format!("n{i}"), Limits::default(), BATCH_MAX))
+                .map(|i| Sessions::new(&format!("n{i}"), Limits::default(), BATCH_MAX))
                 .collect(),
             ids: ids.clone(),
             gseq: 1,
@@ -405,7 +405,7 @@ fn a_joining_daemon_learns_the_groups_from_snapshots_before_serving() {
     c.take(0, 1);
     c.take(1, 1);
     // Daemon 2 restarts: a fresh core, joining a view of {0, 1, 2}.
-    c.cores[2] = Core::new("n2", Limits::default(), BATCH_MAX);
+    c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
     c.install(&[0, 1], &[]);
     c.install(&[0, 1, 2], &[2]);
     assert!(!c.cores[2].ready());
@@ -443,9 +443,14 @@ fn a_disconnect_and_a_leave_are_announced_with_their_reason() {
     c.take(2, 3);
     c.frame(1, 1, Frame::Leave { group: s("chat") });
     c.settle();
+    // The leaver hears the view the others get, without itself.
     assert_eq!(
         memberships(&c.take(1, 1)),
-        vec![(s("chat"), Reason::Leave, vec![])]
+        vec![(
+            s("chat"),
+            Reason::Leave,
+            vec![s("#alice#n0"), s("#carol#n2")]
+        )]
     );
     c.cores[2].closed(3, Reason::Disconnect);
     c.settle();
@@ -495,7 +500,7 @@ fn bad_requests_get_errors_and_limits_hold() {
         groups_per_client: 2,
         ..Limits::default()
     };
-    let mut core = Core::new("n", limits, BATCH_MAX);
+    let mut core = Sessions::new("n", limits, BATCH_MAX);
     let v = view(0, &[NodeId(1)], 0, &[], true);
     core.cluster_event(NodeId(1), Event::View(v));
     core.connect(1, "a", true);
@@ -570,7 +575,7 @@ fn a_join_carried_only_by_a_snapshot_is_announced() {
     c.frame(0, 1, join("news"));
     // Its batch leaves and is lost in the view change that follows.
     assert!(c.cores[0].take_batch().is_some());
-    c.cores[2] = Core::new("n2", Limits::default(), BATCH_MAX);
+    c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
     c.install(&[0, 1], &[]);
     c.install(&[0, 1, 2], &[2]);
     c.settle();

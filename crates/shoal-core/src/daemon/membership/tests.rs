@@ -16,7 +16,7 @@ const MS: u64 = 1_000_000;
 type InFlight = Reverse<(u64, u64, u32, u32, Bytes)>;
 
 struct Harness {
-    daemons: Vec<Option<Cluster>>,
+    daemons: Vec<Option<Membership>>,
     /// Slots whose daemon is asleep (receives nothing, fires no timer).
     asleep: Vec<bool>,
     events: Vec<Vec<Event>>,
@@ -24,7 +24,7 @@ struct Harness {
     order: u64,
     now: u64,
     config: Config,
-    /// Daemons find each other by multicast ([`Cluster::discovering`]).
+    /// Daemons find each other by multicast ([`Membership::discovering`]).
     discovery: bool,
     /// Every PRESENCE sent: (from slot, destination, `member`).
     presence: Vec<(usize, Destination, bool)>,
@@ -69,9 +69,9 @@ impl Harness {
         let now = Instant::from_nanos(self.now);
         let config = self.config.clone();
         let daemon = if self.discovery {
-            Cluster::discovering(slot, incarnation, config, 7, now).unwrap()
+            Membership::discovering(slot, incarnation, config, 7, now).unwrap()
         } else {
-            Cluster::new(slot, n, incarnation, config, 7, now).unwrap()
+            Membership::new(slot, n, incarnation, config, 7, now).unwrap()
         };
         self.daemons[slot as usize] = Some(daemon);
         self.events[slot as usize].clear();
@@ -82,7 +82,7 @@ impl Harness {
         self.daemons[slot] = None;
     }
 
-    fn daemon(&self, slot: usize) -> &Cluster {
+    fn daemon(&self, slot: usize) -> &Membership {
         self.daemons[slot].as_ref().expect("running")
     }
 
@@ -289,7 +289,7 @@ fn an_evicted_daemon_comes_back_under_its_next_incarnation() {
     h.run_until(20_000);
     h.assert_one_group_of(&[0, 1, 2]);
     assert_eq!(h.daemon(2).stats().rejoins, 1);
-    assert_eq!(h.daemon(2).node_id(), cluster_id(2, 2));
+    assert_eq!(h.daemon(2).node_id(), daemon_id(2, 2));
     assert_ne!(h.daemon(2).node_id(), old);
     assert!(h.events[2].iter().any(|e| matches!(
         e,
@@ -327,10 +327,10 @@ fn members_deliver_the_same_messages_in_the_same_order() {
 
 #[test]
 fn ids_carry_slot_and_incarnation() {
-    let id = cluster_id(5, 77);
+    let id = daemon_id(5, 77);
     assert_eq!(slot_of(id), 5);
     assert_eq!(id.0 >> SLOT_BITS, 77);
-    assert_eq!(slot_of(cluster_id(3, u32::MAX)), 3);
+    assert_eq!(slot_of(daemon_id(3, u32::MAX)), 3);
 }
 
 #[test]
@@ -403,7 +403,7 @@ fn a_late_discovering_daemon_joins_and_the_group_delivers_in_one_order() {
 fn a_discovering_daemon_announces_once_per_interval_to_the_group() {
     let config = config();
     let interval = config.presence_interval;
-    let mut d = Cluster::discovering(7, 1, config, 7, Instant::from_nanos(0)).unwrap();
+    let mut d = Membership::discovering(7, 1, config, 7, Instant::from_nanos(0)).unwrap();
     let mut now = Instant::from_nanos(0);
     for round in 0..4 {
         d.handle_timeout(now);
@@ -418,7 +418,7 @@ fn a_discovering_daemon_announces_once_per_interval_to_the_group() {
 
 #[test]
 fn a_static_daemon_still_announces_to_every_peer_slot() {
-    let mut d = Cluster::new(1, 4, 1, config(), 7, Instant::from_nanos(0)).unwrap();
+    let mut d = Membership::new(1, 4, 1, config(), 7, Instant::from_nanos(0)).unwrap();
     let now = Instant::from_nanos(0);
     d.handle_timeout(now);
     let to: Vec<Destination> = std::iter::from_fn(|| d.poll_transmit(now))
@@ -460,7 +460,7 @@ fn groups_formed_apart_merge_into_the_larger_once_the_partition_heals() {
             )
         });
         assert!(removed, "slot {slot} was not told it left its group");
-        assert_eq!(h.daemon(slot).node_id(), cluster_id(slot as u32, 2));
+        assert_eq!(h.daemon(slot).node_id(), daemon_id(slot as u32, 2));
     }
 }
 

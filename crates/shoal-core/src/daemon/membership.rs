@@ -1,4 +1,4 @@
-//! A daemon's membership in its cluster (issue 5): how daemons that know
+//! Daemon membership: how daemons that know
 //! only each other's addresses come to form one vsync group, and how a
 //! restarted or evicted daemon gets back in.
 //!
@@ -19,7 +19,7 @@
 //!   answer with `member: true` (rate-limited per joiner), which tells the
 //!   joiner a group exists and whom to ask to join: it then runs a vsync
 //!   joiner with that member as its contact.
-//! - **Discovery** ([`Cluster::discovering`]). Without a configured peer
+//! - **Discovery** ([`Membership::discovering`]). Without a configured peer
 //!   list, a daemon's slot is configured, any of the [`MAX_SLOTS`] slots
 //!   may be running, and the presence goes once per interval to
 //!   [`Destination::Multicast`] (the runtime's discovery group) instead of
@@ -68,7 +68,7 @@ pub fn slot_of(id: NodeId) -> u32 {
 }
 
 /// The id of incarnation `incarnation` (taken modulo 2^24) of slot `slot`.
-pub fn cluster_id(slot: u32, incarnation: u32) -> NodeId {
+pub fn daemon_id(slot: u32, incarnation: u32) -> NodeId {
     debug_assert!((slot as usize) < MAX_SLOTS);
     NodeId(((incarnation & INCARNATION_MASK) << SLOT_BITS) | slot)
 }
@@ -103,10 +103,26 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The settings a daemon runs with unless configured otherwise (and the
+    /// simulator's swarm with it): a committee of 3, so that one daemon's
+    /// failure does not stop the cluster (P000 §6 measures k = 1);
+    /// datagrams up to 65,000 bytes (loopback); progress every 100 ms;
+    /// committee members deliver from their own stores.
+    pub fn daemon_defaults() -> Config {
+        let mut c = Config::default();
+        c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
+        c.vsync.pbcast.max_datagram_size = 65_000;
+        c.vsync.progress_interval = Duration::from_millis(100);
+        c.vsync.committee_delivery = true;
+        c
+    }
+}
+
 /// A vsync event, with the id this daemon had when it happened (the id
 /// changes when an evicted daemon rejoins).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterEvent {
+pub struct MembershipEvent {
     pub me: NodeId,
     pub event: Event,
 }
@@ -147,7 +163,7 @@ enum Phase {
 }
 
 /// One daemon's membership engine.
-pub struct Cluster {
+pub struct Membership {
     slot: u32,
     /// Other configured slots (empty with discovery).
     peers: Vec<u32>,
@@ -166,11 +182,11 @@ pub struct Cluster {
     /// when each was first heard.
     foreign: BTreeMap<NodeId, Instant>,
     outbox: VecDeque<Transmit>,
-    events: VecDeque<ClusterEvent>,
+    events: VecDeque<MembershipEvent>,
     stats: Stats,
 }
 
-impl Cluster {
+impl Membership {
     /// Daemon `slot` of `slots` configured daemons, first incarnation
     /// `incarnation` (the caller makes it differ across restarts, e.g. from
     /// the wall clock).
@@ -181,14 +197,14 @@ impl Cluster {
         config: Config,
         seed: u64,
         now: Instant,
-    ) -> Result<Cluster, vsync::ConfigError> {
+    ) -> Result<Membership, vsync::ConfigError> {
         assert!(
             slot < slots && slots as usize <= MAX_SLOTS,
             "slot {slot} of {slots} (at most {MAX_SLOTS})"
         );
-        let me = cluster_id(slot, incarnation);
+        let me = daemon_id(slot, incarnation);
         let inner = Vsync::joining(me, &[], config.vsync.clone(), seed ^ u64::from(me.0), now)?;
-        Ok(Cluster {
+        Ok(Membership {
             slot,
             peers: (0..slots).filter(|s| *s != slot).collect(),
             discovery: false,
@@ -215,15 +231,15 @@ impl Cluster {
     /// Daemon `slot` of a cluster whose daemons find each other by IP
     /// multicast: any of the [`MAX_SLOTS`] slots may be running, and while
     /// joining this daemon announces itself once per `presence_interval`
-    /// to [`Destination::Multicast`]. Everything else is as with [`Cluster::new`].
+    /// to [`Destination::Multicast`]. Everything else is as with [`Membership::new`].
     pub fn discovering(
         slot: u32,
         incarnation: u32,
         config: Config,
         seed: u64,
         now: Instant,
-    ) -> Result<Cluster, vsync::ConfigError> {
-        let mut cluster = Cluster::new(slot, MAX_SLOTS as u32, incarnation, config, seed, now)?;
+    ) -> Result<Membership, vsync::ConfigError> {
+        let mut cluster = Membership::new(slot, MAX_SLOTS as u32, incarnation, config, seed, now)?;
         cluster.peers.clear();
         cluster.discovery = true;
         Ok(cluster)
@@ -264,7 +280,21 @@ impl Cluster {
     /// primary hands over to its first backup (with `committee_size = 1` it
     /// first takes one into the committee; docs/vsync.md).
     pub fn leave(&mut self, now: Instant) {
+        let me = self.inner.node_id();
         match self.phase {
+            // Alone in its view: there is nobody to install a view without
+            // it, so it has left at once (a lone daemon's shutdown used to
+            // wait for a view that never came).
+            Phase::Member if self.inner.members() == [me] => {
+                self.phase = Phase::Left;
+                self.events.push_back(MembershipEvent {
+                    me,
+                    event: Event::Removed {
+                        view: self.inner.view_id(),
+                        reason: RemovedReason::Left,
+                    },
+                });
+            }
             Phase::Member => self.inner.leave(now),
             Phase::Joining { .. } => self.phase = Phase::Left,
             Phase::Left => {}
@@ -439,14 +469,14 @@ impl Cluster {
             view: self.inner.view_id(),
             reason: RemovedReason::Dropped,
         };
-        self.events.push_back(ClusterEvent { me, event });
+        self.events.push_back(MembershipEvent { me, event });
         self.start_over(now, vec![contact], Some(contact));
     }
 
     /// A vsync joiner under the next incarnation asking `contacts`.
     fn start_over(&mut self, now: Instant, contacts: Vec<NodeId>, contact: Option<NodeId>) {
         self.incarnation = self.incarnation.wrapping_add(1);
-        let me = cluster_id(self.slot, self.incarnation);
+        let me = daemon_id(self.slot, self.incarnation);
         let contacts: Vec<NodeId> = contacts.into_iter().filter(|m| *m != me).collect();
         self.next_probe = None;
         self.foreign.clear();
@@ -484,7 +514,7 @@ impl Cluster {
                     reason: RemovedReason::Dropped,
                     ..
                 } => {
-                    self.events.push_back(ClusterEvent { me, event });
+                    self.events.push_back(MembershipEvent { me, event });
                     self.rejoin(now);
                     continue;
                 }
@@ -494,7 +524,7 @@ impl Cluster {
                 } => self.phase = Phase::Left,
                 _ => {}
             }
-            self.events.push_back(ClusterEvent { me, event });
+            self.events.push_back(MembershipEvent { me, event });
         }
     }
 
@@ -560,8 +590,8 @@ fn is_join(datagram: &[u8]) -> bool {
     )
 }
 
-impl Engine for Cluster {
-    type Event = ClusterEvent;
+impl Engine for Membership {
+    type Event = MembershipEvent;
 
     fn node_id(&self) -> NodeId {
         self.inner.node_id()
@@ -624,7 +654,7 @@ impl Engine for Cluster {
         self.inner.poll_transmit(now)
     }
 
-    fn poll_event(&mut self) -> Option<ClusterEvent> {
+    fn poll_event(&mut self) -> Option<MembershipEvent> {
         self.events.pop_front()
     }
 

@@ -1,24 +1,24 @@
 //! The daemon's sessions and lightweight groups, as a plain state machine:
 //! client frames and the daemons' totally ordered deliveries in, frames to
 //! clients and batches for the other daemons out. No sockets, no clock: the
-//! server (`server.rs`) drives it, and tests drive several of them by hand.
+//! daemon engine ([`super::Daemon`]) drives it, and tests drive several of them by hand.
 //!
 //! Every change to a group (a client's join or leave, a client gone, a
 //! daemon gone) and every message travels as an item of a batch through the
-//! daemons' vsync group ([`shoal_core::cluster`]), so every daemon applies
+//! daemons' vsync group ([`super::membership`]), so every daemon applies
 //! the same changes in the same order and tells its own clients at the same
 //! point of that order (Spread's lightweight groups over daemon membership,
 //! P-Spread §2). A client's join is one item, not a daemon view change.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use crate::vsync::{Event, RemovedReason, View};
+use crate::NodeId;
 use bytes::Bytes;
-use shoal_core::vsync::{Event, RemovedReason, View};
-use shoal_core::NodeId;
 use shoal_wire::client::{code, Frame, Reason, Service};
 use shoal_wire::groups::{self, Item};
 
-use super::config::Limits;
+use super::Limits;
 
 /// A client connection, numbered by the server.
 pub type SessionId = u64;
@@ -36,9 +36,9 @@ pub enum Output {
     Deliver(Vec<SessionId>, std::ops::Range<usize>),
 }
 
-/// What [`Core::take_outputs`] returns: the outputs in order, and the
+/// What [`Sessions::take_outputs`] returns: the outputs in order, and the
 /// buffer the delivered frames were encoded into (give it back with
-/// [`Core::recycle`], so that it is not allocated afresh each round).
+/// [`Sessions::recycle`], so that it is not allocated afresh each round).
 #[derive(Debug, Default)]
 pub struct Outputs {
     pub list: Vec<Output>,
@@ -159,7 +159,7 @@ impl Batches {
 
 /// Counters shown by `shoal status` and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CoreStats {
+pub struct SessionStats {
     pub messages_sent: u64,
     pub messages_delivered: u64,
     pub frames_to_clients: u64,
@@ -178,7 +178,7 @@ pub struct CoreStats {
 }
 
 /// One daemon's view of sessions and groups.
-pub struct Core {
+pub struct Sessions {
     node: String,
     limits: Limits,
     /// Largest batch the daemons' group carries in one message.
@@ -198,7 +198,7 @@ pub struct Core {
     pending: Batches,
     /// Batches for pbcast alone (services unreliable and probabilistic).
     unsequenced: Batches,
-    /// See [`Core::in_flight`].
+    /// See [`Sessions::in_flight`].
     in_flight: u64,
     outputs: Vec<Output>,
     /// Encoded `Message` frames of the outputs not yet taken.
@@ -217,13 +217,13 @@ pub struct Core {
     /// daemons' in the total order): per daemon, the members its snapshot
     /// replaces, to announce the groups it changes.
     snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
-    stats: CoreStats,
+    stats: SessionStats,
 }
 
-impl Core {
+impl Sessions {
     /// A core for daemon `node` whose batches hold at most `batch_max` bytes.
-    pub fn new(node: &str, limits: Limits, batch_max: usize) -> Core {
-        Core {
+    pub fn new(node: &str, limits: Limits, batch_max: usize) -> Sessions {
+        Sessions {
             node: node.to_string(),
             limits,
             batch_max,
@@ -246,11 +246,11 @@ impl Core {
             goodbye_delivered: false,
             last_gseq: 0,
             snapshot_before: BTreeMap::new(),
-            stats: CoreStats::default(),
+            stats: SessionStats::default(),
         }
     }
 
-    pub fn stats(&self) -> &CoreStats {
+    pub fn stats(&self) -> &SessionStats {
         &self.stats
     }
 
@@ -262,6 +262,22 @@ impl Core {
 
     pub fn clients(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Whether `session` has connected (its `Connect` was accepted).
+    pub fn is_connected(&self, session: SessionId) -> bool {
+        self.sessions.contains_key(&session)
+    }
+
+    /// Panics when the sessions' own bookkeeping disagrees with itself.
+    pub fn check_invariants(&self) {
+        assert_eq!(self.sessions.len(), self.by_name.len(), "sessions by name");
+        for (id, s) in &self.sessions {
+            assert_eq!(self.by_name.get(&s.private_group), Some(id), "name of {id}");
+        }
+        if self.me.is_none() {
+            assert!(self.held.is_empty(), "batches held without a view");
+        }
     }
 
     pub fn groups(&self) -> usize {
@@ -325,6 +341,63 @@ impl Core {
         Some(batch)
     }
 
+    /// Puts batches handed to the total order that did not come back in it
+    /// (a view change dropped them) before the items waiting, in their
+    /// order. With `client_items_only` (this daemon was evicted and rejoins
+    /// a new cluster), only clients' items are kept: acknowledgements,
+    /// snapshots and goodbyes of the old cluster mean nothing in the new.
+    pub fn requeue(&mut self, batches: Vec<Bytes>, client_items_only: bool) {
+        if batches.is_empty() {
+            return;
+        }
+        let waiting = self.take_all_pending();
+        self.in_flight = self.in_flight.saturating_sub(batches.len() as u64);
+        if client_items_only {
+            self.requeue_client_items(batches);
+        } else {
+            for batch in batches {
+                let count = u16::from_be_bytes([batch[0], batch[1]]);
+                self.pending.bytes += batch.len() - 2;
+                self.pending.queue.push_back(PendingBatch {
+                    bytes: batch.to_vec(),
+                    count,
+                });
+            }
+        }
+        self.requeue_client_items(waiting);
+    }
+
+    /// Every pending batch, in order, its count filled in.
+    fn take_all_pending(&mut self) -> Vec<Bytes> {
+        let mut all = Vec::new();
+        while let Some(b) = self.pending.take() {
+            all.push(b);
+        }
+        all
+    }
+
+    /// Re-batches the clients' items of `batches` (joins, leaves, goodbyes
+    /// of clients, messages and fragments) at the back of the pending ones.
+    fn requeue_client_items(&mut self, batches: Vec<Bytes>) {
+        for batch in batches {
+            let Ok(items) = groups::decode(&batch) else {
+                continue;
+            };
+            for item in items {
+                if matches!(
+                    item,
+                    Item::Join { .. }
+                        | Item::Leave { .. }
+                        | Item::Gone { .. }
+                        | Item::Message { .. }
+                        | Item::Fragment { .. }
+                ) {
+                    self.pending.push(&item, self.batch_max);
+                }
+            }
+        }
+    }
+
     /// Bytes of items waiting to be batched.
     pub fn pending_bytes(&self) -> usize {
         self.pending.bytes + self.unsequenced.bytes
@@ -335,7 +408,7 @@ impl Core {
         self.pending.queue.len() > 1
     }
 
-    /// Batches taken with [`Core::take_batch`] that have not come back in
+    /// Batches taken with [`Sessions::take_batch`] that have not come back in
     /// the total order yet (as far as this daemon knows: a view change
     /// resets it).
     pub fn in_flight(&self) -> u64 {
@@ -363,7 +436,7 @@ impl Core {
     /// A client's first frame. `token_ok` says whether the listener it came
     /// through accepts its token.
     pub fn connect(&mut self, session: SessionId, name: &str, token_ok: bool) {
-        let refuse = |code, text: String| Some(Core::error(code, text));
+        let refuse = |code, text: String| Some(Sessions::error(code, text));
         let private_group = format!("#{name}#{}", self.node);
         let refusal = if !token_ok {
             refuse(code::AUTH, "wrong or missing token".into())
@@ -412,7 +485,7 @@ impl Core {
             let error = match frame {
                 Frame::Connect { .. } => return,
                 Frame::Disconnect => None,
-                _ => Some(Core::error(
+                _ => Some(Sessions::error(
                     code::PROTOCOL,
                     "the first frame must be Connect",
                 )),
@@ -422,7 +495,10 @@ impl Core {
         }
         match frame {
             Frame::Connect { .. } => {
-                self.send(session, Core::error(code::PROTOCOL, "already connected"));
+                self.send(
+                    session,
+                    Sessions::error(code::PROTOCOL, "already connected"),
+                );
             }
             Frame::Join { group } => self.join(session, group),
             Frame::Leave { group } => self.leave(session, group),
@@ -441,7 +517,8 @@ impl Core {
             | Frame::StatusReply { .. }
             | Frame::Status
             | Frame::Error { .. } => {
-                let error = Core::error(code::PROTOCOL, "a daemon-to-client frame from a client");
+                let error =
+                    Sessions::error(code::PROTOCOL, "a daemon-to-client frame from a client");
                 self.closed(session, Reason::Disconnect);
                 self.push_output(Output::Close(session, Some(error)));
             }
@@ -467,7 +544,7 @@ impl Core {
         if self.sessions.contains_key(&session) {
             self.stats.slow_clients += 1;
             self.closed(session, Reason::Disconnect);
-            let error = Core::error(
+            let error = Sessions::error(
                 code::SLOW_CLIENT,
                 format!(
                     "disconnected: more than {} bytes waited for this client",
@@ -488,7 +565,7 @@ impl Core {
             return;
         }
         if s.groups.len() >= self.limits.groups_per_client {
-            let error = Core::error(
+            let error = Sessions::error(
                 code::LIMIT,
                 format!(
                     "a client may join at most {} groups",
@@ -509,7 +586,7 @@ impl Core {
     fn leave(&mut self, session: SessionId, group: String) {
         let s = self.sessions.get_mut(&session).expect("checked");
         if !s.groups.remove(&group) {
-            let error = Core::error(code::BAD_GROUP, format!("not a member of {group:?}"));
+            let error = Sessions::error(code::BAD_GROUP, format!("not a member of {group:?}"));
             self.send(session, error);
             return;
         }
@@ -522,7 +599,7 @@ impl Core {
 
     fn check_group_name(&self, group: &str) -> Option<Frame> {
         if group.len() > self.limits.group_name_len {
-            return Some(Core::error(
+            return Some(Sessions::error(
                 code::LIMIT,
                 format!(
                     "group names are at most {} bytes",
@@ -531,7 +608,7 @@ impl Core {
             ));
         }
         if group.starts_with('#') {
-            return Some(Core::error(
+            return Some(Sessions::error(
                 code::BAD_GROUP,
                 "names starting with '#' are private groups; they cannot be joined",
             ));
@@ -547,7 +624,7 @@ impl Core {
         payload: Vec<u8>,
     ) {
         if payload.len() > self.limits.message_size {
-            let error = Core::error(
+            let error = Sessions::error(
                 code::LIMIT,
                 format!("messages are at most {} bytes", self.limits.message_size),
             );
@@ -556,7 +633,7 @@ impl Core {
         }
         if let Some(error) = groups.iter().find_map(|g| {
             (g.len() > self.limits.group_name_len).then(|| {
-                Core::error(
+                Sessions::error(
                     code::LIMIT,
                     format!(
                         "group names are at most {} bytes",
@@ -653,8 +730,9 @@ impl Core {
         let items = match groups::decode(&payload) {
             Ok(items) => items,
             Err(e) => {
+                // A peer's bug: counted (status, metrics), never fatal.
+                let _ = (sender, e);
                 self.stats.malformed_batches += 1;
-                tracing::warn!(%sender, error = %e, "undecodable batch from a daemon");
                 return;
             }
         };
@@ -683,11 +761,10 @@ impl Core {
     /// A batch pbcast alone carried: its messages go to the local members of
     /// their groups as they are now, at once. Anything but an unreliable or
     /// probabilistic message in it is a peer's bug.
-    fn deliver_unsequenced(&mut self, sender: NodeId, payload: &[u8]) {
+    fn deliver_unsequenced(&mut self, _sender: NodeId, payload: &[u8]) {
         self.stats.unsequenced_batches_received += 1;
         let Ok(items) = groups::decode(payload) else {
             self.stats.malformed_batches += 1;
-            tracing::warn!(%sender, "undecodable unsequenced batch from a daemon");
             return;
         };
         for item in items {
@@ -1053,16 +1130,12 @@ impl Core {
         for session in local {
             self.send(session, frame.clone());
         }
+        // The leaver hears the same view as the members (one view id, one
+        // member list everywhere): a list without itself says it left.
         if let Some(session) = left
             .filter(|m| m.daemon == me)
             .and_then(|m| self.by_name.get(&m.client).copied())
         {
-            let frame = Frame::Membership {
-                group: group.to_string(),
-                view_id,
-                reason,
-                members: Vec::new(),
-            };
             self.send(session, frame);
         }
     }
@@ -1146,7 +1219,14 @@ impl Core {
         self.daemons.clear();
         self.table.clear();
         self.partials.clear();
-        self.pending.clear();
+        if reason == RemovedReason::Dropped && !self.shutting_down {
+            // What clients sent waits for the rejoin (it was never ordered);
+            // what only made sense in the old cluster goes.
+            let waiting = self.take_all_pending();
+            self.requeue_client_items(waiting);
+        } else {
+            self.pending.clear();
+        }
         self.unsequenced.clear();
         self.held.clear();
         self.received.clear();
@@ -1164,7 +1244,7 @@ impl Core {
         };
         let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
         for session in sessions {
-            self.push_output(Output::Close(session, Some(Core::error(code, text))));
+            self.push_output(Output::Close(session, Some(Sessions::error(code, text))));
         }
         self.sessions.clear();
         self.by_name.clear();
@@ -1227,7 +1307,7 @@ impl Core {
     pub fn close_all(&mut self) {
         let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
         for session in sessions {
-            let error = Core::error(code::SHUTDOWN, "the daemon is shutting down");
+            let error = Sessions::error(code::SHUTDOWN, "the daemon is shutting down");
             self.push_output(Output::Close(session, Some(error)));
         }
         self.sessions.clear();
@@ -1291,12 +1371,12 @@ fn is_safe(item: &Item<'_>) -> bool {
     }
 }
 
-/// A daemon id as `slot.incarnation` (`shoal_core::cluster`).
+/// A daemon id as `slot.incarnation` ([`super::membership`]).
 pub fn daemon_name(id: NodeId) -> String {
     format!(
         "{}.{}",
-        shoal_core::cluster::slot_of(id),
-        id.0 >> shoal_core::cluster::SLOT_BITS
+        crate::daemon::membership::slot_of(id),
+        id.0 >> crate::daemon::membership::SLOT_BITS
     )
 }
 

@@ -1,0 +1,896 @@
+//! The daemon engine: everything a Shoal daemon decides, as one sans-IO
+//! state machine, so that the real daemon (`shoal-net`) and the simulator
+//! (`shoal-sim`'s swarm) run the same code.
+//!
+//! ```text
+//!   datagrams ──handle_datagram──▶ ┌────────────┐ ──poll_transmit──▶ datagrams
+//!   timeouts  ──handle_timeout───▶ │   Daemon   │ ──poll_event─────▶ client frames, closes,
+//!   clients   ──handle_client────▶ │ membership │                    membership changes
+//!   (opened, frames, written,      │ + sessions │ ◀─poll_timeout──── next deadline
+//!    closed)                       └────────────┘
+//! ```
+//!
+//! Inside: [`membership::Membership`] (daemons finding each other, the
+//! daemons' vsync group, eviction and rejoin, merges) and
+//! [`sessions::Sessions`] (clients, lightweight groups, services, batches,
+//! fragments, snapshots, `safe` hold-back). Around them this module adds
+//! what the runtime used to decide: when a batch goes to the total order
+//! (the batching hold), flow control towards vsync, the shutdown phases,
+//! every client's outgoing queue and the slow-client policy (per client and
+//! in total), and the time limit for a connection to say who it is.
+//!
+//! The driver hands in client connections by [`SessionId`] and the bytes a
+//! client's writer managed to write ([`ClientInput::Written`]); the engine
+//! hands out encoded frame chunks per client ([`DaemonEvent::Frames`]), so
+//! it knows, without a clock or a socket, how many bytes wait for each
+//! client.
+
+pub mod membership;
+pub mod sessions;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use shoal_wire::client::{code, Frame, Reason};
+
+use crate::engine::{Engine, NodeId, SendError, Transmit};
+use crate::time::Instant;
+use crate::vsync::{Event, RemovedReason, View};
+pub use membership::{Membership, MembershipEvent};
+pub use sessions::{daemon_name, Output, SessionId, SessionStats, Sessions};
+
+/// Resource limits of one daemon (`[limits]` in its configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Connected clients at most.
+    pub clients: usize,
+    /// Groups one client may have joined at once.
+    pub groups_per_client: usize,
+    /// Longest group name, in bytes.
+    pub group_name_len: usize,
+    /// Largest multicast payload, in bytes (default 1 MiB).
+    pub message_size: usize,
+    /// Bytes of frames queued to one client before it is disconnected as
+    /// slow (default 32 MiB).
+    pub client_queue: usize,
+    /// Bytes of frames queued to all clients together (default 128 MiB):
+    /// past it, the client with the longest queue is disconnected as slow,
+    /// so that a thousand clients that stop reading cannot hold a thousand
+    /// times `client_queue`.
+    pub clients_queue: usize,
+    /// A connection must send its `Connect` within this long (default 10 s).
+    #[serde(with = "crate::serde_ms")]
+    pub connect_timeout: Duration,
+    /// Largest frame a connection may send before its `Connect` is accepted
+    /// (default 4 KiB: a name and a token), so that connections that never
+    /// authenticate cannot each hold a large partial frame.
+    pub connect_frame_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            clients: 1024,
+            groups_per_client: 256,
+            group_name_len: 128,
+            message_size: 1 << 20,
+            client_queue: 32 << 20,
+            clients_queue: 128 << 20,
+            connect_timeout: Duration::from_secs(10),
+            connect_frame_max: 4096,
+        }
+    }
+}
+
+/// How the engine runs, beyond its membership's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The daemon's name (in private group names, `#client#node`).
+    pub node: String,
+    pub limits: Limits,
+    /// Largest batch the daemons' group carries in one message.
+    pub batch_max: usize,
+    /// Under load, items wait for a fuller batch while one of this daemon's
+    /// batches is being ordered, at most this long (default 1 ms): a batch
+    /// per round trip instead of one per client frame. At low load nothing
+    /// is being ordered and a frame goes at once; a full batch always goes
+    /// at once.
+    pub batch_hold: Duration,
+    /// Each step of a graceful shutdown (goodbye ordered, then the leave)
+    /// waits at most this long (default 3 s).
+    pub shutdown_step: Duration,
+    /// While vsync's send window is full, retry at least this often
+    /// (default 1 ms).
+    pub window_retry: Duration,
+    /// Bytes of client items held for the daemons' group before the engine
+    /// stops taking client input ([`Engine::accepts_input`]; default 4 MiB).
+    pub pending_max: usize,
+    /// The token TCP clients must present (`None`: TCP clients refused).
+    pub token: Option<String>,
+}
+
+impl Settings {
+    pub fn new(node: &str, limits: Limits, batch_max: usize) -> Settings {
+        Settings {
+            node: node.to_string(),
+            limits,
+            batch_max,
+            batch_hold: Duration::from_millis(1),
+            shutdown_step: Duration::from_secs(3),
+            window_retry: Duration::from_millis(1),
+            pending_max: 4 << 20,
+            token: None,
+        }
+    }
+}
+
+/// What a driver tells the engine about a client connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientInput {
+    /// A connection was accepted; `tcp` says whether it came over TCP
+    /// (which requires the token).
+    Opened { id: SessionId, tcp: bool },
+    /// A frame the client sent.
+    Frame(SessionId, Frame),
+    /// The client sent bytes that are not a frame; the engine closes it.
+    Malformed(SessionId, String),
+    /// The client's writer wrote this many bytes of its chunks.
+    Written(SessionId, usize),
+    /// The connection ended (EOF or error); the driver has dropped it.
+    Closed(SessionId),
+}
+
+/// What the engine asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DaemonEvent {
+    /// Write these encoded frames to the client (report them written back
+    /// with [`ClientInput::Written`]).
+    Frames(SessionId, Bytes),
+    /// Write the frames already handed over, then this last frame (if any),
+    /// and close the connection. The engine has forgotten the session.
+    Close(SessionId, Option<Bytes>),
+    /// The daemons' view changed, or this daemon left or lost it (for logs
+    /// and observers; the engine has already acted on it).
+    Membership { me: NodeId, event: MembershipChange },
+    /// A graceful shutdown is complete: the driver may exit.
+    Stopped,
+}
+
+/// A daemon membership change, as reported in [`DaemonEvent::Membership`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipChange {
+    View(View),
+    Removed { view: u64, reason: RemovedReason },
+}
+
+/// Counters of the engine's own decisions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DaemonStats {
+    /// Clients disconnected because all queues together passed
+    /// `limits.clients_queue` (they are counted in `slow_clients` too).
+    pub slow_in_total: u64,
+    /// Connections closed for not sending `Connect` in time.
+    pub connect_timeouts: u64,
+    /// Batches vsync refused for a full send window (retried).
+    pub window_full: u64,
+    /// Shutdown steps that ran out of time.
+    pub shutdown_steps_timed_out: u64,
+    /// Batches handed to vsync again after a view change or an eviction
+    /// dropped them.
+    pub batches_resent: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Goodbye sent; waiting for it to come back in the total order.
+    SayingGoodbye {
+        until: Instant,
+    },
+    /// Leave asked; waiting for the view without this daemon.
+    Leaving {
+        until: Instant,
+    },
+    Stopped,
+}
+
+/// One client connection as the engine sees it.
+#[derive(Debug)]
+struct Conn {
+    tcp: bool,
+    /// Bytes handed to the driver (or gathered in `out`) not yet written.
+    queued: usize,
+    /// Frames of this turn, handed over as one chunk at the next drain.
+    out: Vec<u8>,
+}
+
+/// The daemon engine.
+pub struct Daemon {
+    settings: Settings,
+    membership: Membership,
+    sessions: Sessions,
+    conns: BTreeMap<SessionId, Conn>,
+    /// Connections that have not been accepted yet, and when they opened.
+    unconnected: BTreeMap<SessionId, Instant>,
+    /// Connections with frames in `out`.
+    dirty: Vec<SessionId>,
+    /// Bytes queued to all clients.
+    queued_total: usize,
+    events: VecDeque<DaemonEvent>,
+    phase: Phase,
+    /// When the oldest item waiting for a batch arrived (the batching hold).
+    pending_since: Option<Instant>,
+    /// A batch vsync refused (window full): it goes first.
+    refused: Option<Bytes>,
+    /// Batches handed to vsync that have not come back in the total order,
+    /// oldest first: a view change that drops them puts them back in the
+    /// queue (vsync orders only what it delivers before the view; the
+    /// rest would be lost silently).
+    in_flight: VecDeque<(u64, Bytes)>,
+    left: bool,
+    last_now: Instant,
+    stats: DaemonStats,
+}
+
+impl Daemon {
+    /// A daemon around `membership` (not yet joined).
+    pub fn new(settings: Settings, membership: Membership) -> Daemon {
+        let sessions = Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
+        Daemon {
+            settings,
+            membership,
+            sessions,
+            conns: BTreeMap::new(),
+            unconnected: BTreeMap::new(),
+            dirty: Vec::new(),
+            queued_total: 0,
+            events: VecDeque::new(),
+            phase: Phase::Running,
+            pending_since: None,
+            refused: None,
+            in_flight: VecDeque::new(),
+            left: false,
+            last_now: Instant::ZERO,
+            stats: DaemonStats::default(),
+        }
+    }
+
+    // ---- getters --------------------------------------------------------------
+
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn stats(&self) -> &DaemonStats {
+        &self.stats
+    }
+
+    /// Bytes queued to all clients and not yet written.
+    pub fn client_queue_bytes(&self) -> usize {
+        self.queued_total
+    }
+
+    /// Open connections (connected or not yet).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether a graceful shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.phase != Phase::Running
+    }
+
+    /// Whether the graceful shutdown is complete.
+    pub fn is_stopped(&self) -> bool {
+        self.phase == Phase::Stopped
+    }
+
+    /// Lines for `shoal status` about this daemon (the driver adds its own).
+    pub fn status_lines(&self, now: Instant) -> Vec<String> {
+        let mut lines = self.sessions.status_lines();
+        lines.extend(membership_lines(&self.membership, now));
+        let s = &self.stats;
+        lines.push(format!(
+            "client queues: {} bytes; slow in total {}; connect timeouts {}; window full {}",
+            self.queued_total, s.slow_in_total, s.connect_timeouts, s.window_full
+        ));
+        lines
+    }
+
+    // ---- inputs ---------------------------------------------------------------
+
+    /// Something happened on a client connection.
+    pub fn handle_client(&mut self, now: Instant, input: ClientInput) {
+        let now = self.advance(now);
+        match input {
+            ClientInput::Opened { id, tcp } => {
+                self.conns.insert(
+                    id,
+                    Conn {
+                        tcp,
+                        queued: 0,
+                        out: Vec::new(),
+                    },
+                );
+                self.unconnected.insert(id, now);
+            }
+            ClientInput::Frame(id, frame) => self.client_frame(now, id, frame),
+            ClientInput::Malformed(id, why) => {
+                self.sessions.closed(id, Reason::Disconnect);
+                let error = Frame::Error {
+                    code: code::MALFORMED,
+                    text: why,
+                };
+                self.close(id, Some(error));
+            }
+            ClientInput::Written(id, n) => {
+                if let Some(conn) = self.conns.get_mut(&id) {
+                    let n = n.min(conn.queued);
+                    conn.queued -= n;
+                    self.queued_total -= n;
+                }
+            }
+            ClientInput::Closed(id) => {
+                self.sessions.closed(id, Reason::Disconnect);
+                self.forget(id);
+            }
+        }
+        self.pump(now);
+    }
+
+    /// `Status` from client `id`, answered with the engine's lines and
+    /// `extra` (the runtime's). The reply counts against the client's queue.
+    pub fn handle_status(&mut self, now: Instant, id: SessionId, extra: Vec<String>) {
+        let now = self.advance(now);
+        let mut lines = self.status_lines(now);
+        lines.extend(extra);
+        let mut text = lines.join("\n");
+        let mut end = text.len().min(usize::from(u16::MAX));
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        if let Ok(bytes) = (Frame::StatusReply { text }).to_vec() {
+            self.queue(id, &bytes);
+        }
+        self.pump(now);
+    }
+
+    /// Begins a graceful shutdown: a goodbye in the total order, then the
+    /// clients are closed and the daemon leaves its group;
+    /// [`DaemonEvent::Stopped`] follows.
+    pub fn begin_shutdown(&mut self, now: Instant) {
+        let now = self.advance(now);
+        if self.phase != Phase::Running {
+            return;
+        }
+        self.sessions.begin_shutdown();
+        self.phase = Phase::SayingGoodbye {
+            until: now + self.settings.shutdown_step,
+        };
+        self.pump(now);
+    }
+
+    fn advance(&mut self, now: Instant) -> Instant {
+        self.last_now = self.last_now.max(now);
+        self.last_now
+    }
+
+    fn client_frame(&mut self, now: Instant, id: SessionId, frame: Frame) {
+        match frame {
+            Frame::Connect { name, token } => {
+                let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
+                let token_ok = !tcp || self.settings.token.as_deref() == Some(token.as_str());
+                self.sessions.connect(id, &name, token_ok);
+                self.unconnected.remove(&id);
+            }
+            Frame::Status => {
+                let lines = self.status_lines(now);
+                let text = lines.join("\n");
+                if let Ok(bytes) = (Frame::StatusReply { text }).to_vec() {
+                    self.queue(id, &bytes);
+                }
+            }
+            frame => self.sessions.frame(id, frame),
+        }
+    }
+
+    // ---- the work after every input ------------------------------------------
+
+    /// Moves everything along until nothing changes: membership events to
+    /// the sessions, batches to the total order, the shutdown's steps, the
+    /// sessions' outputs to the clients' queues.
+    fn pump(&mut self, now: Instant) {
+        loop {
+            let mut moved = self.take_membership_events();
+            while let Some(batch) = self.sessions.take_unsequenced() {
+                let _ = self.membership.multicast_unsequenced(now, &batch);
+                moved = true;
+            }
+            moved |= self.send_batches(now);
+            moved |= self.shutdown_steps(now);
+            moved |= self.dispatch();
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn take_membership_events(&mut self) -> bool {
+        let mut any = false;
+        while let Some(ev) = self.membership.poll_event() {
+            any = true;
+            let change = match &ev.event {
+                Event::Deliver {
+                    sender, local_id, ..
+                } if *sender == ev.me => {
+                    if let Some(i) = self.in_flight.iter().position(|(id, _)| id == local_id) {
+                        self.in_flight.remove(i);
+                    }
+                    None
+                }
+                Event::View(v) => Some(MembershipChange::View(v.clone())),
+                Event::Removed { view, reason } => {
+                    if *reason == RemovedReason::Left {
+                        self.left = true;
+                    }
+                    Some(MembershipChange::Removed {
+                        view: *view,
+                        reason: *reason,
+                    })
+                }
+                Event::Deliver { .. } | Event::Unsequenced { .. } => None,
+            };
+            if let Some(event) = change {
+                self.events
+                    .push_back(DaemonEvent::Membership { me: ev.me, event });
+            }
+            let view_change = match &ev.event {
+                Event::View(v) if !v.first => Some(v.gseq),
+                _ => None,
+            };
+            let evicted = matches!(
+                &ev.event,
+                Event::Removed {
+                    reason: RemovedReason::Dropped,
+                    ..
+                }
+            );
+            let left = matches!(
+                &ev.event,
+                Event::Removed {
+                    reason: RemovedReason::Left,
+                    ..
+                }
+            );
+            self.sessions.cluster_event(ev.me, ev.event);
+            if let Some(view_gseq) = view_change {
+                // Every member moving into the view delivered the same
+                // messages of the old one: what was sequenced in it (before
+                // the view's own sequence number) and is still in flight
+                // reached none of them. It goes again, first. What vsync has
+                // not sequenced yet it still retries, and what it sequenced
+                // after the view comes later.
+                let vsync = self.membership.vsync();
+                let (waiting, again): (Vec<_>, Vec<_>) =
+                    self.in_flight.drain(..).partition(|(id, _)| {
+                        vsync.awaits_sequence(*id)
+                            || vsync.sequence_of(*id).is_none_or(|g| g > view_gseq)
+                    });
+                self.in_flight = waiting.into();
+                let again: Vec<Bytes> = again.into_iter().map(|(_, b)| b).collect();
+                self.stats.batches_resent += again.len() as u64;
+                self.sessions.requeue(again, false);
+            } else if evicted {
+                let mut again: Vec<Bytes> = self.in_flight.drain(..).map(|(_, b)| b).collect();
+                again.extend(self.refused.take());
+                self.stats.batches_resent += again.len() as u64;
+                self.sessions.requeue(again, true);
+            } else if left {
+                self.in_flight.clear();
+            }
+        }
+        any
+    }
+
+    /// Hands batches to vsync as the batching hold allows. Returns whether
+    /// any went.
+    fn send_batches(&mut self, now: Instant) -> bool {
+        let mut sent = false;
+        if let Some(batch) = self.refused.take() {
+            if !self.multicast(now, batch) {
+                return false;
+            }
+            sent = true;
+        }
+        while self.sessions.batch_waiting() {
+            let since = *self.pending_since.get_or_insert(now);
+            let go = self.sessions.full_batch()
+                || self.sessions.in_flight() == 0
+                || now >= since + self.settings.batch_hold;
+            if !go {
+                break;
+            }
+            let Some(batch) = self.sessions.take_batch() else {
+                break;
+            };
+            self.pending_since = None;
+            sent = true;
+            if !self.multicast(now, batch) {
+                break;
+            }
+        }
+        if !self.sessions.batch_waiting() {
+            self.pending_since = None;
+        }
+        sent
+    }
+
+    /// Returns false when the send window is full (the batch waits).
+    fn multicast(&mut self, now: Instant, batch: Bytes) -> bool {
+        match self.membership.multicast(now, batch.clone()) {
+            Ok(local_id) => {
+                self.in_flight.push_back((local_id, batch));
+                true
+            }
+            Err(SendError::WindowFull) => {
+                self.stats.window_full += 1;
+                self.refused = Some(batch);
+                false
+            }
+            // Batches are cut to `batch_max`, which fits: a configuration
+            // bug. The batch is lost, as its messages' senders are not told;
+            // counted as malformed.
+            Err(SendError::TooLarge { .. }) => true,
+        }
+    }
+
+    fn shutdown_steps(&mut self, now: Instant) -> bool {
+        match self.phase {
+            Phase::SayingGoodbye { until } if self.sessions.goodbye_delivered() || now >= until => {
+                if now >= until && !self.sessions.goodbye_delivered() {
+                    self.stats.shutdown_steps_timed_out += 1;
+                }
+                self.sessions.close_all();
+                self.membership.leave(now);
+                self.phase = Phase::Leaving {
+                    until: now + self.settings.shutdown_step,
+                };
+                true
+            }
+            Phase::Leaving { until }
+                if self.left || !self.membership.is_member() || now >= until =>
+            {
+                if now >= until && !self.left {
+                    self.stats.shutdown_steps_timed_out += 1;
+                }
+                self.phase = Phase::Stopped;
+                self.events.push_back(DaemonEvent::Stopped);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Turns the sessions' outputs into client queue entries. Returns
+    /// whether there were any.
+    fn dispatch(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let mut outputs = self.sessions.take_outputs();
+            if outputs.list.is_empty() {
+                self.sessions.recycle(outputs);
+                return any;
+            }
+            any = true;
+            for out in std::mem::take(&mut outputs.list) {
+                match out {
+                    Output::Send(id, frame) => {
+                        if let Ok(bytes) = frame.to_vec() {
+                            self.queue(id, &bytes);
+                        }
+                    }
+                    Output::Deliver(ids, range) => {
+                        for id in ids {
+                            self.queue(id, outputs.frame(&range));
+                        }
+                    }
+                    Output::Close(id, frame) => self.close(id, frame),
+                }
+            }
+            self.sessions.recycle(outputs);
+        }
+    }
+
+    /// Queues an encoded frame to a client, or disconnects it as slow when
+    /// its queue, or all queues together, would pass their limits.
+    fn queue(&mut self, id: SessionId, bytes: &[u8]) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        if conn.queued + bytes.len() > self.settings.limits.client_queue {
+            self.slow(id);
+            return;
+        }
+        while self.queued_total + bytes.len() > self.settings.limits.clients_queue {
+            // The longest queue goes (ties: the lowest id, deterministic).
+            let (longest, queued) = self
+                .conns
+                .iter()
+                .map(|(cid, c)| (*cid, c.queued))
+                .max_by_key(|(cid, queued)| (*queued, std::cmp::Reverse(*cid)))
+                .unwrap_or((id, 0));
+            self.stats.slow_in_total += 1;
+            if longest == id || queued == 0 {
+                self.slow(id);
+                return;
+            }
+            self.slow(longest);
+        }
+        let conn = self.conns.get_mut(&id).expect("checked");
+        conn.queued += bytes.len();
+        self.queued_total += bytes.len();
+        if conn.out.is_empty() {
+            self.dirty.push(id);
+        }
+        conn.out.extend_from_slice(bytes);
+    }
+
+    /// Disconnects a slow client: the sessions forget it (its groups hear it
+    /// left), and the connection closes with the reason. Frames already
+    /// handed over stay with the driver; nothing more is queued.
+    fn slow(&mut self, id: SessionId) {
+        if self.sessions.is_connected(id) {
+            self.sessions.slow(id);
+            // The close comes back through the sessions' outputs; forget
+            // the queue now so that the total falls at once.
+            if let Some(conn) = self.conns.get_mut(&id) {
+                self.queued_total -= conn.queued;
+                conn.queued = 0;
+                conn.out.clear();
+            }
+        } else {
+            let error = Frame::Error {
+                code: code::SLOW_CLIENT,
+                text: "disconnected: too many bytes waited for this connection".into(),
+            };
+            self.close(id, Some(error));
+        }
+    }
+
+    fn close(&mut self, id: SessionId, frame: Option<Frame>) {
+        if !self.conns.contains_key(&id) {
+            return;
+        }
+        self.flush(id);
+        self.forget(id);
+        let last = frame.and_then(|f| f.to_vec().ok()).map(Bytes::from);
+        self.events.push_back(DaemonEvent::Close(id, last));
+    }
+
+    fn forget(&mut self, id: SessionId) {
+        if let Some(conn) = self.conns.remove(&id) {
+            self.queued_total -= conn.queued;
+        }
+        self.unconnected.remove(&id);
+    }
+
+    /// Hands a connection's gathered frames over as one chunk.
+    fn flush(&mut self, id: SessionId) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.out.is_empty() {
+            return;
+        }
+        let chunk = Bytes::from(std::mem::take(&mut conn.out));
+        self.events.push_back(DaemonEvent::Frames(id, chunk));
+    }
+
+    fn flush_dirty(&mut self) {
+        for id in std::mem::take(&mut self.dirty) {
+            self.flush(id);
+        }
+    }
+
+    fn connect_deadline(&self) -> Option<Instant> {
+        self.unconnected
+            .values()
+            .min()
+            .map(|t| *t + self.settings.limits.connect_timeout)
+    }
+
+    fn expire_unconnected(&mut self, now: Instant) {
+        let timeout = self.settings.limits.connect_timeout;
+        let late: Vec<SessionId> = self
+            .unconnected
+            .iter()
+            .filter(|(_, t)| now >= **t + timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            self.stats.connect_timeouts += 1;
+            let error = Frame::Error {
+                code: code::PROTOCOL,
+                text: format!("no Connect within {} ms", timeout.as_millis()),
+            };
+            self.close(id, Some(error));
+        }
+    }
+
+    fn hold_deadline(&self) -> Option<Instant> {
+        let since = self.pending_since?;
+        self.sessions
+            .batch_waiting()
+            .then(|| since + self.settings.batch_hold)
+    }
+
+    /// Checks the engine's invariants (the simulator calls it in debug
+    /// builds): panics when one is broken.
+    pub fn check_invariants(&self) {
+        let queued: usize = self.conns.values().map(|c| c.queued).sum();
+        assert_eq!(queued, self.queued_total, "client queue total");
+        for (id, conn) in &self.conns {
+            assert!(
+                conn.out.len() <= conn.queued,
+                "session {id}: out beyond queued"
+            );
+            assert!(
+                conn.queued <= self.settings.limits.client_queue,
+                "session {id}: queue past its limit"
+            );
+        }
+        assert!(
+            self.queued_total <= self.settings.limits.clients_queue,
+            "client queues past their total"
+        );
+        self.sessions.check_invariants();
+        self.membership.vsync().check_invariants();
+    }
+}
+
+impl Engine for Daemon {
+    type Event = DaemonEvent;
+
+    fn node_id(&self) -> NodeId {
+        self.membership.node_id()
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        let now = self.advance(now);
+        self.membership.handle_datagram(now, from, datagram);
+        self.pump(now);
+    }
+
+    fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        let now = self.advance(now);
+        self.membership.handle_datagram_bytes(now, from, datagram);
+        self.pump(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let now = self.advance(now);
+        if self.membership.poll_timeout().is_some_and(|t| t <= now) {
+            self.membership.handle_timeout(now);
+        }
+        self.expire_unconnected(now);
+        self.pump(now);
+    }
+
+    /// The daemon takes client frames ([`Daemon::handle_client`]), not raw
+    /// payloads: always refused, the engine unchanged.
+    fn multicast(&mut self, _now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        Err(SendError::TooLarge {
+            len: payload.len(),
+            max: 0,
+        })
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        self.membership.poll_transmit(now)
+    }
+
+    /// Client frames are gathered per client and handed over as one chunk
+    /// per client each time the queue of events runs dry.
+    fn poll_event(&mut self) -> Option<DaemonEvent> {
+        if self.events.is_empty() {
+            self.flush_dirty();
+        }
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let retry = self
+            .refused
+            .is_some()
+            .then(|| self.last_now + self.settings.window_retry);
+        let shutdown = match self.phase {
+            Phase::SayingGoodbye { until } | Phase::Leaving { until } => Some(until),
+            _ => None,
+        };
+        [
+            self.membership.poll_timeout(),
+            self.hold_deadline(),
+            retry,
+            shutdown,
+            self.connect_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn accepts_input(&self) -> bool {
+        self.sessions.pending_bytes() < self.settings.pending_max
+    }
+}
+
+/// `shoal status` lines about the daemons' membership.
+fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
+    let v = engine.vsync();
+    let c = engine.stats();
+    let s = v.stats();
+    let mut lines = vec![
+        format!("uptime: {now}"),
+        format!(
+            "daemons' view: {} ({} members{}){}",
+            v.view_id(),
+            v.members().len(),
+            if v.is_primary() {
+                ", this daemon is the primary"
+            } else {
+                ""
+            },
+            if engine.is_member() {
+                ""
+            } else {
+                " — not a member: joining"
+            }
+        ),
+        format!(
+            "committee: {} ({})",
+            v.committee().len(),
+            v.committee()
+                .iter()
+                .map(|d| daemon_name(*d))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!("vsync state: {}", v.debug_line()),
+        format!(
+            "membership: founded {}, rejoins {}, merges {}, presence sent {} received {}, unsequenced refused {}",
+            c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received, c.unsequenced_refused
+        ),
+        format!(
+            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}",
+            s.delivered,
+            s.views_installed,
+            s.takeovers,
+            s.newviews_abandoned,
+            s.repairs_sent,
+            s.repair_requests_sent,
+            s.malformed
+        ),
+    ];
+    if let Some(p) = v.pbcast_stats() {
+        lines.push(format!(
+            "pbcast: originated {}, delivered {}, recovered {}, duplicates {}, lost {}, gossip rounds {}",
+            p.originated, p.delivered, p.recovered, p.duplicates, p.lost, p.gossip_rounds
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests;

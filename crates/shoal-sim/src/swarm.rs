@@ -1,0 +1,1048 @@
+//! The fault swarm: whole clusters (daemon engines and their clients) in
+//! virtual time under faults drawn from a seed, judged by the history
+//! checker (`shoal-check`), as TigerBeetle's VOPR judges its replicas.
+//!
+//! One run: `daemons` daemon engines ([`shoal_core::daemon::Daemon`], the
+//! code the real daemon runs) on a simulated network, clients attached to
+//! them that join and leave groups, multicast with every service type
+//! (sizes up to fragmented), read slowly, disconnect and reconnect. A fault
+//! phase draws crashes and restarts, sleeps (short, and long enough to be
+//! evicted), partitions and heals, loss, duplication, reordering, slow
+//! clients and graceful stops. Then a liveness phase heals everything and
+//! requires the daemons to converge on one view within a bound. Every
+//! client's sends, deliveries, views and end are records for the checker.
+//!
+//! Deterministic: the same seed gives the same run (the trace hash).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_check::{MsgId, Record, Report};
+use shoal_core::daemon::membership::{self, Membership};
+use shoal_core::daemon::{ClientInput, Daemon, DaemonEvent, Limits, SessionId, Settings};
+use shoal_core::{Destination, Engine, Instant, NodeId};
+use shoal_wire::client::{self, Frame, Service};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+
+/// What one run is made of (all drawn from the seed unless set).
+#[derive(Debug, Clone)]
+pub struct SwarmConfig {
+    pub seed: u64,
+    /// Daemons, 2 to 9.
+    pub daemons: usize,
+    /// Clients per daemon (at a time).
+    pub clients_per_daemon: usize,
+    /// Length of the fault phase.
+    pub fault_phase: Duration,
+    /// The liveness phase: the daemons must converge within this.
+    pub converge_within: Duration,
+    /// Which fault kinds may be drawn.
+    pub faults: FaultKinds,
+}
+
+/// Fault kinds a run may draw.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultKinds {
+    pub crashes: bool,
+    pub sleeps: bool,
+    pub partitions: bool,
+    pub network: bool,
+    pub slow_clients: bool,
+    pub stops: bool,
+}
+
+impl FaultKinds {
+    pub const ALL: FaultKinds = FaultKinds {
+        crashes: true,
+        sleeps: true,
+        partitions: true,
+        network: true,
+        slow_clients: true,
+        stops: true,
+    };
+    pub const NONE: FaultKinds = FaultKinds {
+        crashes: false,
+        sleeps: false,
+        partitions: false,
+        network: false,
+        slow_clients: false,
+        stops: false,
+    };
+}
+
+impl SwarmConfig {
+    /// A run of `seed` with its shape drawn from the seed.
+    pub fn from_seed(seed: u64) -> SwarmConfig {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5eed_5a1a);
+        SwarmConfig {
+            seed,
+            daemons: rng.random_range(2..=5),
+            clients_per_daemon: rng.random_range(1..=3),
+            fault_phase: Duration::from_secs(rng.random_range(10..=25)),
+            converge_within: Duration::from_secs(30),
+            faults: FaultKinds::ALL,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub report: Report,
+    /// The daemons converged on one view of all of them in the liveness
+    /// phase, and every message sent then reached every member.
+    pub converged: bool,
+    /// Why not, when not.
+    pub liveness: Option<String>,
+    /// A hash of every event handled, in order (determinism check).
+    pub trace_hash: u64,
+    /// Simulated time at the end.
+    pub sim_time: Duration,
+    pub events: u64,
+    /// The last lines of the trace, for a failing seed.
+    pub trace_tail: Vec<String>,
+    /// Invariant panics are not caught: a broken invariant fails the run.
+    pub faults_drawn: Vec<String>,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.report.is_clean() && self.converged
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// A datagram reaches a daemon's socket.
+    Datagram {
+        to: usize,
+        from: u32,
+        bytes: Vec<u8>,
+    },
+    /// A daemon's timer (stale when `at` is not its current deadline).
+    Timer { slot: usize },
+    /// A client acts (stale when `step` is not its latest).
+    ClientStep { client: usize, step: u64 },
+    /// A client reads what its daemon wrote to it.
+    ClientRead { client: usize },
+    /// A fault, or its end.
+    Fault(Fault),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    Crash(usize),
+    Restart(usize),
+    Sleep(usize, u64),
+    Wake(usize),
+    Partition(Vec<usize>),
+    Heal,
+    Slow(usize, u64),
+    Stop(usize),
+    Network { loss_ppm: u32, dup_ppm: u32 },
+    Liveness,
+}
+
+struct DaemonSlot {
+    engine: Option<Daemon>,
+    incarnation: u32,
+    asleep: bool,
+    /// Datagrams that reached a sleeping daemon's socket.
+    backlog: VecDeque<(u32, Vec<u8>)>,
+    /// Client inputs that reached a sleeping daemon.
+    client_backlog: VecDeque<ClientInput>,
+    deadline: Option<Instant>,
+    next_session: SessionId,
+    stopping: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientState {
+    /// Waiting to connect (retrying).
+    Idle,
+    Connecting,
+    Connected,
+}
+
+struct Client {
+    daemon: usize,
+    session: SessionId,
+    /// The name for this incarnation of the client.
+    name: String,
+    generation: u32,
+    private: Option<String>,
+    state: ClientState,
+    seq: u64,
+    groups: BTreeSet<String>,
+    /// Bytes the daemon wrote, not read yet.
+    inbox: VecDeque<Bytes>,
+    buf: Vec<u8>,
+    slow_until: u64,
+    read_scheduled: bool,
+    /// Sent messages not yet seen delivered back (for the liveness check).
+    unconfirmed: BTreeSet<u64>,
+    /// The latest step scheduled: one chain of steps per client.
+    step: u64,
+}
+
+struct World {
+    cfg: SwarmConfig,
+    rng: Xoshiro256PlusPlus,
+    now: u64,
+    order: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    daemons: Vec<DaemonSlot>,
+    clients: Vec<Client>,
+    partition: Option<Vec<usize>>,
+    loss_ppm: u32,
+    dup_ppm: u32,
+    records: Vec<Record>,
+    hasher: std::collections::hash_map::DefaultHasher,
+    events: u64,
+    trace: VecDeque<String>,
+    faults_drawn: Vec<String>,
+    liveness: bool,
+    membership_config: membership::Config,
+}
+
+const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
+const TRACE_TAIL: usize = 40;
+
+/// Runs one seed.
+pub fn run(cfg: SwarmConfig) -> Outcome {
+    let mut w = World::new(cfg);
+    w.schedule_faults();
+    let end_faults = w.cfg.fault_phase.as_nanos() as u64;
+    w.push(end_faults, Ev::Fault(Fault::Liveness));
+    let end = end_faults + w.cfg.converge_within.as_nanos() as u64;
+    let progress = std::env::var("SWARM_PROGRESS").is_ok();
+    let (mut same_time, mut last_at) = (0u64, 0u64);
+    while let Some(Reverse((at, _, ev))) = w.queue.pop() {
+        if at > end {
+            break;
+        }
+        if at == last_at {
+            same_time += 1;
+            // Virtual time that stops advancing is a livelock: fail loudly.
+            assert!(
+                same_time < 1_000_000,
+                "seed {}: a million events at {at} ns, last {ev:?}; trace:\n{}",
+                w.cfg.seed,
+                w.trace.iter().cloned().collect::<Vec<_>>().join("\n")
+            );
+        } else {
+            same_time = 0;
+            last_at = at;
+        }
+        if progress && w.events % 100_000 == 0 {
+            eprintln!("{} events, {:.3} s, {:?}", w.events, at as f64 / 1e9, ev);
+        }
+        w.now = at;
+        w.handle(ev);
+    }
+    w.now = end;
+    let (converged, liveness) = w.converged();
+    let trace_hash = w.hasher.finish();
+    let records = std::mem::take(&mut w.records);
+    let report = shoal_check::check(records);
+    Outcome {
+        seed: w.cfg.seed,
+        report,
+        converged,
+        liveness,
+        trace_hash,
+        sim_time: Duration::from_nanos(w.now),
+        events: w.events,
+        trace_tail: w.trace.into_iter().collect(),
+        faults_drawn: w.faults_drawn,
+    }
+}
+
+impl World {
+    fn new(cfg: SwarmConfig) -> World {
+        let rng = Xoshiro256PlusPlus::seed_from_u64(cfg.seed);
+        let mut w = World {
+            rng,
+            now: 0,
+            order: 0,
+            queue: BinaryHeap::new(),
+            daemons: Vec::new(),
+            clients: Vec::new(),
+            partition: None,
+            loss_ppm: 0,
+            dup_ppm: 0,
+            records: Vec::new(),
+            hasher: Default::default(),
+            events: 0,
+            trace: VecDeque::new(),
+            faults_drawn: Vec::new(),
+            liveness: false,
+            membership_config: membership::Config::daemon_defaults(),
+            cfg,
+        };
+        for slot in 0..w.cfg.daemons {
+            w.daemons.push(DaemonSlot {
+                engine: None,
+                incarnation: 0,
+                asleep: false,
+                backlog: VecDeque::new(),
+                client_backlog: VecDeque::new(),
+                deadline: None,
+                next_session: 1,
+                stopping: false,
+            });
+            w.start_daemon(slot);
+        }
+        for d in 0..w.cfg.daemons {
+            for _ in 0..w.cfg.clients_per_daemon {
+                let i = w.clients.len();
+                w.clients.push(Client {
+                    daemon: d,
+                    session: 0,
+                    name: String::new(),
+                    generation: 0,
+                    private: None,
+                    state: ClientState::Idle,
+                    seq: 0,
+                    groups: BTreeSet::new(),
+                    inbox: VecDeque::new(),
+                    buf: Vec::new(),
+                    slow_until: 0,
+                    read_scheduled: false,
+                    unconfirmed: BTreeSet::new(),
+                    step: 0,
+                });
+                let at = w.rng.random_range(100 * MS..3 * SEC);
+                w.schedule_step(i, at);
+            }
+        }
+        w
+    }
+
+    fn schedule_step(&mut self, c: usize, at: u64) {
+        self.clients[c].step += 1;
+        let step = self.clients[c].step;
+        self.push(at, Ev::ClientStep { client: c, step });
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.order += 1;
+        self.queue.push(Reverse((at, self.order, ev)));
+    }
+
+    fn note(&mut self, line: String) {
+        line.hash(&mut self.hasher);
+        self.now.hash(&mut self.hasher);
+        if self.trace.len() == TRACE_TAIL {
+            self.trace.pop_front();
+        }
+        self.trace
+            .push_back(format!("{:>9.3} ms {line}", self.now as f64 / 1e6));
+    }
+
+    // ---- daemons ------------------------------------------------------------
+
+    fn start_daemon(&mut self, slot: usize) {
+        let d = &mut self.daemons[slot];
+        d.incarnation += 1;
+        let inc = d.incarnation;
+        let seed = self.cfg.seed.wrapping_mul(1_000_003) ^ ((slot as u64) << 32) ^ u64::from(inc);
+        let now = Instant::from_nanos(self.now);
+        let m = Membership::new(
+            slot as u32,
+            self.cfg.daemons as u32,
+            inc,
+            self.membership_config.clone(),
+            seed,
+            now,
+        )
+        .expect("valid settings");
+        let batch_max = self.membership_config.vsync.max_payload();
+        let settings = Settings::new(&format!("d{slot}"), Limits::default(), batch_max);
+        let d = &mut self.daemons[slot];
+        d.engine = Some(Daemon::new(settings, m));
+        d.asleep = false;
+        d.stopping = false;
+        d.backlog.clear();
+        d.client_backlog.clear();
+        d.deadline = None;
+        self.note(format!("d{slot} starts (incarnation {inc})"));
+        self.after_daemon(slot);
+    }
+
+    /// Drains a daemon's outputs and schedules its timer.
+    fn after_daemon(&mut self, slot: usize) {
+        let now = Instant::from_nanos(self.now);
+        let mut transmits = Vec::new();
+        let mut events = Vec::new();
+        let Some(engine) = self.daemons[slot].engine.as_mut() else {
+            return;
+        };
+        while let Some(t) = engine.poll_transmit(now) {
+            transmits.push(t);
+        }
+        while let Some(ev) = engine.poll_event() {
+            events.push(ev);
+        }
+        #[cfg(debug_assertions)]
+        engine.check_invariants();
+        let from = engine.node_id().0;
+        let deadline = engine.poll_timeout();
+        for t in transmits {
+            match t.destination {
+                Destination::Node(to) => {
+                    self.send_datagram(slot, membership::slot_of(to) as usize, from, &t.payload)
+                }
+                Destination::Multicast => {
+                    for to in 0..self.cfg.daemons {
+                        if to != slot {
+                            self.send_datagram(slot, to, from, &t.payload);
+                        }
+                    }
+                }
+            }
+        }
+        for ev in events {
+            self.daemon_event(slot, ev);
+        }
+        let d = &mut self.daemons[slot];
+        if d.deadline != deadline {
+            d.deadline = deadline;
+            if let Some(t) = deadline {
+                let at = t.as_nanos().max(self.now);
+                self.push(at, Ev::Timer { slot });
+            }
+        }
+    }
+
+    fn send_datagram(&mut self, from_slot: usize, to: usize, from: u32, payload: &Bytes) {
+        if to >= self.cfg.daemons || to == from_slot {
+            return;
+        }
+        if let Some(side) = &self.partition {
+            if side.contains(&from_slot) != side.contains(&to) {
+                return;
+            }
+        }
+        if self.rng.random_range(0..1_000_000) < self.loss_ppm {
+            return;
+        }
+        let copies = if self.rng.random_range(0..1_000_000) < self.dup_ppm {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            // 100-300 us, with jitter that reorders.
+            let delay = self.rng.random_range(100_000..300_000);
+            self.push(
+                self.now + delay,
+                Ev::Datagram {
+                    to,
+                    from,
+                    bytes: payload.to_vec(),
+                },
+            );
+        }
+    }
+
+    fn daemon_event(&mut self, slot: usize, ev: DaemonEvent) {
+        match ev {
+            DaemonEvent::Frames(session, bytes) => {
+                if let Some(c) = self.client_of(slot, session) {
+                    self.clients[c].inbox.push_back(bytes);
+                    self.schedule_read(c);
+                }
+            }
+            DaemonEvent::Close(session, last) => {
+                if let Some(c) = self.client_of(slot, session) {
+                    if let Some(b) = last {
+                        self.clients[c].inbox.push_back(b);
+                    }
+                    // Read what is left, then the connection is gone.
+                    self.read_all(c);
+                    self.end_client(c, "closed by its daemon");
+                }
+            }
+            DaemonEvent::Membership { me, event } => {
+                let line = match event {
+                    shoal_core::daemon::MembershipChange::View(v) => format!(
+                        "d{slot} ({me}) view {} members {:?}",
+                        v.id,
+                        v.members.iter().map(|m| m.0).collect::<Vec<_>>()
+                    ),
+                    shoal_core::daemon::MembershipChange::Removed { view, reason } => {
+                        format!("d{slot} ({me}) removed from view {view}: {reason:?}")
+                    }
+                };
+                self.note(line);
+            }
+            DaemonEvent::Stopped => {
+                self.note(format!("d{slot} stopped"));
+                self.crash(slot, "its daemon stopped");
+                let at = self.now + self.rng.random_range(500 * MS..3 * SEC);
+                self.push(at, Ev::Fault(Fault::Restart(slot)));
+            }
+        }
+    }
+
+    fn client_of(&self, slot: usize, session: SessionId) -> Option<usize> {
+        self.clients
+            .iter()
+            .position(|c| c.daemon == slot && c.session == session && c.state != ClientState::Idle)
+    }
+
+    fn crash(&mut self, slot: usize, why: &str) {
+        self.daemons[slot].engine = None;
+        self.daemons[slot].deadline = None;
+        self.daemons[slot].backlog.clear();
+        self.daemons[slot].client_backlog.clear();
+        for c in 0..self.clients.len() {
+            if self.clients[c].daemon == slot
+                && matches!(
+                    self.clients[c].state,
+                    ClientState::Connected | ClientState::Connecting
+                )
+            {
+                self.end_client(c, why);
+            }
+        }
+    }
+
+    fn to_daemon(&mut self, slot: usize, input: ClientInput) {
+        let d = &mut self.daemons[slot];
+        if d.engine.is_none() {
+            return;
+        }
+        if d.asleep {
+            d.client_backlog.push_back(input);
+            return;
+        }
+        let now = Instant::from_nanos(self.now);
+        d.engine
+            .as_mut()
+            .expect("checked")
+            .handle_client(now, input);
+        self.after_daemon(slot);
+    }
+
+    // ---- clients ------------------------------------------------------------
+
+    fn schedule_read(&mut self, c: usize) {
+        let client = &mut self.clients[c];
+        if client.read_scheduled {
+            return;
+        }
+        client.read_scheduled = true;
+        let at = (self.now + 20_000).max(client.slow_until);
+        self.push(at, Ev::ClientRead { client: c });
+    }
+
+    fn read_all(&mut self, c: usize) {
+        let mut written = 0;
+        let mut frames = Vec::new();
+        {
+            let client = &mut self.clients[c];
+            while let Some(chunk) = client.inbox.pop_front() {
+                written += chunk.len();
+                client.buf.extend_from_slice(&chunk);
+            }
+            let mut used = 0;
+            while let Ok(Some((f, n))) = client::decode(&client.buf[used..], &Default::default()) {
+                used += n;
+                frames.push(f);
+            }
+            client.buf.drain(..used);
+        }
+        for f in frames {
+            self.client_frame(c, f);
+        }
+        if written > 0 && self.clients[c].state == ClientState::Connected {
+            let (slot, session) = (self.clients[c].daemon, self.clients[c].session);
+            self.to_daemon(slot, ClientInput::Written(session, written));
+        }
+    }
+
+    fn client_frame(&mut self, c: usize, frame: Frame) {
+        let at_ns = Some(self.now);
+        match frame {
+            Frame::ConnectOk { private_group } => {
+                let client = &mut self.clients[c];
+                client.private = Some(private_group);
+                client.state = ClientState::Connected;
+            }
+            Frame::Message {
+                sender,
+                service,
+                groups,
+                payload,
+            } => {
+                let Some(me) = self.clients[c].private.clone() else {
+                    return;
+                };
+                let Some(seq) = parse_seq(&payload) else {
+                    self.note(format!("c{c} got a message it cannot parse"));
+                    return;
+                };
+                if sender == me {
+                    self.clients[c].unconfirmed.remove(&seq);
+                }
+                self.records.push(Record::Deliver {
+                    client: me,
+                    msg: MsgId { sender, seq },
+                    service: check_service(service),
+                    groups,
+                    transitional: false,
+                    at_ns,
+                });
+            }
+            Frame::Membership {
+                group,
+                view_id,
+                members,
+                ..
+            } => {
+                let Some(me) = self.clients[c].private.clone() else {
+                    return;
+                };
+                self.records.push(Record::View {
+                    client: me,
+                    group,
+                    view_id,
+                    members,
+                    transitional: false,
+                    quorum: None,
+                    at_ns,
+                });
+            }
+            Frame::Error { code, text } => {
+                if code == client::code::UNAVAILABLE && self.clients[c].private.is_none() {
+                    // Not joined its cluster yet: try again later.
+                    self.clients[c].state = ClientState::Idle;
+                    let at = self.now + 300 * MS;
+                    self.schedule_step(c, at);
+                    return;
+                }
+                self.note(format!("c{c} error {code}: {text}"));
+            }
+            _ => {}
+        }
+    }
+
+    fn end_client(&mut self, c: usize, why: &str) {
+        let client = &mut self.clients[c];
+        if let Some(me) = client.private.take() {
+            self.records.push(Record::Ended {
+                client: me,
+                reason: why.to_string(),
+                at_ns: Some(self.now),
+            });
+        }
+        client.state = ClientState::Idle;
+        client.groups.clear();
+        client.inbox.clear();
+        client.buf.clear();
+        client.unconfirmed.clear();
+        let at = self.now + self.rng.random_range(200 * MS..2 * SEC);
+        self.schedule_step(c, at);
+    }
+
+    fn client_step(&mut self, c: usize) {
+        let state = self.clients[c].state;
+        let slot = self.clients[c].daemon;
+        match state {
+            ClientState::Idle => {
+                let d = &mut self.daemons[slot];
+                if d.engine.is_none() {
+                    let at = self.now + 500 * MS;
+                    self.schedule_step(c, at);
+                    return;
+                }
+                let session = d.next_session;
+                d.next_session += 1;
+                let client = &mut self.clients[c];
+                client.generation += 1;
+                client.name = format!("c{c}x{}", client.generation);
+                client.session = session;
+                client.seq = 0;
+                client.state = ClientState::Connecting;
+                let name = client.name.clone();
+                self.to_daemon(
+                    slot,
+                    ClientInput::Opened {
+                        id: session,
+                        tcp: false,
+                    },
+                );
+                let connect = Frame::Connect {
+                    name,
+                    token: String::new(),
+                };
+                self.to_daemon(slot, ClientInput::Frame(session, connect));
+                let at = self.now + 50 * MS;
+                self.schedule_step(c, at);
+            }
+            ClientState::Connecting => {
+                let at = self.now + 50 * MS;
+                self.schedule_step(c, at);
+            }
+            ClientState::Connected => {
+                self.client_action(c);
+                let gap = if self.liveness { 50 * MS } else { 20 * MS };
+                let at = self.now + self.rng.random_range(gap / 2..gap * 2);
+                self.schedule_step(c, at);
+            }
+        }
+    }
+
+    fn client_action(&mut self, c: usize) {
+        let slot = self.clients[c].daemon;
+        let session = self.clients[c].session;
+        let roll = self.rng.random_range(0..100);
+        let quiet = self.liveness;
+        if self.clients[c].groups.is_empty() || roll < 8 {
+            let g = GROUPS[self.rng.random_range(0..GROUPS.len())].to_string();
+            if self.clients[c].groups.insert(g.clone()) {
+                self.to_daemon(slot, ClientInput::Frame(session, Frame::Join { group: g }));
+            }
+            return;
+        }
+        if roll < 11 && !quiet {
+            let g = self.clients[c]
+                .groups
+                .iter()
+                .next()
+                .cloned()
+                .expect("non-empty");
+            self.clients[c].groups.remove(&g);
+            self.to_daemon(slot, ClientInput::Frame(session, Frame::Leave { group: g }));
+            return;
+        }
+        if roll < 12 && !quiet {
+            self.note(format!("c{c} disconnects"));
+            self.to_daemon(slot, ClientInput::Frame(session, Frame::Disconnect));
+            self.read_all(c);
+            self.end_client(c, "disconnected");
+            return;
+        }
+        // A multicast to one of its groups, or to two groups.
+        let mut groups: Vec<String> = vec![self.pick_group(c)];
+        if self.rng.random_range(0..4) == 0 {
+            let other = GROUPS[self.rng.random_range(0..GROUPS.len())].to_string();
+            if !groups.contains(&other) {
+                groups.push(other);
+            }
+        }
+        let service = Service::ALL[self.rng.random_range(0..Service::ALL.len())];
+        let size = match self.rng.random_range(0..50) {
+            0 => self.rng.random_range(70_000..200_000),
+            1..=5 => self.rng.random_range(1_000..10_000),
+            _ => self.rng.random_range(16..200),
+        };
+        let client = &mut self.clients[c];
+        client.seq += 1;
+        let seq = client.seq;
+        let me = client.private.clone().expect("connected");
+        if service as u8 >= Service::Reliable as u8 {
+            client.unconfirmed.insert(seq);
+        }
+        let payload = make_payload(seq, size);
+        self.records.push(Record::Send {
+            client: me.clone(),
+            msg: MsgId { sender: me, seq },
+            service: check_service(service),
+            groups: groups.clone(),
+            at_ns: Some(self.now),
+        });
+        let frame = Frame::Multicast {
+            service,
+            groups,
+            payload,
+        };
+        self.to_daemon(slot, ClientInput::Frame(session, frame));
+    }
+
+    fn pick_group(&mut self, c: usize) -> String {
+        let groups: Vec<&String> = self.clients[c].groups.iter().collect();
+        groups[self.rng.random_range(0..groups.len())].clone()
+    }
+
+    // ---- faults -------------------------------------------------------------
+
+    fn schedule_faults(&mut self) {
+        let end = self.cfg.fault_phase.as_nanos() as u64;
+        let kinds = self.cfg.faults;
+        let n = self.cfg.daemons;
+        let count = self.rng.random_range(2..=8);
+        for _ in 0..count {
+            let at = self.rng.random_range(3 * SEC..end.max(3 * SEC + 1));
+            let slot = self.rng.random_range(0..n);
+            let fault = match self.rng.random_range(0..6) {
+                0 if kinds.crashes => Fault::Crash(slot),
+                1 if kinds.sleeps => {
+                    // Short, or long enough to be evicted.
+                    let ms = if self.rng.random_bool(0.5) {
+                        self.rng.random_range(50..800)
+                    } else {
+                        self.rng.random_range(2_000..8_000)
+                    };
+                    Fault::Sleep(slot, ms * MS)
+                }
+                2 if kinds.partitions && n > 1 => {
+                    let mut side: Vec<usize> =
+                        (0..n).filter(|_| self.rng.random_bool(0.5)).collect();
+                    if side.is_empty() || side.len() == n {
+                        side = vec![slot];
+                    }
+                    Fault::Partition(side)
+                }
+                3 if kinds.network => Fault::Network {
+                    loss_ppm: self.rng.random_range(0..50_000),
+                    dup_ppm: self.rng.random_range(0..20_000),
+                },
+                4 if kinds.slow_clients => {
+                    let c = self.rng.random_range(0..self.clients.len());
+                    Fault::Slow(c, self.rng.random_range(200..5_000) * MS)
+                }
+                5 if kinds.stops => Fault::Stop(slot),
+                _ => continue,
+            };
+            self.faults_drawn
+                .push(format!("{:.3} s {fault:?}", at as f64 / 1e9));
+            self.push(at, Ev::Fault(fault));
+        }
+    }
+
+    fn fault(&mut self, fault: Fault) {
+        self.note(format!("fault {fault:?}"));
+        match fault {
+            Fault::Crash(slot) => {
+                if self.daemons[slot].engine.is_some() {
+                    self.crash(slot, "its daemon crashed");
+                    let at = self.now + self.rng.random_range(500 * MS..5 * SEC);
+                    self.push(at, Ev::Fault(Fault::Restart(slot)));
+                }
+            }
+            Fault::Restart(slot) => {
+                if self.daemons[slot].engine.is_none() {
+                    self.start_daemon(slot);
+                }
+            }
+            Fault::Sleep(slot, dur) => {
+                if self.daemons[slot].engine.is_some() && !self.daemons[slot].asleep {
+                    self.daemons[slot].asleep = true;
+                    let at = self.now + dur;
+                    self.push(at, Ev::Fault(Fault::Wake(slot)));
+                }
+            }
+            Fault::Wake(slot) => self.wake(slot),
+            Fault::Partition(side) => {
+                self.partition = Some(side);
+                let at = self.now + self.rng.random_range(1 * SEC..6 * SEC);
+                self.push(at, Ev::Fault(Fault::Heal));
+            }
+            Fault::Heal => self.partition = None,
+            Fault::Network { loss_ppm, dup_ppm } => {
+                self.loss_ppm = loss_ppm;
+                self.dup_ppm = dup_ppm;
+            }
+            Fault::Slow(c, dur) => {
+                self.clients[c].slow_until = self.now + dur;
+            }
+            Fault::Stop(slot) => {
+                let now = Instant::from_nanos(self.now);
+                let d = &mut self.daemons[slot];
+                if let (Some(engine), false) = (d.engine.as_mut(), d.asleep) {
+                    d.stopping = true;
+                    engine.begin_shutdown(now);
+                    self.after_daemon(slot);
+                }
+            }
+            Fault::Liveness => {
+                self.liveness = true;
+                self.partition = None;
+                self.loss_ppm = 0;
+                self.dup_ppm = 0;
+                for slot in 0..self.cfg.daemons {
+                    if self.daemons[slot].asleep {
+                        self.wake(slot);
+                    }
+                    if self.daemons[slot].engine.is_none() {
+                        self.start_daemon(slot);
+                    }
+                }
+                for c in &mut self.clients {
+                    c.slow_until = 0;
+                }
+            }
+        }
+    }
+
+    fn wake(&mut self, slot: usize) {
+        if !self.daemons[slot].asleep {
+            return;
+        }
+        self.daemons[slot].asleep = false;
+        let now = Instant::from_nanos(self.now);
+        let backlog: Vec<_> = self.daemons[slot].backlog.drain(..).collect();
+        let inputs: Vec<_> = self.daemons[slot].client_backlog.drain(..).collect();
+        if let Some(engine) = self.daemons[slot].engine.as_mut() {
+            engine.handle_timeout(now);
+            for input in inputs {
+                engine.handle_client(now, input);
+            }
+            for (from, bytes) in backlog {
+                engine.handle_datagram(now, NodeId(from), &bytes);
+            }
+        }
+        self.after_daemon(slot);
+    }
+
+    // ---- the loop -------------------------------------------------------------
+
+    fn handle(&mut self, ev: Ev) {
+        self.events += 1;
+        let now = Instant::from_nanos(self.now);
+        match ev {
+            Ev::Datagram { to, from, bytes } => {
+                let d = &mut self.daemons[to];
+                let Some(engine) = d.engine.as_mut() else {
+                    return;
+                };
+                if d.asleep {
+                    // The socket buffer holds a few hundred datagrams.
+                    if d.backlog.len() < 512 {
+                        d.backlog.push_back((from, bytes));
+                    }
+                    return;
+                }
+                (from, bytes.len()).hash(&mut self.hasher);
+                engine.handle_datagram(now, NodeId(from), &bytes);
+                self.after_daemon(to);
+            }
+            Ev::Timer { slot } => {
+                let d = &mut self.daemons[slot];
+                if d.asleep || d.deadline.is_none_or(|t| t.as_nanos() > self.now) {
+                    return;
+                }
+                let Some(engine) = d.engine.as_mut() else {
+                    return;
+                };
+                d.deadline = None;
+                engine.handle_timeout(now);
+                self.after_daemon(slot);
+            }
+            Ev::ClientStep { client, step } => {
+                if step == self.clients[client].step {
+                    self.client_step(client);
+                }
+            }
+            Ev::ClientRead { client } => {
+                self.clients[client].read_scheduled = false;
+                if self.clients[client].slow_until > self.now {
+                    self.schedule_read(client);
+                    return;
+                }
+                self.read_all(client);
+            }
+            Ev::Fault(f) => self.fault(f),
+        }
+    }
+
+    /// After the liveness phase: one view of every daemon, everywhere.
+    fn converged(&self) -> (bool, Option<String>) {
+        let mut views = BTreeMap::new();
+        for (slot, d) in self.daemons.iter().enumerate() {
+            let Some(engine) = &d.engine else {
+                return (false, Some(format!("d{slot} is not running")));
+            };
+            let m = engine.membership();
+            if !m.is_member() {
+                return (false, Some(format!("d{slot} is not a member")));
+            }
+            views.insert(slot, (m.vsync().view_id(), m.vsync().members().len()));
+        }
+        let first = views.values().next().copied();
+        if views.values().any(|v| Some(*v) != first)
+            || first.is_some_and(|(_, n)| n != self.cfg.daemons)
+        {
+            return (false, Some(format!("daemons' views differ: {views:?}")));
+        }
+        (true, None)
+    }
+}
+
+fn make_payload(seq: u64, size: usize) -> Vec<u8> {
+    let mut p = seq.to_be_bytes().to_vec();
+    p.resize(size.max(8), 0xAB);
+    p
+}
+
+fn parse_seq(payload: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(payload.get(..8)?.try_into().ok()?))
+}
+
+fn check_service(s: Service) -> shoal_check::Service {
+    use shoal_check::Service as C;
+    match s {
+        Service::Unreliable => C::Unreliable,
+        Service::Probabilistic => C::Probabilistic,
+        Service::Reliable => C::Reliable,
+        Service::Fifo => C::Fifo,
+        Service::Causal => C::Causal,
+        Service::Agreed => C::Agreed,
+        Service::Safe => C::Safe,
+    }
+}
+
+/// Runs seeds `seeds` on `threads` threads; returns outcomes in seed order.
+pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize) -> Vec<Outcome> {
+    let seeds: Vec<u64> = seeds.collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(seed) = seeds.get(i) else { break };
+                let outcome = run(SwarmConfig::from_seed(*seed));
+                results.lock().expect("not poisoned").push(outcome);
+            });
+        }
+    });
+    let mut all = results.into_inner().expect("not poisoned");
+    all.sort_by_key(|o| o.seed);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_the_same_run() {
+        let a = run(SwarmConfig::from_seed(3));
+        let b = run(SwarmConfig::from_seed(3));
+        assert_eq!(a.trace_hash, b.trace_hash);
+        assert_eq!(a.events, b.events);
+    }
+
+    #[test]
+    fn a_quiet_cluster_is_clean_and_converges() {
+        let mut cfg = SwarmConfig::from_seed(1);
+        cfg.faults = FaultKinds::NONE;
+        cfg.daemons = 3;
+        let o = run(cfg);
+        assert!(o.converged, "{:?}", o.liveness);
+        assert!(o.report.summary.deliveries > 0, "{}", o.report);
+        assert!(o.report.is_clean(), "{}", o.report);
+    }
+}
