@@ -25,6 +25,7 @@ pub mod fd;
 pub mod hop;
 pub mod overlay;
 pub mod pbcast;
+pub mod qsm;
 pub mod ranges;
 pub mod ring;
 pub mod srm;

@@ -157,6 +157,8 @@ pub struct Sim<E> {
     now: u64,
     rng: Xoshiro256PlusPlus,
     cost: Option<ProcessingCost>,
+    /// See [`Sim::set_send_processing_cost`].
+    send_cost: Option<ProcessingCost>,
     /// See [`Sim::set_blocking_sends`].
     blocking_sends: bool,
     /// See [`Sim::set_blocking_application`].
@@ -206,6 +208,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             now: 0,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
             cost: None,
+            send_cost: None,
             blocking_sends: false,
             blocking_application: false,
             receive_loss: 0.0,
@@ -343,6 +346,14 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         self.cost = Some(cost);
     }
 
+    /// Charges every host `cost` per datagram it sends instead of the
+    /// [`Sim::set_processing_cost`] one (which still applies to received
+    /// datagrams and must be set too): sending can cost a host more than
+    /// receiving (QSM's sender allocates and serialises, [A] §3).
+    pub fn set_send_processing_cost(&mut self, cost: ProcessingCost) {
+        self.send_cost = Some(cost);
+    }
+
     /// With `on`, hosts send as real machines with blocking sockets do: a
     /// datagram enters the network when the host's CPU has spent its send
     /// cost on it (not all of a burst at once), and when the first link's
@@ -378,6 +389,14 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     pub fn set_receive_loss(&mut self, p: f64) {
         assert!((0.0..1.0).contains(&p), "receive loss {p} not in [0, 1)");
         self.receive_loss = p;
+    }
+
+    /// Hands host `host`'s engine to `f` at the current simulated time (an
+    /// input other than datagrams and timers, e.g. a membership service's
+    /// new view), then drains it as after any input.
+    pub fn with_engine(&mut self, host: usize, f: impl FnOnce(&mut E, Instant)) {
+        f(&mut self.hosts[host].engine, Instant::from_nanos(self.now));
+        self.after_input(host);
     }
 
     /// Multicasts the application on `host` is blocked on.
@@ -593,7 +612,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         while let Some(t) = self.hosts[host].engine.poll_transmit(now) {
             self.hosts[host].metrics.count_sent(&t.payload);
             let mut send_at = self.now;
-            if let Some(cost) = self.cost {
+            if let Some(cost) = self.cost.and(self.send_cost).or(self.cost) {
                 let h = &mut self.hosts[host];
                 h.busy_until = h.busy_until.max(self.now) + cost.of(t.payload.len());
                 if self.blocking_sends {

@@ -25,6 +25,7 @@ use thiserror::Error;
 pub mod client;
 pub mod groups;
 pub mod hop;
+pub mod qsm;
 pub mod ring;
 pub mod vsync;
 
@@ -54,10 +55,17 @@ pub enum Kind {
     Presence = 9,
     Relay = 10,
     Push = 11,
+    /// QSM's packets ([`qsm`]): region data, token, ACK, NAK, repair, pull.
+    QsmData = 30,
+    QsmToken = 31,
+    QsmAck = 32,
+    QsmNak = 33,
+    QsmRepair = 34,
+    QsmPull = 35,
 }
 
 /// Number of packet kinds, for per-kind counter arrays.
-pub const KIND_COUNT: usize = 11;
+pub const KIND_COUNT: usize = 17;
 
 impl Kind {
     pub const ALL: [Kind; KIND_COUNT] = [
@@ -72,6 +80,12 @@ impl Kind {
         Kind::Presence,
         Kind::Relay,
         Kind::Push,
+        Kind::QsmData,
+        Kind::QsmToken,
+        Kind::QsmAck,
+        Kind::QsmNak,
+        Kind::QsmRepair,
+        Kind::QsmPull,
     ];
 
     fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
@@ -95,12 +109,22 @@ impl Kind {
             Kind::Presence => "presence",
             Kind::Relay => "relay",
             Kind::Push => "push",
+            Kind::QsmData => "qsm_data",
+            Kind::QsmToken => "qsm_token",
+            Kind::QsmAck => "qsm_ack",
+            Kind::QsmNak => "qsm_nak",
+            Kind::QsmRepair => "qsm_repair",
+            Kind::QsmPull => "qsm_pull",
         }
     }
 
     /// Position in [`Kind::ALL`], for per-kind counter arrays.
     pub fn index(self) -> usize {
-        self as usize - 1
+        match self as usize {
+            // QSM's kinds follow the first eleven.
+            k @ 30..=39 => k - 30 + 11,
+            k => k - 1,
+        }
     }
 }
 
@@ -280,6 +304,9 @@ pub enum Packet<'a> {
         seq: u64,
         payload: &'a [u8],
     },
+    /// A QSM packet (one of the `Qsm*` kinds): the body is decoded by
+    /// [`qsm::decode`], kept opaque here so the layers stay apart.
+    Qsm { kind: Kind, body: &'a [u8] },
 }
 
 /// One member's heartbeat in a [`Packet::Heartbeat`].
@@ -329,6 +356,7 @@ impl Packet<'_> {
             Packet::Vsync { .. } => Kind::Vsync,
             Packet::Presence { .. } => Kind::Presence,
             Packet::Relay { .. } => Kind::Relay,
+            Packet::Qsm { kind, .. } => *kind,
         }
     }
 
@@ -359,6 +387,7 @@ impl Packet<'_> {
             Packet::Heartbeat { entries } => 2 + HEARTBEAT_ENTRY_LEN * entries.len(),
             Packet::Vsync { body } => body.len(),
             Packet::Presence { .. } => 17,
+            Packet::Qsm { body, .. } => body.len(),
         }
     }
 
@@ -440,7 +469,7 @@ impl Packet<'_> {
                     out.extend_from_slice(&entry.heartbeat.to_be_bytes());
                 }
             }
-            Packet::Vsync { body } => out.extend_from_slice(body),
+            Packet::Vsync { body } | Packet::Qsm { body, .. } => out.extend_from_slice(body),
             Packet::Presence {
                 member,
                 view,
@@ -668,6 +697,15 @@ fn decode_body(kind: Kind, body: &[u8]) -> Result<Packet<'_>, DecodeError> {
             entries: reader.heartbeats()?,
         },
         Kind::Vsync => Packet::Vsync {
+            body: reader.rest(),
+        },
+        Kind::QsmData
+        | Kind::QsmToken
+        | Kind::QsmAck
+        | Kind::QsmNak
+        | Kind::QsmRepair
+        | Kind::QsmPull => Packet::Qsm {
+            kind,
             body: reader.rest(),
         },
         Kind::Presence => Packet::Presence {

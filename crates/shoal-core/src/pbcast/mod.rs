@@ -627,6 +627,7 @@ impl Pbcast {
             Packet::Session(_)
             | Packet::Heartbeat { .. }
             | Packet::Vsync { .. }
+            | Packet::Qsm { .. }
             | Packet::Presence { .. } => {}
         }
     }

@@ -624,6 +624,7 @@ impl Srm {
             | Packet::Status { .. }
             | Packet::Heartbeat { .. }
             | Packet::Vsync { .. }
+            | Packet::Qsm { .. }
             | Packet::Presence { .. }
             | Packet::Relay { .. }
             | Packet::Push { .. } => {}

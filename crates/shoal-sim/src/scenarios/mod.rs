@@ -22,6 +22,15 @@ pub mod p001_fig9_hierarchical;
 pub mod pbcast_star;
 pub mod pbcast_tree;
 pub mod protocol;
+pub mod qsm_cover_sets;
+pub mod qsm_crash;
+pub mod qsm_groups;
+pub mod qsm_perturbed;
+pub mod qsm_rate;
+pub mod qsm_receivers;
+pub mod qsm_replication;
+pub mod qsm_sim;
+pub mod qsm_token_rate;
 pub mod spread_fig10_size;
 pub mod spread_fig11_load;
 pub mod spread_fig6_chain;
@@ -78,6 +87,14 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (spread_fig11_load::NAME, spread_fig11_load::run),
     (spread_table3_link_loss::NAME, spread_table3_link_loss::run),
     (spread_table4_tree_loss::NAME, spread_table4_tree_loss::run),
+    (qsm_cover_sets::NAME, qsm_cover_sets::run),
+    (qsm_receivers::NAME, qsm_receivers::run_fig),
+    (qsm_groups::NAME, qsm_groups::run),
+    (qsm_perturbed::NAME, qsm_perturbed::run),
+    (qsm_crash::NAME, qsm_crash::run),
+    (qsm_token_rate::NAME, qsm_token_rate::run),
+    (qsm_replication::NAME, qsm_replication::run),
+    (qsm_rate::NAME, qsm_rate::run),
 ];
 
 /// The figure called `name`.
