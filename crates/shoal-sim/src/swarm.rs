@@ -96,6 +96,8 @@ impl SwarmConfig {
 #[derive(Debug)]
 pub struct Outcome {
     pub seed: u64,
+    /// Daemons in the cluster.
+    pub daemons: usize,
     pub report: Report,
     /// The daemons converged on one view of all of them in the liveness
     /// phase, and every message sent then reached every member.
@@ -274,6 +276,7 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
     let report = shoal_check::check(records);
     Outcome {
         seed: w.cfg.seed,
+        daemons: w.cfg.daemons,
         report,
         converged,
         liveness,
@@ -1031,8 +1034,21 @@ fn check_service(s: Service) -> shoal_check::Service {
     }
 }
 
+/// What a caller fixes of every seed's drawn shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shape {
+    pub daemons: Option<usize>,
+    pub clients_per_daemon: Option<usize>,
+    pub no_faults: bool,
+}
+
 /// Runs seeds `seeds` on `threads` threads; returns outcomes in seed order.
 pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize) -> Vec<Outcome> {
+    run_seeds_shaped(seeds, threads, Shape::default())
+}
+
+/// As [`run_seeds`], with `shape` overriding what each seed draws.
+pub fn run_seeds_shaped(seeds: std::ops::Range<u64>, threads: usize, shape: Shape) -> Vec<Outcome> {
     let seeds: Vec<u64> = seeds.collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::new());
@@ -1041,7 +1057,13 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize) -> Vec<Outcome> {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(seed) = seeds.get(i) else { break };
-                let outcome = run(SwarmConfig::from_seed(*seed));
+                let mut cfg = SwarmConfig::from_seed(*seed);
+                cfg.daemons = shape.daemons.unwrap_or(cfg.daemons);
+                cfg.clients_per_daemon = shape.clients_per_daemon.unwrap_or(cfg.clients_per_daemon);
+                if shape.no_faults {
+                    cfg.faults = FaultKinds::NONE;
+                }
+                let outcome = run(cfg);
                 results.lock().expect("not poisoned").push(outcome);
             });
         }

@@ -54,6 +54,15 @@ pub struct SimArgs {
     /// swarm: threads to run seeds on [default: 2].
     #[arg(long)]
     pub threads: Option<usize>,
+    /// swarm: daemons per cluster instead of the seed's draw (2 to 9).
+    #[arg(long)]
+    pub daemons: Option<usize>,
+    /// swarm: clients per daemon instead of the seed's draw.
+    #[arg(long)]
+    pub clients_per_daemon: Option<usize>,
+    /// swarm: no faults (a cluster under load only, for speed figures).
+    #[arg(long)]
+    pub no_faults: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -271,8 +280,23 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
     if a >= b {
         bail!("--range {range:?} is empty");
     }
+    if args.daemons.is_some_and(|d| !(2..=9).contains(&d)) {
+        bail!("--daemons must be 2 to 9");
+    }
+    if args.clients_per_daemon == Some(0) {
+        bail!("--clients-per-daemon must be at least 1");
+    }
+    let shape = shoal_sim::swarm::Shape {
+        daemons: args.daemons,
+        clients_per_daemon: args.clients_per_daemon,
+        no_faults: args.no_faults,
+    };
     let started = std::time::Instant::now();
-    let outcomes = shoal_sim::swarm::run_seeds(a..b, args.threads.unwrap_or(2));
+    let outcomes = shoal_sim::swarm::run_seeds_shaped(a..b, args.threads.unwrap_or(2), shape);
+    let daemon_secs: f64 = outcomes
+        .iter()
+        .map(|o| o.sim_time.as_secs_f64() * o.daemons as f64)
+        .sum();
     let wall = started.elapsed();
     let mut failed = 0;
     let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
@@ -301,11 +325,12 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "swarm {range}: {} seeds, {failed} failed {kinds:?}; {:.0} simulated s in {:.1} s wall ({:.1} simulated s per wall s)",
+        "swarm {range}: {} seeds, {failed} failed {kinds:?}; {:.0} simulated s in {:.1} s wall ({:.1} simulated s, {:.1} simulated daemon-s per wall s)",
         outcomes.len(),
         sim_secs,
         wall.as_secs_f64(),
-        sim_secs / wall.as_secs_f64().max(1e-9)
+        sim_secs / wall.as_secs_f64().max(1e-9),
+        daemon_secs / wall.as_secs_f64().max(1e-9)
     );
     if failed > 0 {
         bail!("{failed} of {} seeds failed", outcomes.len());

@@ -178,9 +178,11 @@ pub struct DaemonStats {
     pub window_full: u64,
     /// Shutdown steps that ran out of time.
     pub shutdown_steps_timed_out: u64,
-    /// Batches handed to vsync again after a view change or an eviction
-    /// dropped them.
+    /// Batches handed to vsync again after a view change dropped them.
     pub batches_resent: u64,
+    /// Batches in flight when this daemon was evicted: the old cluster may
+    /// or may not have ordered them, and their senders are not told.
+    pub batches_maybe_lost: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,9 +495,15 @@ impl Daemon {
                 self.stats.batches_resent += again.len() as u64;
                 self.sessions.requeue(again, false);
             } else if evicted {
-                let mut again: Vec<Bytes> = self.in_flight.drain(..).map(|(_, b)| b).collect();
-                again.extend(self.refused.take());
-                self.stats.batches_resent += again.len() as u64;
+                // What was handed to the old cluster may still be ordered
+                // there after this daemon's removal: sending it again from
+                // the new incarnation duplicated messages (the swarm found
+                // it). It is counted as possibly lost until clients can be
+                // told (`batches_maybe_lost`); the refused batch never left
+                // and goes after the rejoin.
+                self.stats.batches_maybe_lost += self.in_flight.len() as u64;
+                self.in_flight.clear();
+                let again: Vec<Bytes> = self.refused.take().into_iter().collect();
                 self.sessions.requeue(again, true);
             } else if left {
                 self.in_flight.clear();
