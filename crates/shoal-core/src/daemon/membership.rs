@@ -183,6 +183,10 @@ pub struct Membership {
     foreign: BTreeMap<NodeId, Instant>,
     outbox: VecDeque<Transmit>,
     events: VecDeque<MembershipEvent>,
+    /// When this daemon was last dropped from its group: its multicasts
+    /// that had no global sequence number yet (the old group never ordered
+    /// them, so they may go again from the new incarnation).
+    unsequenced_at_removal: Vec<u64>,
     stats: Stats,
 }
 
@@ -223,6 +227,7 @@ impl Membership {
             foreign: BTreeMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
+            unsequenced_at_removal: Vec::new(),
             stats: Stats::default(),
             config,
         })
@@ -257,6 +262,13 @@ impl Membership {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The local ids (of the incarnation that was dropped) of the
+    /// multicasts that had not been sequenced when this daemon was last
+    /// dropped from its group.
+    pub fn unsequenced_at_removal(&self) -> &[u64] {
+        &self.unsequenced_at_removal
     }
 
     /// Whether this daemon is in a group now.
@@ -514,6 +526,7 @@ impl Membership {
                     reason: RemovedReason::Dropped,
                     ..
                 } => {
+                    self.unsequenced_at_removal = self.inner.awaiting_ids();
                     self.events.push_back(MembershipEvent { me, event });
                     self.rejoin(now);
                     continue;

@@ -495,15 +495,21 @@ impl Daemon {
                 self.stats.batches_resent += again.len() as u64;
                 self.sessions.requeue(again, false);
             } else if evicted {
-                // What was handed to the old cluster may still be ordered
+                // What the old cluster sequenced may still be delivered
                 // there after this daemon's removal: sending it again from
                 // the new incarnation duplicated messages (the swarm found
                 // it). It is counted as possibly lost until clients can be
-                // told (`batches_maybe_lost`); the refused batch never left
-                // and goes after the rejoin.
-                self.stats.batches_maybe_lost += self.in_flight.len() as u64;
-                self.in_flight.clear();
-                let again: Vec<Bytes> = self.refused.take().into_iter().collect();
+                // told (`batches_maybe_lost`). What it never sequenced (and
+                // the refused batch, which never left) goes after the rejoin.
+                let unsequenced = self.membership.unsequenced_at_removal();
+                let (again, sequenced): (Vec<_>, Vec<_>) = self
+                    .in_flight
+                    .drain(..)
+                    .partition(|(id, _)| unsequenced.contains(id));
+                self.stats.batches_maybe_lost += sequenced.len() as u64;
+                let mut again: Vec<Bytes> = again.into_iter().map(|(_, b)| b).collect();
+                again.extend(self.refused.take());
+                self.stats.batches_resent += again.len() as u64;
                 self.sessions.requeue(again, true);
             } else if left {
                 self.in_flight.clear();

@@ -490,6 +490,11 @@ impl Vsync {
         self.sender.awaiting.contains_key(&local_id)
     }
 
+    /// This member's multicasts still waiting for a global sequence number.
+    pub fn awaiting_ids(&self) -> Vec<u64> {
+        self.sender.awaiting.keys().copied().collect()
+    }
+
     /// The global sequence number this member's multicast `local_id` was
     /// given, while it has not been delivered back (and for two views).
     pub fn sequence_of(&self, local_id: u64) -> Option<u64> {
