@@ -45,6 +45,21 @@ pub struct SwarmConfig {
     pub converge_within: Duration,
     /// Which fault kinds may be drawn.
     pub faults: FaultKinds,
+    /// Faults at fixed times, beside the drawn ones (a scenario to pin).
+    pub script: Vec<(Duration, Scripted)>,
+}
+
+/// A fault at a fixed time ([`SwarmConfig::script`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scripted {
+    /// The daemon stops (SIGSTOP) for this long.
+    Sleep(usize, Duration),
+    Crash(usize),
+    /// These daemons are cut off from the others until `Heal`.
+    Partition(Vec<usize>),
+    Heal,
+    /// Graceful stop (SIGTERM); it restarts a little later.
+    Stop(usize),
 }
 
 /// Fault kinds a run may draw.
@@ -88,6 +103,7 @@ impl SwarmConfig {
             fault_phase: Duration::from_secs(rng.random_range(10..=25)),
             converge_within: Duration::from_secs(30),
             faults: FaultKinds::ALL,
+            script: Vec::new(),
         }
     }
 }
@@ -809,6 +825,18 @@ impl World {
     // ---- faults -------------------------------------------------------------
 
     fn schedule_faults(&mut self) {
+        for (at, scripted) in self.cfg.script.clone() {
+            let fault = match scripted {
+                Scripted::Sleep(d, dur) => Fault::Sleep(d, dur.as_nanos() as u64),
+                Scripted::Crash(d) => Fault::Crash(d),
+                Scripted::Partition(side) => Fault::Partition(side),
+                Scripted::Heal => Fault::Heal,
+                Scripted::Stop(d) => Fault::Stop(d),
+            };
+            self.faults_drawn
+                .push(format!("{:.3} s {fault:?} (scripted)", at.as_secs_f64()));
+            self.push(at.as_nanos() as u64, Ev::Fault(fault));
+        }
         let end = self.cfg.fault_phase.as_nanos() as u64;
         let kinds = self.cfg.faults;
         let n = self.cfg.daemons;
@@ -925,14 +953,16 @@ impl World {
         let now = Instant::from_nanos(self.now);
         let backlog: Vec<_> = self.daemons[slot].backlog.drain(..).collect();
         let inputs: Vec<_> = self.daemons[slot].client_backlog.drain(..).collect();
+        // As the real daemon's loop takes them after SIGCONT: client input
+        // first, then the datagrams, then its timers.
         if let Some(engine) = self.daemons[slot].engine.as_mut() {
-            engine.handle_timeout(now);
             for input in inputs {
                 engine.handle_client(now, input);
             }
             for (from, bytes) in backlog {
                 engine.handle_datagram(now, NodeId(from), &bytes);
             }
+            engine.handle_timeout(now);
         }
         self.after_daemon(slot);
     }
@@ -1110,6 +1140,27 @@ mod tests {
         assert!(o.converged, "{:?}", o.liveness);
         assert!(o.report.summary.deliveries > 0, "{}", o.report);
         assert!(o.report.is_clean(), "{}", o.report);
+    }
+
+    /// The first failure the daemon-engine work set out to fix: a daemon
+    /// stopped long enough to be evicted while its client keeps writing.
+    /// What the client wrote must be delivered after the rejoin (or the
+    /// client told). Scripted, so it needs no lucky seed.
+    #[test]
+    fn what_a_client_writes_while_its_daemon_sleeps_past_eviction_is_delivered() {
+        let mut cfg = SwarmConfig::from_seed(4242);
+        cfg.daemons = 3;
+        cfg.clients_per_daemon = 1;
+        cfg.fault_phase = Duration::from_secs(15);
+        cfg.faults = FaultKinds::NONE;
+        cfg.script = vec![(
+            Duration::from_secs(6),
+            Scripted::Sleep(2, Duration::from_secs(6)),
+        )];
+        let o = run(cfg);
+        eprintln!("{}", describe(&o));
+        assert!(o.report.summary.sends > 100, "{}", describe(&o));
+        assert!(o.ok(), "{}", describe(&o));
     }
 
     #[test]
