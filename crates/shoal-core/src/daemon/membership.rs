@@ -477,6 +477,7 @@ impl Membership {
     fn merge_into(&mut self, now: Instant, contact: NodeId) {
         self.stats.merges += 1;
         let me = self.inner.node_id();
+        self.unsequenced_at_removal = self.inner.awaiting_ids();
         let event = Event::Removed {
             view: self.inner.view_id(),
             reason: RemovedReason::Dropped,
