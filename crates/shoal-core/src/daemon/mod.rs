@@ -355,6 +355,13 @@ impl Daemon {
     /// `extra` (the runtime's). The reply counts against the client's queue.
     pub fn handle_status(&mut self, now: Instant, id: SessionId, extra: Vec<String>) {
         let now = self.advance(now);
+        self.reply_status(now, id, extra);
+        self.pump(now);
+    }
+
+    /// Queues a `StatusReply` (the engine's lines, then `extra`), cut to
+    /// what one frame carries.
+    fn reply_status(&mut self, now: Instant, id: SessionId, extra: Vec<String>) {
         let mut lines = self.status_lines(now);
         lines.extend(extra);
         let mut text = lines.join("\n");
@@ -366,7 +373,6 @@ impl Daemon {
         if let Ok(bytes) = (Frame::StatusReply { text }).to_vec() {
             self.queue(id, &bytes);
         }
-        self.pump(now);
     }
 
     /// Begins a graceful shutdown: a goodbye in the total order, then the
@@ -397,13 +403,7 @@ impl Daemon {
                 self.sessions.connect(id, &name, token_ok);
                 self.unconnected.remove(&id);
             }
-            Frame::Status => {
-                let lines = self.status_lines(now);
-                let text = lines.join("\n");
-                if let Ok(bytes) = (Frame::StatusReply { text }).to_vec() {
-                    self.queue(id, &bytes);
-                }
-            }
+            Frame::Status => self.reply_status(now, id, Vec::new()),
             frame => self.sessions.frame(id, frame),
         }
     }
