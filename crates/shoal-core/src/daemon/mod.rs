@@ -307,6 +307,10 @@ impl Daemon {
             "client queues: {} bytes; slow in total {}; connect timeouts {}; window full {}",
             self.queued_total, s.slow_in_total, s.connect_timeouts, s.window_full
         ));
+        lines.push(format!(
+            "batches sent again after a view change or an eviction {}; possibly lost at an eviction {}",
+            s.batches_resent, s.batches_maybe_lost
+        ));
         lines
     }
 

@@ -1255,8 +1255,9 @@ impl Sessions {
     /// across a partition. Each client hears, for each of its groups, the
     /// members this daemon still reaches (its own clients), reason network;
     /// once the daemon is back, the merged membership. What they send
-    /// meanwhile waits and is ordered after the rejoin; batches the old
-    /// cluster had not ordered at the eviction are lost (docs/daemon.md).
+    /// meanwhile waits and is ordered after the rejoin; of the batches in
+    /// flight at the eviction, the daemon engine sends again those the old
+    /// cluster never sequenced (docs/daemon.md).
     fn keep_clients_while_rejoining(&mut self) {
         let mut local: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for session in self.sessions.values() {
