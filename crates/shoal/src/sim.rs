@@ -10,7 +10,9 @@ use shoal_sim::Report;
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
     /// Scenario: a paper figure (p001-fig1-tree, ...), `all` (every
-    /// figure), or pbcast-star / pbcast-tree.
+    /// figure), pbcast-star / pbcast-tree, or `swarm` (whole clusters of
+    /// daemons and clients under faults, judged by the history checker;
+    /// see --range).
     pub scenario: String,
     /// Paper figures: reduced sizes and durations (minutes for all).
     #[arg(long)]
