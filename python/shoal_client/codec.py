@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: The client-protocol version this package speaks.
-CLIENT_VERSION = 1
+CLIENT_VERSION = 2
 
 #: Bytes of the length prefix.
 LENGTH_LEN = 4
@@ -218,6 +218,12 @@ class Membership:
     reason: Reason
     #: The members' private groups.
     members: list[str] = field(default_factory=list)
+    #: A transitional view (extended virtual synchrony): this client's
+    #: daemon is cut off, and ``members`` are those still with it; a regular
+    #: view follows. A view is named by ``view_id`` and this flag together.
+    transitional: bool = False
+    #: Whether the daemons of the view hold their configured quorum.
+    quorum: bool = True
 
 
 @dataclass
@@ -371,6 +377,7 @@ def encode(frame: Frame) -> bytes:
         w.string(frame.group)
         w.u64(_check_range("view id", frame.view_id, 64))
         w.u8(_check_range("reason", frame.reason, 8))
+        w.u8(int(bool(frame.transitional)) | int(bool(frame.quorum)) << 1)
         w.strings(frame.members)
     elif isinstance(frame, Disconnect):
         w = _Writer(_DISCONNECT)
@@ -527,7 +534,11 @@ def _decode_membership(r: _Reader) -> Membership:
     group = r.name("group name")
     view_id = r.u64("view id")
     reason = r.reason()
-    return Membership(group, view_id, reason, r.names("members", r.limits.members_max))
+    flags = r.u8("view flags")
+    if flags > 3:
+        raise FrameError("bad_flags", f"unknown view flags {flags:#x}")
+    members = r.names("members", r.limits.members_max)
+    return Membership(group, view_id, reason, members, bool(flags & 1), bool(flags & 2))
 
 
 _BODY_DECODERS = {

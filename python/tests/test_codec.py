@@ -124,40 +124,45 @@ class GoldenBytes(unittest.TestCase):
     """Frames written out field by field from the spec's tables."""
 
     def test_join(self) -> None:
-        # length 5 (version, type, u16 length, "g"); version 1; type 3.
-        self.assertEqual(encode(Join("g")), bytes([0, 0, 0, 5, 1, 3, 0, 1]) + b"g")
+        # length 5 (version, type, u16 length, "g"); version 2; type 3.
+        self.assertEqual(encode(Join("g")), bytes([0, 0, 0, 5, 2, 3, 0, 1]) + b"g")
 
     def test_connect(self) -> None:
-        want = bytes([0, 0, 0, 11, 1, 1, 0, 5]) + b"alice" + bytes([0, 0])
+        want = bytes([0, 0, 0, 11, 2, 1, 0, 5]) + b"alice" + bytes([0, 0])
         self.assertEqual(encode(Connect("alice", "")), want)
 
     def test_disconnect_and_status(self) -> None:
-        self.assertEqual(encode(Disconnect()), bytes([0, 0, 0, 2, 1, 8]))
-        self.assertEqual(encode(Status()), bytes([0, 0, 0, 2, 1, 10]))
+        self.assertEqual(encode(Disconnect()), bytes([0, 0, 0, 2, 2, 8]))
+        self.assertEqual(encode(Status()), bytes([0, 0, 0, 2, 2, 10]))
 
     def test_multicast(self) -> None:
         # service 5 (agreed); 1 group "chat"; payload of 2 bytes "hi".
-        body = bytes([1, 5, 5, 0, 1, 0, 4]) + b"chat" + bytes([0, 0, 0, 2]) + b"hi"
+        body = bytes([2, 5, 5, 0, 1, 0, 4]) + b"chat" + bytes([0, 0, 0, 2]) + b"hi"
         want = struct.pack(">I", len(body)) + body
         self.assertEqual(len(body), 17)
         self.assertEqual(encode(Multicast(Service.AGREED, ["chat"], b"hi")), want)
         self.assertEqual(decode(want)[0], Multicast(Service.AGREED, ["chat"], b"hi"))
 
     def test_membership(self) -> None:
-        # group "g", view id 0x0102 as u64, reason 3 (network), members ["#a#h"].
+        # group "g", view id 0x0102 as u64, reason 3 (network), flags 2
+        # (regular, quorum held), members ["#a#h"].
         want = (
-            bytes([0, 0, 0, 22, 1, 7, 0, 1])
+            bytes([0, 0, 0, 23, 2, 7, 0, 1])
             + b"g"
-            + bytes([0, 0, 0, 0, 0, 0, 1, 2, 3, 0, 1, 0, 4])
+            + bytes([0, 0, 0, 0, 0, 0, 1, 2, 3, 2, 0, 1, 0, 4])
             + b"#a#h"
         )
         frame = Membership("g", 0x0102, Reason.NETWORK, ["#a#h"])
         self.assertEqual(encode(frame), want)
-        self.assertEqual(decode(want), (frame, 26))
+        self.assertEqual(decode(want), (frame, 27))
+        # A transitional view without the quorum: flags 1.
+        cut = Membership("g", 0x0102, Reason.NETWORK, ["#a#h"], transitional=True, quorum=False)
+        self.assertEqual(encode(cut)[18], 1)
+        self.assertEqual(decode(encode(cut))[0], cut)
 
     def test_message_and_error(self) -> None:
         want = (
-            bytes([0, 0, 0, 20, 1, 6, 0, 4])
+            bytes([0, 0, 0, 20, 2, 6, 0, 4])
             + b"#b#n"
             + bytes([3, 0, 1, 0, 1])
             + b"g"
@@ -165,7 +170,7 @@ class GoldenBytes(unittest.TestCase):
             + b"yo"
         )
         self.assertEqual(encode(Message("#b#n", Service.FIFO, ["g"], b"yo")), want)
-        self.assertEqual(encode(ErrorFrame(7, "no")), bytes([0, 0, 0, 8, 1, 9, 0, 7, 0, 2]) + b"no")
+        self.assertEqual(encode(ErrorFrame(7, "no")), bytes([0, 0, 0, 8, 2, 9, 0, 7, 0, 2]) + b"no")
 
     def test_protocol_values(self) -> None:
         self.assertEqual(
@@ -203,8 +208,8 @@ class GoldenBytes(unittest.TestCase):
 
 
 def raw(rest: bytes) -> bytes:
-    """A frame: length prefix, version 1, then ``rest``."""
-    return struct.pack(">I", len(rest) + 1) + bytes([1]) + rest
+    """A frame: length prefix, version 2, then ``rest``."""
+    return struct.pack(">I", len(rest) + 1) + bytes([2]) + rest
 
 
 def join_raw(name: bytes) -> bytes:

@@ -230,6 +230,27 @@ impl Record {
         }
     }
 
+    /// A view as a daemon announced it: transitional or regular, with its
+    /// quorum flag.
+    pub fn view_as_announced(
+        client: &str,
+        group: &str,
+        view_id: u64,
+        members: &[&str],
+        transitional: bool,
+        quorum: bool,
+    ) -> Record {
+        Record::View {
+            client: client.to_string(),
+            group: group.to_string(),
+            view_id,
+            members: strings(members),
+            transitional,
+            quorum: Some(quorum),
+            at_ns: None,
+        }
+    }
+
     /// An `Ended` with no time hint.
     pub fn ended(client: &str, reason: &str) -> Record {
         Record::Ended {

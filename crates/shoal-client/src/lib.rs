@@ -122,10 +122,19 @@ pub struct Message {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     pub group: String,
-    /// Grows with each view of the group.
+    /// Grows with each view of the group; a view is named by `view_id` and
+    /// `transitional` together.
     pub view_id: u64,
     /// Why the membership changed.
     pub reason: Reason,
+    /// A transitional view (extended virtual synchrony): this client's
+    /// daemon is cut off from the rest, and `members` are those still with
+    /// it; a regular view follows when the daemons merge again.
+    pub transitional: bool,
+    /// Whether the daemons of the view hold their configured quorum
+    /// (docs/semantics.md). An application that needs a primary component
+    /// acts only while it is set.
+    pub quorum: bool,
     /// The members' private groups.
     pub members: Vec<String>,
 }
@@ -501,11 +510,15 @@ pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
             group,
             view_id,
             reason,
+            transitional,
+            quorum,
             members,
         } => Ok(Received::Membership(Membership {
             group,
             view_id,
             reason,
+            transitional,
+            quorum,
             members,
         })),
         other => Err(unwanted(other)),
@@ -564,6 +577,8 @@ mod tests {
                 group: "g1".into(),
                 view_id: 7,
                 reason: Reason::Network,
+                transitional: true,
+                quorum: false,
                 members: vec!["#a#h".into(), "#b#h".into()],
             },
             Frame::Error {

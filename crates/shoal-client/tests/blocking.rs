@@ -155,6 +155,8 @@ fn messages_and_views_are_received() {
             group: "g".into(),
             view_id: 3,
             reason: Reason::Join,
+            transitional: false,
+            quorum: true,
             members: vec!["#a#h".into(), "#b#h".into()],
         });
         peer.send(&Frame::Message {
@@ -178,6 +180,8 @@ fn messages_and_views_are_received() {
             group: "g".into(),
             view_id: 3,
             reason: Reason::Join,
+            transitional: false,
+            quorum: true,
             members: vec!["#a#h".into(), "#b#h".into()],
         })
     );

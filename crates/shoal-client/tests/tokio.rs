@@ -144,6 +144,8 @@ async fn messages_and_views_are_received() {
             group: "g".into(),
             view_id: 9,
             reason: Reason::Leave,
+            transitional: false,
+            quorum: true,
             members: vec!["#a#h".into()],
         });
         let mut both = message("#b#h", &["g", "h"], b"one").to_vec().unwrap();

@@ -12,7 +12,7 @@
 use thiserror::Error;
 
 /// The client-protocol version this crate speaks.
-pub const CLIENT_VERSION: u8 = 1;
+pub const CLIENT_VERSION: u8 = 2;
 
 /// Bytes of the length prefix.
 pub const LENGTH_LEN: usize = 4;
@@ -129,10 +129,19 @@ pub enum Frame {
         payload: Vec<u8>,
     },
     /// Daemon → client: the new membership of `group`.
+    ///
+    /// A view is named by `(view_id, transitional)`: every member of a
+    /// regular view hears the same id and list. A transitional view
+    /// (extended virtual synchrony) lists the members this client still
+    /// moves with while its daemon is cut off; the next regular view
+    /// follows. `quorum` says whether the daemons of the view hold the
+    /// quorum their configuration asks for (docs/semantics.md).
     Membership {
         group: String,
         view_id: u64,
         reason: Reason,
+        transitional: bool,
+        quorum: bool,
         members: Vec<String>,
     },
     /// Either side: the connection ends cleanly.
@@ -266,6 +275,8 @@ pub enum FrameError {
     Empty(&'static str),
     #[error("unknown service {0}")]
     BadService(u8),
+    #[error("unknown view flags {0:#x}")]
+    BadFlags(u8),
     #[error("unknown membership reason {0}")]
     BadReason(u8),
     #[error("{0} bytes left over after the frame's body")]
@@ -336,10 +347,16 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
             let view_id = r.u64("view id")?;
             let reason = r.u8("reason")?;
             let reason = Reason::from_u8(reason).ok_or(FrameError::BadReason(reason))?;
+            let flags = r.u8("view flags")?;
+            if flags > 3 {
+                return Err(FrameError::BadFlags(flags));
+            }
             Frame::Membership {
                 group,
                 view_id,
                 reason,
+                transitional: flags & 1 != 0,
+                quorum: flags & 2 != 0,
                 members: r.names("members", limits.members_max)?,
             }
         }
@@ -537,12 +554,15 @@ impl Frame {
                 group,
                 view_id,
                 reason,
+                transitional,
+                quorum,
                 members,
             } => {
                 w.u8(MEMBERSHIP);
                 w.string(group)?;
                 w.out.extend_from_slice(&view_id.to_be_bytes());
                 w.u8(*reason as u8);
+                w.u8(u8::from(*transitional) | u8::from(*quorum) << 1);
                 w.strings(members)?;
             }
             Frame::Disconnect => w.u8(DISCONNECT),
@@ -646,14 +666,16 @@ mod tests {
                     payload,
                 }
             ),
-            (name(), any::<u64>(), 0u8..4, groups).prop_map(|(group, view_id, r, members)| {
-                Frame::Membership {
+            (name(), any::<u64>(), 0u8..4, 0u8..4, groups).prop_map(
+                |(group, view_id, r, flags, members)| Frame::Membership {
                     group,
                     view_id,
                     reason: Reason::from_u8(r).unwrap(),
+                    transitional: flags & 1 != 0,
+                    quorum: flags & 2 != 0,
                     members,
                 }
-            }),
+            ),
             Just(Frame::Disconnect),
             (any::<u16>(), ".{0,40}").prop_map(|(code, text)| Frame::Error { code, text }),
             Just(Frame::Status),

@@ -15,9 +15,10 @@
 //! | 3 | GONE | client, reason `u8` (the client protocol's membership reason) |
 //! | 4 | MESSAGE | client, service `u8`, groups, payload |
 //! | 5 | FRAGMENT | client, service `u8`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
-//! | 6 | SNAPSHOT | `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
+//! | 6 | SNAPSHOT | epoch `u64`, `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
 //! | 7 | GOODBYE | (none): the sending daemon is shutting down |
 //! | 8 | RECEIVED | gseq `u64`: the sending daemon holds every batch up to this global sequence number (the acknowledgement behind service `safe`) |
+//! | 11 | TABLE | joiner `u32`, as-of gseq `u64`, as-of index `u32`, view-id counters (epoch `u64`, changes `u64`, owner slot `u32`), `flags u8` (bit 0 first part, bit 1 last part), settled daemons (`u16` count × `u32`), `count u32` × (daemon `u32`, client, groups): every group member as of a point of the order, for a daemon that joined |
 //!
 //! Decoding never panics and never allocates for a count the bytes cannot
 //! hold; any irregularity refuses the whole batch.
@@ -32,6 +33,7 @@ const FRAGMENT: u8 = 5;
 const SNAPSHOT: u8 = 6;
 const GOODBYE: u8 = 7;
 const RECEIVED: u8 = 8;
+const TABLE: u8 = 11;
 
 /// One item of a batch; strings and bytes borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +71,10 @@ pub enum Item<'a> {
     /// Every client of the sending daemon with its groups (sent when a
     /// daemon joins, so that it learns the groups), in one or more parts:
     /// the first replaces what the receiver holds for the sender.
+    /// `epoch` is the sender's view-id epoch (the daemon engine's
+    /// `Sessions`), which a joining daemon's snapshot raises.
     Snapshot {
+        epoch: u64,
         first: bool,
         last: bool,
         clients: Vec<(&'a str, Vec<&'a str>)>,
@@ -79,6 +84,22 @@ pub enum Item<'a> {
     /// global sequence number `gseq`: what makes a `safe` message stable.
     Received {
         gseq: u64,
+    },
+    /// Every group member (daemon, client, groups) as of the item or view
+    /// at `as_of` (global sequence number, item index; a view's index is
+    /// 0, an item's its index plus one), sent by one member for `joiner`,
+    /// a daemon that joined, with the daemons that hold the whole table
+    /// (`settled`). In one or more parts.
+    /// `view_ids` are the view-id counters as of that point (epoch,
+    /// changes, owner slot).
+    Table {
+        joiner: u32,
+        as_of: (u64, u32),
+        view_ids: (u64, u64, u32),
+        first: bool,
+        last: bool,
+        settled: Vec<u32>,
+        entries: Vec<(u32, &'a str, Vec<&'a str>)>,
     },
 }
 
@@ -155,10 +176,25 @@ impl Item<'_> {
                 ..
             } => s(client) + 1 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
             Item::Snapshot { clients, .. } => {
-                1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
+                8 + 1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
             Item::Goodbye => 0,
             Item::Received { .. } => 8,
+            Item::Table {
+                settled, entries, ..
+            } => {
+                4 + 8
+                    + 4
+                    + 20
+                    + 1
+                    + 2
+                    + 4 * settled.len()
+                    + 4
+                    + entries
+                        .iter()
+                        .map(|(_, c, g)| 4 + s(c) + list(g))
+                        .sum::<usize>()
+            }
         }
     }
 
@@ -212,11 +248,13 @@ impl Item<'_> {
                 w.bytes(bytes)?;
             }
             Item::Snapshot {
+                epoch,
                 first,
                 last,
                 clients,
             } => {
                 w.u8(SNAPSHOT);
+                w.out.extend_from_slice(&epoch.to_be_bytes());
                 w.u8(u8::from(*first) | u8::from(*last) << 1);
                 let count = u32::try_from(clients.len()).map_err(|_| GroupsError::TooLong {
                     what: "snapshot",
@@ -232,6 +270,37 @@ impl Item<'_> {
             Item::Received { gseq } => {
                 w.u8(RECEIVED);
                 w.out.extend_from_slice(&gseq.to_be_bytes());
+            }
+            Item::Table {
+                joiner,
+                as_of,
+                view_ids,
+                first,
+                last,
+                settled,
+                entries,
+            } => {
+                w.u8(TABLE);
+                w.out.extend_from_slice(&joiner.to_be_bytes());
+                w.out.extend_from_slice(&as_of.0.to_be_bytes());
+                w.out.extend_from_slice(&as_of.1.to_be_bytes());
+                w.out.extend_from_slice(&view_ids.0.to_be_bytes());
+                w.out.extend_from_slice(&view_ids.1.to_be_bytes());
+                w.out.extend_from_slice(&view_ids.2.to_be_bytes());
+                w.u8(u8::from(*first) | u8::from(*last) << 1);
+                let too_long = |len| GroupsError::TooLong { what: "table", len };
+                let n = u16::try_from(settled.len()).map_err(|_| too_long(settled.len()))?;
+                w.out.extend_from_slice(&n.to_be_bytes());
+                for d in settled {
+                    w.out.extend_from_slice(&d.to_be_bytes());
+                }
+                let n = u32::try_from(entries.len()).map_err(|_| too_long(entries.len()))?;
+                w.out.extend_from_slice(&n.to_be_bytes());
+                for (daemon, client, groups) in entries {
+                    w.out.extend_from_slice(&daemon.to_be_bytes());
+                    w.str(client)?;
+                    w.list(groups)?;
+                }
             }
         }
         Ok(())
@@ -362,6 +431,7 @@ impl<'a> Reader<'a> {
                 bytes: self.bytes("fragment")?,
             },
             SNAPSHOT => {
+                let epoch = self.u64("snapshot epoch")?;
                 let flags = self.u8("snapshot flags")?;
                 if flags > 3 {
                     return Err(GroupsError::BadFlags(flags));
@@ -379,6 +449,7 @@ impl<'a> Reader<'a> {
                     clients.push((self.str("client")?, self.list("groups")?));
                 }
                 Item::Snapshot {
+                    epoch,
                     first: flags & 1 != 0,
                     last: flags & 2 != 0,
                     clients,
@@ -388,6 +459,51 @@ impl<'a> Reader<'a> {
             RECEIVED => Item::Received {
                 gseq: self.u64("received gseq")?,
             },
+            TABLE => {
+                let joiner = self.u32("table joiner")?;
+                let as_of = (self.u64("table gseq")?, self.u32("table index")?);
+                let view_ids = (
+                    self.u64("table epoch")?,
+                    self.u64("table changes")?,
+                    self.u32("table owner")?,
+                );
+                let flags = self.u8("table flags")?;
+                if flags > 3 {
+                    return Err(GroupsError::BadFlags(flags));
+                }
+                let n = usize::from(self.u16("table settled")?);
+                if n > self.rest.len() / 4 {
+                    return Err(GroupsError::CountTooLarge {
+                        what: "table settled",
+                        count: n,
+                    });
+                }
+                let settled = (0..n)
+                    .map(|_| self.u32("table settled"))
+                    .collect::<Result<_, _>>()?;
+                let count = self.u32("table count")? as usize;
+                // Each entry takes at least 8 bytes.
+                if count > self.rest.len() / 8 {
+                    return Err(GroupsError::CountTooLarge {
+                        what: "table",
+                        count,
+                    });
+                }
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let daemon = self.u32("table daemon")?;
+                    entries.push((daemon, self.str("client")?, self.list("groups")?));
+                }
+                Item::Table {
+                    joiner,
+                    as_of,
+                    view_ids,
+                    first: flags & 1 != 0,
+                    last: flags & 2 != 0,
+                    settled,
+                    entries,
+                }
+            }
             other => return Err(GroupsError::UnknownTag(other)),
         })
     }
@@ -438,12 +554,22 @@ mod tests {
                 bytes: &[7; 300],
             },
             Item::Snapshot {
+                epoch: 7,
                 first: true,
                 last: false,
                 clients: vec![("#a#n1", vec!["chat", "log"]), ("#c#n1", vec![])],
             },
             Item::Goodbye,
             Item::Received { gseq: 1 << 40 },
+            Item::Table {
+                joiner: 0x201,
+                as_of: (77, 3),
+                view_ids: (5, 9, 1),
+                first: true,
+                last: true,
+                settled: vec![0x100, 0x102],
+                entries: vec![(0x100, "#a#n0", vec!["chat"]), (0x102, "#b#n2", vec![])],
+            },
         ]);
         roundtrip(&[]);
     }
@@ -481,7 +607,9 @@ mod tests {
                 GroupsError::BadUtf8("client"),
             ),
             (
-                vec![0, 1, SNAPSHOT, 3, 0xFF, 0xFF, 0xFF, 0xFF],
+                vec![
+                    0, 1, SNAPSHOT, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0xFF, 0xFF, 0xFF, 0xFF,
+                ],
                 GroupsError::CountTooLarge {
                     what: "snapshot",
                     count: u32::MAX as usize,
@@ -495,7 +623,7 @@ mod tests {
                 },
             ),
             (
-                vec![0, 1, SNAPSHOT, 4, 0, 0, 0, 0],
+                vec![0, 1, SNAPSHOT, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0],
                 GroupsError::BadFlags(4),
             ),
             (

@@ -271,8 +271,10 @@ fn view_line(v: &Membership) -> String {
         Reason::Disconnect => "disconnect",
         Reason::Network => "network",
     };
+    let kind = if v.transitional { " transitional" } else { "" };
+    let quorum = if v.quorum { "" } else { " (no quorum)" };
     format!(
-        "view {} #{} {reason}: {}",
+        "view {} #{}{kind} {reason}{quorum}: {}",
         v.group,
         v.view_id,
         v.members.join(",")
@@ -299,9 +301,21 @@ mod tests {
             group: "g1".into(),
             view_id: 4,
             reason: Reason::Network,
+            transitional: false,
+            quorum: true,
             members: vec!["#alice#h1".into(), "#bob#h2".into()],
         };
         assert_eq!(view_line(&v), "view g1 #4 network: #alice#h1,#bob#h2");
+        let t = Membership {
+            transitional: true,
+            quorum: false,
+            members: vec!["#alice#h1".into()],
+            ..v
+        };
+        assert_eq!(
+            view_line(&t),
+            "view g1 #4 transitional network (no quorum): #alice#h1"
+        );
     }
 
     #[test]

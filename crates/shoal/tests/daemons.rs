@@ -171,14 +171,25 @@ impl Client {
                 group,
                 view_id,
                 reason,
+                transitional,
+                quorum,
                 members,
             } => {
                 let ms: Vec<&str> = members.iter().map(String::as_str).collect();
-                record(shoal_check::Record::view(&me, &group, view_id, &ms));
+                record(shoal_check::Record::view_as_announced(
+                    &me,
+                    &group,
+                    view_id,
+                    &ms,
+                    transitional,
+                    quorum,
+                ));
                 Frame::Membership {
                     group,
                     view_id,
                     reason,
+                    transitional,
+                    quorum,
                     members,
                 }
             }

@@ -442,6 +442,8 @@ impl Client {
                 group,
                 view_id,
                 reason,
+                transitional,
+                quorum,
                 members,
             } => {
                 self.history.records.push(Record::View {
@@ -449,14 +451,16 @@ impl Client {
                     group: group.clone(),
                     view_id,
                     members: members.clone(),
-                    transitional: false,
-                    quorum: None,
+                    transitional,
+                    quorum: Some(quorum),
                     at_ns,
                 });
                 Frame::Membership {
                     group,
                     view_id,
                     reason,
+                    transitional,
+                    quorum,
                     members,
                 }
             }

@@ -90,6 +90,22 @@ pub struct Config {
     /// this often, so that groups formed apart merge. Default 1 s.
     #[serde(with = "crate::serde_ms")]
     pub merge_probe_interval: Duration,
+    /// A member that has installed no view for `vsync.view_period` plus
+    /// this long takes its group as lost to a partition (its primary
+    /// cannot gather a majority, or is on the other side): it leaves it
+    /// and forms a group with the daemons it still reaches, which keeps
+    /// serving its clients (extended virtual synchrony: every component
+    /// goes on; the quorum flag says which holds a majority). Default 5 s.
+    #[serde(with = "crate::serde_ms")]
+    pub partition_grace: Duration,
+    /// How many daemons make a quorum's whole: a view holds the quorum
+    /// with more than half of them. 0 (the default) counts the configured
+    /// daemons; with discovery there is no such count, and every view is
+    /// reported as holding the quorum unless this is set.
+    pub expected_votes: u32,
+    /// With two expected votes, one daemon alone holds the quorum (as
+    /// Corosync votequorum's `two_node`). Default false.
+    pub two_node: bool,
 }
 
 impl Default for Config {
@@ -99,6 +115,9 @@ impl Default for Config {
             found_after: Duration::from_secs(2),
             presence_interval: Duration::from_millis(250),
             merge_probe_interval: Duration::from_secs(1),
+            partition_grace: Duration::from_secs(5),
+            expected_votes: 0,
+            two_node: false,
         }
     }
 }
@@ -140,6 +159,9 @@ pub struct Stats {
     pub joins_ignored: u64,
     /// Times this daemon left its group to join one that ranks before it.
     pub merges: u64,
+    /// Times this daemon left a group that installed no view for too long
+    /// (cut off from its majority) to form one with the daemons it reaches.
+    pub partitions: u64,
     /// Unsequenced multicasts refused (pbcast's send window full, or no
     /// view yet): lost at the sender, as their services allow.
     pub unsequenced_refused: u64,
@@ -181,6 +203,8 @@ pub struct Membership {
     /// Members of other groups heard since this view was installed, with
     /// when each was first heard.
     foreign: BTreeMap<NodeId, Instant>,
+    /// When this daemon last installed a view (while a member).
+    last_view_at: Instant,
     outbox: VecDeque<Transmit>,
     events: VecDeque<MembershipEvent>,
     /// When this daemon was last dropped from its group: its multicasts
@@ -225,6 +249,7 @@ impl Membership {
             answered: BTreeMap::new(),
             next_probe: None,
             foreign: BTreeMap::new(),
+            last_view_at: now,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             unsequenced_at_removal: Vec::new(),
@@ -269,6 +294,19 @@ impl Membership {
     /// dropped from its group.
     pub fn unsequenced_at_removal(&self) -> &[u64] {
         &self.unsequenced_at_removal
+    }
+
+    /// Whether a view of `size` daemons holds the quorum (see
+    /// [`Config::expected_votes`]): the same answer at every daemon of the
+    /// view, since it depends on the view's size and the configuration only.
+    pub fn holds_quorum(&self, size: usize) -> bool {
+        let expected = match self.config.expected_votes {
+            0 if self.discovery => return true,
+            0 => self.peers.len() as u32 + 1,
+            n => n,
+        };
+        let size = size as u32;
+        (self.config.two_node && expected == 2 && size >= 1) || size * 2 > expected
     }
 
     /// Whether this daemon is in a group now.
@@ -472,6 +510,31 @@ impl Membership {
         self.start_over(now, members, None);
     }
 
+    /// Leaves a group that has installed no view for too long: cut off
+    /// from its majority, it would never install one. It starts over as a
+    /// joiner, and the daemons it still reaches, which do the same, form a
+    /// group (the lowest slot founds it, as at start-up). Clients see what
+    /// an eviction shows them.
+    fn leave_lost_group(&mut self, now: Instant) {
+        self.stats.partitions += 1;
+        let me = self.inner.node_id();
+        self.unsequenced_at_removal = self.inner.awaiting_ids();
+        let event = Event::Removed {
+            view: self.inner.view_id(),
+            reason: RemovedReason::Dropped,
+        };
+        self.events.push_back(MembershipEvent { me, event });
+        let members: Vec<NodeId> = self.inner.members().to_vec();
+        self.start_over(now, members, None);
+    }
+
+    /// When a member takes its group as lost ([`Config::partition_grace`]).
+    fn partition_deadline(&self) -> Option<Instant> {
+        self.is_member().then(|| {
+            self.last_view_at + self.config.vsync.view_period + self.config.partition_grace
+        })
+    }
+
     /// Leaves this group for the one `contact` is a member of (see the
     /// module docs, "Merging"). Clients see what an eviction shows them.
     fn merge_into(&mut self, now: Instant, contact: NodeId) {
@@ -517,6 +580,7 @@ impl Membership {
             let me = self.inner.node_id();
             match &event {
                 Event::View(v) => {
+                    self.last_view_at = now;
                     if v.first {
                         self.phase = Phase::Member;
                         self.next_probe = Some(now + self.config.merge_probe_interval);
@@ -544,6 +608,10 @@ impl Membership {
 
     /// While a member: probe for other groups.
     fn member_timers(&mut self, now: Instant) {
+        if self.partition_deadline().is_some_and(|t| t <= now) {
+            self.leave_lost_group(now);
+            return;
+        }
         if !self.is_member() || self.next_probe.is_none_or(|t| t > now) {
             return;
         }
@@ -647,6 +715,8 @@ impl Engine for Membership {
         if self.inner.poll_timeout().is_some_and(|t| t <= now) {
             self.inner.handle_timeout(now);
         }
+        // A view the timeout installed counts before the partition check.
+        self.drain_inner(now);
         self.joining_timers(now);
         self.member_timers(now);
         self.drain_inner(now);
@@ -677,10 +747,15 @@ impl Engine for Membership {
             return None;
         }
         let probe = self.next_probe.filter(|_| self.is_member());
-        [self.inner.poll_timeout(), self.joining_deadline(), probe]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.inner.poll_timeout(),
+            self.joining_deadline(),
+            probe,
+            self.partition_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 

@@ -110,6 +110,11 @@ pub struct Settings {
     pub pending_max: usize,
     /// The token TCP clients must present (`None`: TCP clients refused).
     pub token: Option<String>,
+    /// The lowest epoch of view ids this daemon starts from (default 0).
+    /// The runtime passes the wall clock in milliseconds (32 bits), the
+    /// simulator its virtual time: a restarted daemon that founds a group
+    /// alone then never names a view as its earlier life did.
+    pub epoch_floor: u64,
 }
 
 impl Settings {
@@ -123,6 +128,7 @@ impl Settings {
             window_retry: Duration::from_millis(1),
             pending_max: 4 << 20,
             token: None,
+            epoch_floor: 0,
         }
     }
 }
@@ -240,7 +246,9 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon around `membership` (not yet joined).
     pub fn new(settings: Settings, membership: Membership) -> Daemon {
-        let sessions = Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
+        let mut sessions =
+            Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
+        sessions.set_epoch_floor(settings.epoch_floor);
         Daemon {
             settings,
             membership,
@@ -480,6 +488,10 @@ impl Daemon {
                     ..
                 }
             );
+            if let Event::View(v) = &ev.event {
+                let quorum = self.membership.holds_quorum(v.members.len());
+                self.sessions.set_quorum(quorum);
+            }
             self.sessions.cluster_event(ev.me, ev.event);
             if let Some(view_gseq) = view_change {
                 // Every member moving into the view delivered the same
@@ -887,8 +899,8 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
         ),
         format!("vsync state: {}", v.debug_line()),
         format!(
-            "membership: founded {}, rejoins {}, merges {}, presence sent {} received {}, unsequenced refused {}",
-            c.founded, c.rejoins, c.merges, c.presence_sent, c.presence_received, c.unsequenced_refused
+            "membership: founded {}, rejoins {}, merges {}, partitions {}, presence sent {} received {}, unsequenced refused {}",
+            c.founded, c.rejoins, c.merges, c.partitions, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
             "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}",

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use crate::vsync::{Event, RemovedReason, View};
+use crate::vsync::{Event, RemovedReason, View, ViewReason};
 use crate::NodeId;
 use bytes::Bytes;
 use shoal_wire::client::{code, Frame, Reason, Service};
@@ -85,6 +85,42 @@ struct HeldBatch {
     gseq: u64,
     payload: Bytes,
     safe: bool,
+}
+
+/// The id of a regular view: the epoch (32 bits), raised each time a
+/// joining daemon's clients come in, past any epoch the joiner had, and
+/// starting from the daemon's `epoch_floor`; the changes since the epoch
+/// began (24 bits; a new epoch begins before they overflow); and the
+/// epoch's owner slot (8 bits), the lowest daemon slot of the view then, so
+/// that two components of a partition that reach one epoch apart never
+/// name two views alike. A transitional view's id has its own daemon's
+/// slot there. Ids rise at every client (until the epoch wraps, after 2^32
+/// epochs).
+pub fn regular_view_id(epoch: u64, changes: u64, owner: u32) -> u64 {
+    (epoch & EPOCH_MASK) << 32 | (changes & CHANGES_MASK) << 8 | u64::from(owner & 0xFF)
+}
+
+const EPOCH_MASK: u64 = 0xFFFF_FFFF;
+const CHANGES_MASK: u64 = 0xFF_FFFF;
+
+/// What a daemon that joined (or rejoined) does until it has the table:
+/// the total order's batches and views wait, in order, and the table's
+/// parts gather.
+#[derive(Default)]
+struct Joining {
+    buffer: Vec<Buffered>,
+    parts: Vec<(NodeId, String, Vec<String>)>,
+    settled: Vec<NodeId>,
+    view_ids: (u64, u64, u32),
+}
+
+enum Buffered {
+    Batch {
+        sender: NodeId,
+        gseq: u64,
+        payload: Bytes,
+    },
+    View(View),
 }
 
 /// A batch being filled: the count, then the items.
@@ -186,8 +222,35 @@ pub struct Sessions {
     me: Option<NodeId>,
     /// The daemons of the current view.
     daemons: Vec<NodeId>,
-    /// Daemons whose snapshot this (newly joined) daemon still waits for.
-    awaiting_snapshots: BTreeSet<NodeId>,
+    /// Daemons of the view that hold the whole table (all but those that
+    /// joined and have not received theirs yet).
+    settled: BTreeSet<NodeId>,
+    /// While this daemon waits for its table ([`Joining`]).
+    joining: Option<Joining>,
+    /// Daemons that joined whose snapshot is applied and whose table has
+    /// not been delivered yet.
+    awaiting_table: BTreeSet<NodeId>,
+    /// The point of the total order being applied: (gseq, 0) for a view,
+    /// (gseq, index + 1) for an item of a batch.
+    position: (u64, u32),
+    /// Replaying what arrived while joining: acknowledgements and counts
+    /// were made on arrival.
+    replaying: bool,
+    /// View-id counters ([`regular_view_id`]): the epoch, raised when a
+    /// joining daemon's snapshot takes effect; the changes since; and the
+    /// epoch's owner slot.
+    epoch: u64,
+    changes: u64,
+    owner: u32,
+    /// The epoch each joining daemon's snapshot carried (its first part).
+    snapshot_epoch: BTreeMap<NodeId, u64>,
+    /// While cut off from the daemons' group (evicted, partitioned, merging)
+    /// and until its clients hear their next regular view of each group:
+    /// the id of their transitional view, and per group the local clients
+    /// its last regular view listed. Extended virtual synchrony's
+    /// transitional view (those of them still members when the next
+    /// regular view is known) goes just before that view.
+    cut_off: Option<(u64, BTreeMap<String, BTreeSet<String>>)>,
     sessions: BTreeMap<SessionId, Session>,
     by_name: HashMap<String, SessionId>,
     /// Every group of the cluster and its members.
@@ -217,6 +280,8 @@ pub struct Sessions {
     /// daemons' in the total order): per daemon, the members its snapshot
     /// replaces, to announce the groups it changes.
     snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
+    /// Whether the daemons' view holds its quorum (set by the daemon engine).
+    quorum: bool,
     stats: SessionStats,
 }
 
@@ -229,7 +294,16 @@ impl Sessions {
             batch_max,
             me: None,
             daemons: Vec::new(),
-            awaiting_snapshots: BTreeSet::new(),
+            settled: BTreeSet::new(),
+            joining: None,
+            awaiting_table: BTreeSet::new(),
+            position: (0, 0),
+            replaying: false,
+            epoch: 0,
+            changes: 0,
+            owner: 0,
+            snapshot_epoch: BTreeMap::new(),
+            cut_off: None,
             sessions: BTreeMap::new(),
             by_name: HashMap::new(),
             table: BTreeMap::new(),
@@ -246,6 +320,7 @@ impl Sessions {
             goodbye_delivered: false,
             last_gseq: 0,
             snapshot_before: BTreeMap::new(),
+            quorum: true,
             stats: SessionStats::default(),
         }
     }
@@ -257,7 +332,7 @@ impl Sessions {
     /// Whether this daemon is in a cluster view and knows its groups, so it
     /// can accept clients.
     pub fn ready(&self) -> bool {
-        self.me.is_some() && self.awaiting_snapshots.is_empty() && !self.shutting_down
+        self.me.is_some() && self.joining.is_none() && !self.shutting_down
     }
 
     pub fn clients(&self) -> usize {
@@ -714,7 +789,14 @@ impl Sessions {
                 gseq,
                 payload,
                 ..
+            } if self.joining.is_some() => self.buffer_batch(sender, gseq, payload),
+            Event::Deliver {
+                sender,
+                gseq,
+                payload,
+                ..
             } => self.deliver_batch(sender, gseq, payload),
+            Event::View(view) if self.joining.is_some() && !view.first => self.buffer_view(view),
             Event::View(view) => self.view(me, view),
             Event::Removed { reason, .. } => self.removed(reason),
             Event::Unsequenced { sender, payload } => self.deliver_unsequenced(sender, &payload),
@@ -722,11 +804,13 @@ impl Sessions {
     }
 
     fn deliver_batch(&mut self, sender: NodeId, gseq: u64, payload: Bytes) {
-        self.stats.batches_received += 1;
-        self.last_gseq = self.last_gseq.max(gseq);
-        if Some(sender) == self.me {
-            self.in_flight = self.in_flight.saturating_sub(1);
+        if !self.replaying {
+            self.stats.batches_received += 1;
+            if Some(sender) == self.me {
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
         }
+        self.last_gseq = self.last_gseq.max(gseq);
         let items = match groups::decode(&payload) {
             Ok(items) => items,
             Err(e) => {
@@ -738,7 +822,7 @@ impl Sessions {
         };
         self.note_received(sender, &items);
         let safe = items.iter().any(is_safe);
-        if safe {
+        if safe && !self.replaying {
             self.acknowledge(gseq);
         }
         if self.held.is_empty() && !safe {
@@ -784,9 +868,8 @@ impl Sessions {
 
     fn apply_batch(&mut self, sender: NodeId, gseq: u64, items: Vec<Item<'_>>) {
         for (index, item) in items.into_iter().enumerate() {
-            // A per-group view id that every daemon computes alike.
-            let view_id = (gseq << 16) | index as u64;
-            self.apply(sender, view_id, item);
+            self.position = (gseq, index as u32 + 1);
+            self.apply(sender, item);
         }
     }
 
@@ -850,7 +933,17 @@ impl Sessions {
         }
     }
 
-    fn apply(&mut self, daemon: NodeId, view_id: u64, item: Item<'_>) {
+    fn apply(&mut self, daemon: NodeId, item: Item<'_>) {
+        if matches!(
+            item,
+            Item::Join { .. } | Item::Leave { .. } | Item::Gone { .. } | Item::Goodbye
+        ) {
+            // A change point, counted alike at every daemon whether or not
+            // it changes a group here (and a new epoch, alike everywhere,
+            // before the count would overflow its bits).
+            self.count_change();
+        }
+        let view_id = self.view_id();
         match item {
             Item::Join { client, group } => {
                 let member = Member {
@@ -900,10 +993,14 @@ impl Sessions {
                 bytes,
             } => self.fragment_arrived(daemon, client, service, &groups, id, total, offset, bytes),
             Item::Snapshot {
+                epoch,
                 first,
                 last,
                 clients,
             } => {
+                if first {
+                    self.snapshot_epoch.insert(daemon, epoch);
+                }
                 // Replace what we hold for that daemon: identical at old
                 // members, the news at a newly joined daemon.
                 if first {
@@ -926,8 +1023,30 @@ impl Sessions {
                 }
                 self.table.retain(|_, members| !members.is_empty());
                 if last {
-                    self.awaiting_snapshots.remove(&daemon);
+                    if self.settled.contains(&daemon) {
+                        self.count_change();
+                    } else {
+                        // A joining daemon's clients come in: a new epoch,
+                        // past the highest the joiner has shown its clients.
+                        let theirs = self.snapshot_epoch.remove(&daemon).unwrap_or(0);
+                        self.new_epoch(theirs);
+                    }
+                    let view_id = self.view_id();
                     self.snapshot_applied(daemon, view_id);
+                    if !self.settled.contains(&daemon) {
+                        // A daemon that joined: one settled member sends it
+                        // the table as of this point.
+                        self.awaiting_table.insert(daemon);
+                        if self.designated() == self.me {
+                            self.send_table(daemon, self.position);
+                        }
+                    }
+                }
+            }
+            Item::Table { joiner, last, .. } => {
+                if last && self.me.is_some_and(|me| me.0 != joiner) {
+                    self.settled.insert(NodeId(joiner));
+                    self.awaiting_table.remove(&NodeId(joiner));
                 }
             }
             // Counted on arrival (`note_received`).
@@ -1120,6 +1239,8 @@ impl Sessions {
             group: group.to_string(),
             view_id,
             reason,
+            transitional: false,
+            quorum: self.quorum,
             members: names,
         };
         let local: Vec<SessionId> = members
@@ -1127,6 +1248,7 @@ impl Sessions {
             .filter(|m| m.daemon == me)
             .filter_map(|m| self.by_name.get(&m.client).copied())
             .collect();
+        self.transitional_before(group, &members, me);
         for session in local {
             self.send(session, frame.clone());
         }
@@ -1137,6 +1259,41 @@ impl Sessions {
             .and_then(|m| self.by_name.get(&m.client).copied())
         {
             self.send(session, frame);
+        }
+    }
+
+    /// Before the first regular view of `group` after this daemon was cut
+    /// off: the transitional view, to the local clients its last regular
+    /// view listed that are members still (EVS: the members that move
+    /// together from the old regular view to the new one).
+    fn transitional_before(&mut self, group: &str, members: &[Member], me: NodeId) {
+        let Some((view_id, groups)) = &mut self.cut_off else {
+            return;
+        };
+        let Some(before) = groups.remove(group) else {
+            return;
+        };
+        let view_id = *view_id;
+        if groups.is_empty() {
+            self.cut_off = None;
+        }
+        let moving: Vec<String> = members
+            .iter()
+            .filter(|m| m.daemon == me && before.contains(&m.client))
+            .map(|m| m.client.clone())
+            .collect();
+        let frame = Frame::Membership {
+            group: group.to_string(),
+            view_id,
+            reason: Reason::Network,
+            transitional: true,
+            quorum: false,
+            members: moving.clone(),
+        };
+        for client in &moving {
+            if let Some(session) = self.by_name.get(client).copied() {
+                self.send(session, frame.clone());
+            }
         }
     }
 
@@ -1157,29 +1314,284 @@ impl Sessions {
             .copied()
             .filter(|d| !view.members.contains(d))
             .collect();
-        let view_id = view.gseq << 16;
+        self.position = (view.gseq, 0);
         if me_first {
-            // This daemon's first view: it learns the groups from every
-            // other member's snapshot. (A joiner's view does not say which
-            // members joined with it: those send an empty snapshot.)
-            self.awaiting_snapshots = view.members.iter().copied().filter(|m| *m != me).collect();
+            // This daemon's first view. Alone, it founded the group and
+            // holds the whole (empty) table. Otherwise it sends its
+            // snapshot (its clients and their groups), and one settled
+            // member answers with the whole table as of the point the
+            // snapshot took effect; until then what the total order brings
+            // waits (`Joining`).
             self.me = Some(me);
+            self.settled.clear();
+            self.awaiting_table.clear();
+            if view.members == [me] || view.reason == ViewReason::Initial {
+                // Founders: every one starts from the same empty table.
+                self.settled.extend(view.members.iter().copied());
+                self.daemons = view.members.clone();
+                self.new_epoch(0);
+            } else {
+                self.joining = Some(Joining::default());
+            }
             // A daemon that rejoined with its clients: their groups (the
             // snapshot) go before what they sent while it was out, so that
             // they are members again when those messages are delivered.
             let waiting = std::mem::take(&mut self.pending);
             self.send_snapshot();
             self.pending.append(waiting);
-        } else if !view.joined.is_empty() {
-            self.send_snapshot();
         }
-        self.awaiting_snapshots.retain(|d| view.members.contains(d));
+        self.settled.retain(|d| view.members.contains(d));
+        self.awaiting_table.retain(|d| view.members.contains(d));
+        if !gone.is_empty() && self.designated() == self.me {
+            // The member that was to send a joiner its table may be gone
+            // with its batch: the table goes again, as of this view.
+            for joiner in self.awaiting_table.clone() {
+                self.send_table(joiner, self.position);
+            }
+        }
         if !gone.is_empty() {
+            self.count_change();
+            let view_id = self.view_id();
             self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
             self.partials.retain(|(d, _), _| !gone.contains(d));
             self.snapshot_before.retain(|d, _| !gone.contains(d));
         }
         self.daemons = view.members;
+    }
+
+    /// Sets the quorum flag of the views announced from now on (the daemon
+    /// engine computes it from the daemons' view).
+    pub fn set_quorum(&mut self, quorum: bool) {
+        self.quorum = quorum;
+    }
+
+    /// The lowest epoch to start from ([`super::Settings::epoch_floor`]).
+    pub fn set_epoch_floor(&mut self, floor: u64) {
+        self.epoch = self.epoch.max(floor & EPOCH_MASK);
+    }
+
+    /// One more change point (a new epoch, alike everywhere, before the
+    /// count would overflow its bits).
+    fn count_change(&mut self) {
+        self.changes += 1;
+        if self.changes >= CHANGES_MASK {
+            self.new_epoch(0);
+        }
+    }
+
+    /// The id of a regular view announced now.
+    fn view_id(&self) -> u64 {
+        regular_view_id(self.epoch, self.changes, self.owner)
+    }
+
+    /// Starts a new epoch of view ids, past this daemon's and `theirs`.
+    fn new_epoch(&mut self, theirs: u64) {
+        self.epoch = (self.epoch.max(theirs) + 1) & EPOCH_MASK;
+        self.changes = 0;
+        self.owner = self
+            .daemons
+            .iter()
+            .map(|d| crate::daemon::membership::slot_of(*d))
+            .min()
+            .unwrap_or(0);
+    }
+
+    /// The settled member with the lowest slot: it sends joiners their
+    /// table. Every daemon of the view computes the same.
+    fn designated(&self) -> Option<NodeId> {
+        self.settled
+            .iter()
+            .copied()
+            .min_by_key(|d| (crate::daemon::membership::slot_of(*d), d.0))
+    }
+
+    /// Sends `joiner` every group member as of `as_of`, in parts that each
+    /// fit a batch.
+    fn send_table(&mut self, joiner: NodeId, as_of: (u64, u32)) {
+        let mut by_client: BTreeMap<(NodeId, &str), Vec<&str>> = BTreeMap::new();
+        for (group, members) in &self.table {
+            for m in members {
+                by_client
+                    .entry((m.daemon, m.client.as_str()))
+                    .or_default()
+                    .push(group.as_str());
+            }
+        }
+        let settled: Vec<u32> = self.settled.iter().map(|d| d.0).collect();
+        let room = self.batch_max.saturating_sub(2 + 24 + 4 * settled.len());
+        let mut parts: Vec<Vec<(u32, &str, Vec<&str>)>> = vec![Vec::new()];
+        let mut size = 0;
+        for ((daemon, client), groups) in by_client {
+            let len = 4 + 2 + client.len() + 2 + groups.iter().map(|g| 2 + g.len()).sum::<usize>();
+            if !parts.last().expect("non-empty").is_empty() && size + len > room {
+                parts.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            parts
+                .last_mut()
+                .expect("non-empty")
+                .push((daemon.0, client, groups));
+        }
+        let n = parts.len();
+        let items: Vec<Item<'_>> = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, entries)| Item::Table {
+                joiner: joiner.0,
+                as_of,
+                view_ids: (self.epoch, self.changes, self.owner),
+                first: i == 0,
+                last: i + 1 == n,
+                settled: settled.clone(),
+                entries,
+            })
+            .collect();
+        for item in &items {
+            self.pending.push(item, self.batch_max);
+        }
+    }
+
+    /// While joining: a batch of the total order waits for the table, and
+    /// completes it when it carries the table's last part for this daemon.
+    fn buffer_batch(&mut self, sender: NodeId, gseq: u64, payload: Bytes) {
+        self.stats.batches_received += 1;
+        if Some(sender) == self.me {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        let Some(me) = self.me else {
+            return;
+        };
+        let Ok(items) = groups::decode(&payload) else {
+            self.stats.malformed_batches += 1;
+            return;
+        };
+        if items.iter().any(is_safe) {
+            // This daemon holds the batch: say so now, as a member does.
+            self.acknowledge(gseq);
+        }
+        let mut complete = None;
+        let joining = self.joining.as_mut().expect("joining");
+        for item in &items {
+            let Item::Table {
+                joiner,
+                as_of,
+                view_ids,
+                first,
+                last,
+                settled,
+                entries,
+            } = item
+            else {
+                continue;
+            };
+            if *joiner != me.0 || complete.is_some() {
+                continue;
+            }
+            if *first {
+                joining.parts.clear();
+                joining.settled = settled.iter().map(|d| NodeId(*d)).collect();
+                joining.view_ids = *view_ids;
+            }
+            joining.parts.extend(entries.iter().map(|(d, c, g)| {
+                let groups = g.iter().map(|x| x.to_string()).collect();
+                (NodeId(*d), c.to_string(), groups)
+            }));
+            if *last {
+                complete = Some(*as_of);
+            }
+        }
+        drop(items);
+        joining.buffer.push(Buffered::Batch {
+            sender,
+            gseq,
+            payload,
+        });
+        if let Some(as_of) = complete {
+            self.install_table(me, as_of);
+        }
+    }
+
+    /// While joining: a view waits with the batches. Left alone in it, this
+    /// daemon can get no table: it starts from an empty one.
+    fn buffer_view(&mut self, view: View) {
+        let Some(me) = self.me else {
+            return;
+        };
+        let alone = view.members == [me];
+        let joining = self.joining.as_mut().expect("joining");
+        joining.buffer.push(Buffered::View(view));
+        if alone {
+            joining.parts.clear();
+            joining.settled.clear();
+            joining.view_ids = (self.epoch + 1, 0, crate::daemon::membership::slot_of(me));
+            self.install_table(me, (0, 0));
+        }
+    }
+
+    /// The table for this daemon is complete: it holds every member as of
+    /// `as_of`; this daemon's clients hear the view the others announced
+    /// there, and what came after it is applied as the others applied it.
+    fn install_table(&mut self, me: NodeId, as_of: (u64, u32)) {
+        let Some(joining) = self.joining.take() else {
+            return;
+        };
+        self.table.clear();
+        for (daemon, client, groups) in joining.parts {
+            for group in groups {
+                self.table.entry(group).or_default().insert(Member {
+                    daemon,
+                    client: client.clone(),
+                });
+            }
+        }
+        self.settled = joining.settled.into_iter().collect();
+        self.settled.insert(me);
+        self.snapshot_before.clear();
+        (self.epoch, self.changes, self.owner) = joining.view_ids;
+        let view_id = self.view_id();
+        let mine: BTreeSet<String> = self
+            .table
+            .iter()
+            .filter(|(_, members)| members.iter().any(|m| m.daemon == me))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for group in mine {
+            self.stats.group_changes += 1;
+            self.announce(&group, view_id, Reason::Network, None);
+        }
+        self.replaying = true;
+        for event in joining.buffer {
+            match event {
+                Buffered::View(view) if (view.gseq, 0) > as_of => self.view(me, view),
+                Buffered::View(view) => self.daemons = view.members,
+                Buffered::Batch {
+                    sender,
+                    gseq,
+                    payload,
+                } if (gseq, 0) > as_of => self.deliver_batch(sender, gseq, payload),
+                Buffered::Batch {
+                    sender,
+                    gseq,
+                    payload,
+                } if gseq == as_of.0 => self.replay_after(sender, gseq, &payload, as_of.1),
+                Buffered::Batch { .. } => {}
+            }
+        }
+        self.replaying = false;
+    }
+
+    /// Applies the items of a batch after the one at `index` (1-based).
+    fn replay_after(&mut self, sender: NodeId, gseq: u64, payload: &[u8], index: u32) {
+        let Ok(items) = groups::decode(payload) else {
+            return;
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            if i as u32 + 1 > index {
+                self.position = (gseq, i as u32 + 1);
+                self.apply(sender, item);
+            }
+        }
     }
 
     fn send_snapshot(&mut self) {
@@ -1206,6 +1618,7 @@ impl Sessions {
         let n = parts.len();
         for (i, clients) in parts.into_iter().enumerate() {
             self.push_item(&Item::Snapshot {
+                epoch: self.epoch,
                 first: i == 0,
                 last: i + 1 == n,
                 clients,
@@ -1215,7 +1628,25 @@ impl Sessions {
 
     fn removed(&mut self, reason: RemovedReason) {
         self.in_flight = 0;
+        let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
+        // The groups each local client has been shown a regular view of
+        // (the table holds what was announced; a join not yet ordered is
+        // not in it, and while joining the table is empty).
+        let mut announced: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        if let Some(me) = self.me {
+            for (group, members) in &self.table {
+                for m in members.iter().filter(|m| m.daemon == me) {
+                    announced
+                        .entry(group.clone())
+                        .or_default()
+                        .push(m.client.clone());
+                }
+            }
+        }
         self.me = None;
+        self.joining = None;
+        self.settled.clear();
+        self.awaiting_table.clear();
         self.daemons.clear();
         self.table.clear();
         self.partials.clear();
@@ -1232,7 +1663,7 @@ impl Sessions {
         self.received.clear();
         self.snapshot_before.clear();
         if reason == RemovedReason::Dropped && !self.shutting_down {
-            self.keep_clients_while_rejoining();
+            self.keep_clients_while_rejoining(slot, announced);
             return;
         }
         let (code, text) = match reason {
@@ -1252,42 +1683,30 @@ impl Sessions {
 
     /// Evicted (or merging into another cluster): the daemon rejoins under
     /// its next incarnation and keeps its clients, as Spread keeps them
-    /// across a partition. Each client hears, for each of its groups, the
-    /// members this daemon still reaches (its own clients), reason network;
-    /// once the daemon is back, the merged membership. What they send
+    /// across a partition. Once the daemon is back, each client hears, for
+    /// each of its groups, a transitional view (the local clients of its
+    /// last regular view that are members still) and then the merged
+    /// membership (`transitional_before`). What they send
     /// meanwhile waits and is ordered after the rejoin; of the batches in
     /// flight at the eviction, the daemon engine sends again those the old
     /// cluster never sequenced (docs/daemon.md).
-    fn keep_clients_while_rejoining(&mut self) {
-        let mut local: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for session in self.sessions.values() {
-            for group in &session.groups {
-                local
-                    .entry(group)
-                    .or_default()
-                    .push(session.private_group.clone());
-            }
+    fn keep_clients_while_rejoining(&mut self, slot: u32, local: BTreeMap<String, Vec<String>>) {
+        if local.is_empty() {
+            // Cut off again before its clients heard a regular view: their
+            // last regular views are those recorded the first time.
+            return;
         }
-        // The view id is this daemon's own: no other daemon announces it.
-        let view_id = (self.last_gseq << 16) | 0xFFFF;
-        let mut frames = Vec::new();
-        for (id, session) in &self.sessions {
-            for group in &session.groups {
-                let mut members = local[group.as_str()].clone();
-                members.sort();
-                let frame = Frame::Membership {
-                    group: group.clone(),
-                    view_id,
-                    reason: Reason::Network,
-                    members,
-                };
-                frames.push((*id, frame));
-            }
-        }
-        self.stats.group_changes += local.len() as u64;
-        for (session, frame) in frames {
-            self.send(session, frame);
-        }
+        // The transitional view's id is this daemon's own: no other daemon
+        // uses its slot in a view id of this epoch for a transitional view;
+        // it follows every regular view this daemon announced, and the next
+        // (a new epoch) follows it.
+        self.count_change();
+        let view_id = regular_view_id(self.epoch, self.changes, slot);
+        let groups = local
+            .into_iter()
+            .map(|(g, clients)| (g, clients.into_iter().collect()))
+            .collect();
+        self.cut_off = Some((view_id, groups));
     }
 
     /// Graceful shutdown, first step: tell the other daemons (a GOODBYE in
@@ -1328,6 +1747,7 @@ impl Sessions {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            format!("quorum: {}", if self.quorum { "held" } else { "not held" }),
             format!("clients: {}", self.sessions.len()),
             format!("groups: {}", self.table.len()),
         ];

@@ -500,3 +500,79 @@ fn discovering_groups_formed_apart_merge_too() {
     h.assert_one_group_of(&[3, 9, 30]);
     assert_eq!(h.daemon(9).stats().merges, 1);
 }
+
+/// Two daemons, one crashes: the survivor's group cannot install a view
+/// (a majority of two is two), so after `view_period + partition_grace`
+/// without one it leaves it and founds a group of its own, without the
+/// quorum under the default policy. The restarted daemon joins it.
+#[test]
+fn of_two_daemons_the_survivor_of_a_crash_goes_on_and_the_restarted_one_rejoins() {
+    let mut h = Harness::new(2);
+    h.start(0, 1);
+    h.start(1, 1);
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1]);
+    assert!(h.daemon(0).holds_quorum(2));
+    h.crash(1);
+    // view_period 2 s + grace 5 s after the last view, then founding (2 s).
+    h.run_until(20_000);
+    h.assert_one_group_of(&[0]);
+    assert_eq!(h.daemon(0).stats().partitions, 1);
+    assert!(!h.daemon(0).holds_quorum(1), "one of two is no majority");
+    h.start(1, 2);
+    h.run_until(30_000);
+    h.assert_one_group_of(&[0, 1]);
+    // The group goes on delivering.
+    let before = h.delivered(1).len();
+    let now = Instant::from_nanos(h.now);
+    h.daemons[0]
+        .as_mut()
+        .unwrap()
+        .multicast(now, Bytes::from_static(b"after"))
+        .unwrap();
+    h.drain(0);
+    h.run_until(32_000);
+    assert_eq!(h.delivered(1).len(), before + 1);
+}
+
+/// With `two_node`, one daemon of two holds the quorum.
+#[test]
+fn two_node_gives_a_lone_daemon_of_two_the_quorum() {
+    let mut h = Harness::new(2);
+    h.config.two_node = true;
+    h.start(0, 1);
+    assert!(h.daemon(0).holds_quorum(1));
+    let mut h = Harness::new(3);
+    h.config.two_node = true;
+    h.start(0, 1);
+    assert!(
+        !h.daemon(0).holds_quorum(1),
+        "two_node applies to two expected votes only"
+    );
+    assert!(h.daemon(0).holds_quorum(2));
+}
+
+/// A 3/2 partition of one group: the majority side goes on in the old
+/// group, the minority side, whose views stop, forms its own group and goes
+/// on too; once the partition heals the two merge into one.
+#[test]
+fn both_sides_of_a_partition_go_on_and_merge_when_it_heals() {
+    let mut h = Harness::new(5);
+    for slot in 0..5 {
+        h.start(slot, 1);
+    }
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1, 2, 3, 4]);
+    h.sides = Some(vec![0, 0, 0, 1, 1]);
+    h.run_until(25_000);
+    h.assert_one_group_of(&[0, 1, 2]);
+    h.assert_one_group_of(&[3, 4]);
+    for slot in [3, 4] {
+        assert!(h.daemon(slot).stats().partitions >= 1, "slot {slot}");
+        assert!(!h.daemon(slot).holds_quorum(2));
+    }
+    assert!(h.daemon(0).holds_quorum(3));
+    h.sides = None;
+    h.run_until(40_000);
+    h.assert_one_group_of(&[0, 1, 2, 3, 4]);
+}

@@ -46,7 +46,10 @@ impl Cluster {
             closed: BTreeMap::new(),
         };
         for i in 0..n {
-            let v = view(0, &ids, 0, &ids, true);
+            let v = View {
+                reason: ViewReason::Initial,
+                ..view(0, &ids, 0, &ids, true)
+            };
             c.cores[i].cluster_event(ids[i], Event::View(v));
         }
         // Each founding member's (empty) snapshot.
@@ -565,19 +568,21 @@ fn a_daemon_shutting_down_says_goodbye_in_the_total_order() {
     ));
 }
 
-/// A join whose batch was lost across a view change reaches the others in
-/// the daemon's snapshot; the member hears it, reason join (it used to be
-/// added silently).
+/// A join whose batch a view change dropped goes again (the daemon engine
+/// hands it back, `requeue`) and is announced once, reason join. (Members
+/// used to send snapshots at every join, which carried it; now only the
+/// joining daemon sends one, and gets the whole table back.)
 #[test]
-fn a_join_carried_only_by_a_snapshot_is_announced() {
+fn a_join_whose_batch_a_view_change_dropped_is_announced_when_sent_again() {
     let mut c = two_in_chat();
     c.take(0, 1);
     c.frame(0, 1, join("news"));
-    // Its batch leaves and is lost in the view change that follows.
-    assert!(c.cores[0].take_batch().is_some());
+    // Its batch leaves and is dropped in the view change that follows.
+    let dropped = c.cores[0].take_batch().expect("the join's batch");
     c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
     c.install(&[0, 1], &[]);
     c.install(&[0, 1, 2], &[2]);
+    c.cores[0].requeue(vec![dropped], false);
     c.settle();
     assert_eq!(
         memberships(&c.take(0, 1)),
@@ -596,6 +601,7 @@ fn interleaved_snapshot_parts_are_told_apart() {
         let mut b = Batches::default();
         b.push(
             &Item::Snapshot {
+                epoch: 0,
                 first,
                 last,
                 clients,
@@ -634,10 +640,10 @@ fn interleaved_snapshot_parts_are_told_apart() {
 }
 
 /// Evicted (or merging into another cluster), a daemon keeps its clients:
-/// they hear a network membership with the members it still reaches, what
-/// they send meanwhile waits for the rejoin, and once the daemon is back
-/// (a new incarnation) everyone hears the merged membership, in the order
-/// the snapshots take, and the waiting message is delivered.
+/// what they send meanwhile waits for the rejoin, and once the daemon is
+/// back (a new incarnation) its clients hear a transitional view (those of
+/// them that move on together) and then the merged membership, which
+/// everyone hears, and the waiting message is delivered.
 #[test]
 fn an_evicted_daemon_keeps_its_clients_and_rejoins_with_them() {
     let mut c = two_in_chat();
@@ -654,13 +660,9 @@ fn an_evicted_daemon_keeps_its_clients_and_rejoins_with_them() {
     c.cores[0].cluster_event(NodeId(10), removed);
     c.collect();
     c.install(&[1, 2], &[]);
-    let alone = vec![(
-        s("chat"),
-        Reason::Network,
-        vec![s("#alice#n0"), s("#ann#n0")],
-    )];
-    assert_eq!(memberships(&c.take(0, 1)), alone);
-    assert_eq!(memberships(&c.take(0, 2)), alone);
+    // Nothing yet: the transitional view goes with the next regular one.
+    assert_eq!(memberships(&c.take(0, 1)), vec![]);
+    assert_eq!(memberships(&c.take(0, 2)), vec![]);
     assert!(c.closed.is_empty(), "{:?}", c.closed);
     assert_eq!(
         memberships(&c.take(1, 1)),
@@ -692,11 +694,24 @@ fn an_evicted_daemon_keeps_its_clients_and_rejoins_with_them() {
         messages(&bob),
         vec![(s("#alice#n0"), vec![s("chat")], b"meanwhile".to_vec())]
     );
-    // At the rejoined daemon its own snapshot comes first (its clients
-    // alone), then bob's daemon's adds bob.
+    // At the rejoined daemon: the transitional view (alice and ann move
+    // on together), then the merged view, as bob hears it.
     let alice_frames = c.take(0, 1);
     let alice = memberships(&alice_frames);
-    assert_eq!(alice.last(), Some(&merged), "{alice:?}");
+    let transitional = (
+        s("chat"),
+        Reason::Network,
+        vec![s("#alice#n0"), s("#ann#n0")],
+    );
+    assert_eq!(alice, vec![transitional, merged.clone()], "{alice:?}");
+    let flags: Vec<bool> = alice_frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Membership { transitional, .. } => Some(*transitional),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(flags, vec![true, false]);
     // Her groups went into the order before her message: she is a member
     // again when it is delivered, and gets it too.
     assert_eq!(messages(&alice_frames), messages(&bob));
