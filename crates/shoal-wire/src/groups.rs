@@ -18,6 +18,14 @@
 //! | 6 | SNAPSHOT | `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
 //! | 7 | GOODBYE | (none): the sending daemon is shutting down |
 //! | 8 | RECEIVED | gseq `u64`: the sending daemon holds every batch up to this global sequence number (the acknowledgement behind service `safe`) |
+//! | 9 | MESSAGE_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, payload |
+//! | 10 | FRAGMENT_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
+//!
+//! A message or fragment whose flags and type are both zero is encoded with
+//! the shorter tag (4 or 5), so batches without typed messages are what
+//! daemons that predate tags 9 and 10 read. The flags are the client
+//! protocol's multicast flags (`client::multicast_flags`): self-discard
+//! matters only to the sending daemon, which delivers to its own clients.
 //!
 //! Decoding never panics and never allocates for a count the bytes cannot
 //! hold; any irregularity refuses the whole batch.
@@ -32,6 +40,8 @@ const FRAGMENT: u8 = 5;
 const SNAPSHOT: u8 = 6;
 const GOODBYE: u8 = 7;
 const RECEIVED: u8 = 8;
+const MESSAGE_EXT: u8 = 9;
+const FRAGMENT_EXT: u8 = 10;
 
 /// One item of a batch; strings and bytes borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +62,10 @@ pub enum Item<'a> {
     Message {
         client: &'a str,
         service: u8,
+        /// The client's multicast flags (self-discard).
+        flags: u8,
+        /// The application's message type.
+        mess_type: u16,
         groups: Vec<&'a str>,
         payload: &'a [u8],
     },
@@ -60,6 +74,8 @@ pub enum Item<'a> {
     Fragment {
         client: &'a str,
         service: u8,
+        flags: u8,
+        mess_type: u16,
         groups: Vec<&'a str>,
         id: u64,
         total: u32,
@@ -134,6 +150,16 @@ pub fn encode(items: &[Item<'_>], out: &mut Vec<u8>) -> Result<(), GroupsError> 
     Ok(())
 }
 
+/// Bytes the flags and message type take: none when both are zero (the
+/// short tag).
+fn ext_len(flags: u8, mess_type: u16) -> usize {
+    if flags == 0 && mess_type == 0 {
+        0
+    } else {
+        3
+    }
+}
+
 impl Item<'_> {
     /// Bytes this item takes when encoded.
     pub fn encoded_len(&self) -> usize {
@@ -146,14 +172,28 @@ impl Item<'_> {
                 client,
                 groups,
                 payload,
+                flags,
+                mess_type,
                 ..
-            } => s(client) + 1 + list(groups) + 4 + payload.len(),
+            } => s(client) + 1 + ext_len(*flags, *mess_type) + list(groups) + 4 + payload.len(),
             Item::Fragment {
                 client,
                 groups,
                 bytes,
+                flags,
+                mess_type,
                 ..
-            } => s(client) + 1 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
+            } => {
+                s(client)
+                    + 1
+                    + ext_len(*flags, *mess_type)
+                    + list(groups)
+                    + 8
+                    + 4
+                    + 4
+                    + 4
+                    + bytes.len()
+            }
             Item::Snapshot { clients, .. } => {
                 1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
@@ -184,27 +224,41 @@ impl Item<'_> {
             Item::Message {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 payload,
             } => {
-                w.u8(MESSAGE);
+                let ext = ext_len(*flags, *mess_type) > 0;
+                w.u8(if ext { MESSAGE_EXT } else { MESSAGE });
                 w.str(client)?;
                 w.u8(*service);
+                if ext {
+                    w.u8(*flags);
+                    w.out.extend_from_slice(&mess_type.to_be_bytes());
+                }
                 w.list(groups)?;
                 w.bytes(payload)?;
             }
             Item::Fragment {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 id,
                 total,
                 offset,
                 bytes,
             } => {
-                w.u8(FRAGMENT);
+                let ext = ext_len(*flags, *mess_type) > 0;
+                w.u8(if ext { FRAGMENT_EXT } else { FRAGMENT });
                 w.str(client)?;
                 w.u8(*service);
+                if ext {
+                    w.u8(*flags);
+                    w.out.extend_from_slice(&mess_type.to_be_bytes());
+                }
                 w.list(groups)?;
                 w.out.extend_from_slice(&id.to_be_bytes());
                 w.out.extend_from_slice(&total.to_be_bytes());
@@ -332,6 +386,15 @@ impl<'a> Reader<'a> {
         self.take(len, what)
     }
 
+    /// The flags and message type of an `_EXT` tag; zeros for the short one.
+    fn ext(&mut self, ext: bool) -> Result<(u8, u16), GroupsError> {
+        if !ext {
+            return Ok((0, 0));
+        }
+        let flags = self.u8("flags")?;
+        Ok((flags, self.u16("message type")?))
+    }
+
     fn item(&mut self) -> Result<Item<'a>, GroupsError> {
         Ok(match self.u8("tag")? {
             JOIN => Item::Join {
@@ -346,21 +409,35 @@ impl<'a> Reader<'a> {
                 client: self.str("client")?,
                 reason: self.u8("reason")?,
             },
-            MESSAGE => Item::Message {
-                client: self.str("client")?,
-                service: self.u8("service")?,
-                groups: self.list("groups")?,
-                payload: self.bytes("payload")?,
-            },
-            FRAGMENT => Item::Fragment {
-                client: self.str("client")?,
-                service: self.u8("service")?,
-                groups: self.list("groups")?,
-                id: self.u64("message id")?,
-                total: self.u32("total length")?,
-                offset: self.u32("offset")?,
-                bytes: self.bytes("fragment")?,
-            },
+            tag @ (MESSAGE | MESSAGE_EXT) => {
+                let client = self.str("client")?;
+                let service = self.u8("service")?;
+                let (flags, mess_type) = self.ext(tag == MESSAGE_EXT)?;
+                Item::Message {
+                    client,
+                    service,
+                    flags,
+                    mess_type,
+                    groups: self.list("groups")?,
+                    payload: self.bytes("payload")?,
+                }
+            }
+            tag @ (FRAGMENT | FRAGMENT_EXT) => {
+                let client = self.str("client")?;
+                let service = self.u8("service")?;
+                let (flags, mess_type) = self.ext(tag == FRAGMENT_EXT)?;
+                Item::Fragment {
+                    client,
+                    service,
+                    flags,
+                    mess_type,
+                    groups: self.list("groups")?,
+                    id: self.u64("message id")?,
+                    total: self.u32("total length")?,
+                    offset: self.u32("offset")?,
+                    bytes: self.bytes("fragment")?,
+                }
+            }
             SNAPSHOT => {
                 let flags = self.u8("snapshot flags")?;
                 if flags > 3 {
@@ -425,17 +502,48 @@ mod tests {
             Item::Message {
                 client: "#a#n1",
                 service: 5,
+                flags: 0,
+                mess_type: 0,
                 groups: vec!["chat", "log"],
                 payload: b"hello",
+            },
+            Item::Message {
+                client: "#a#n1",
+                service: 5,
+                flags: 1,
+                mess_type: 0,
+                groups: vec!["chat"],
+                payload: b"typed",
+            },
+            Item::Message {
+                client: "#a#n1",
+                service: 2,
+                flags: 0,
+                mess_type: 40_000,
+                groups: vec!["chat"],
+                payload: b"",
             },
             Item::Fragment {
                 client: "#a#n1",
                 service: 3,
+                flags: 0,
+                mess_type: 0,
                 groups: vec!["big"],
                 id: 9,
                 total: 100_000,
                 offset: 60_000,
                 bytes: &[7; 300],
+            },
+            Item::Fragment {
+                client: "#a#n1",
+                service: 6,
+                flags: 1,
+                mess_type: 7,
+                groups: vec!["big"],
+                id: 10,
+                total: 100_000,
+                offset: 0,
+                bytes: &[8; 30],
             },
             Item::Snapshot {
                 first: true,
@@ -519,9 +627,18 @@ mod tests {
             client in "[a-z#]{1,12}",
             groups in proptest::collection::vec("[a-z]{1,8}", 1..4),
             payload in proptest::collection::vec(any::<u8>(), 0..100),
+            flags in 0u8..2,
+            mess_type in any::<u16>(),
         ) {
             let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-            roundtrip(&[Item::Message { client: &client, service: 5, groups, payload: &payload }]);
+            roundtrip(&[Item::Message {
+                client: &client,
+                service: 5,
+                flags,
+                mess_type,
+                groups,
+                payload: &payload,
+            }]);
         }
     }
 }
