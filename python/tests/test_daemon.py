@@ -280,6 +280,28 @@ class TwoDaemons(unittest.TestCase):
             self.assertTrue(all(m.sender == alice.private_group for m in got))
             self.assertTrue(all(m.service == Service.FIFO and m.groups == [group] for m in got))
 
+    def test_self_discard_and_message_types_across_daemons(self) -> None:
+        group = f"discard{self.n}"
+        alice, bob = self.pair(group)
+        # A second connection of alice's application on the same daemon.
+        alice2 = self.client(self.cluster.a, "alice2-")
+        alice2.join(group)
+        for c in (alice, bob, alice2):
+            view(c, group, 3)
+        self.assertEqual((alice.name, alice.daemon), (f"alice{self.n}", "a"))
+        alice.set_self_discard(True)
+        alice.multicast(Service.AGREED, group, b"1", mess_type=7)
+        alice.multicast(Service.FIFO, group, b"2")
+        alice.multicast(Service.AGREED, group, bytes(300_000), mess_type=8)  # fragmented
+        alice.multicast(Service.AGREED, group, b"4", self_discard=False, mess_type=9)
+        want = [(b"1", 7), (b"2", 0), (bytes(300_000), 8), (b"4", 9)]
+        for c in (bob, alice2):
+            got = messages(c, 4)
+            self.assertEqual([(m.payload, m.mess_type) for m in got], want)
+        # The sender gets back only the one it did not discard, then nothing.
+        self.assertEqual([(m.payload, m.mess_type) for m in messages(alice, 1)], [(b"4", 9)])
+        self.assertIsNone(alice.receive(timeout=0.5))
+
     def test_a_batch_arrives_in_order_at_both_daemons(self) -> None:
         group = f"batch{self.n}"
         alice, bob = self.pair(group)
