@@ -266,6 +266,13 @@ fn replies_round_trip_and_garbage_is_refused() {
         snapshot: b"state",
     };
     let bytes = reply.encode();
+    // The layout the Python client writes and reads (python/tests/test_state.py).
+    let mut want = b"\x00\x01g".to_vec();
+    want.extend_from_slice(&7u64.to_be_bytes());
+    want.extend_from_slice(&2u16.to_be_bytes());
+    want.extend_from_slice(b"\x00\x04#a#d\x00\x04#b#d");
+    want.extend_from_slice(b"state");
+    assert_eq!(bytes, want);
     let back = Reply::decode(&bytes).unwrap();
     assert_eq!(
         (back.group, back.nonce, back.ready, back.snapshot),
