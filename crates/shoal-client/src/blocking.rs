@@ -379,6 +379,22 @@ impl SendHalf {
         self.write_out()
     }
 
+    /// Sends what `state` wants sent (see [`Client::send_pending`]).
+    pub fn send_pending(
+        &mut self,
+        state: &mut crate::state::StateTransfer,
+    ) -> Result<(), ClientError> {
+        while let Some(o) = state.poll_send() {
+            self.multicast_with(
+                crate::state::Outgoing::SERVICE,
+                &o.groups,
+                &o.payload,
+                o.options(),
+            )?;
+        }
+        Ok(())
+    }
+
     /// See [`Client::try_multicast`].
     pub fn try_multicast<G: AsRef<str>>(
         &mut self,
