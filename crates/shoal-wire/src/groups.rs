@@ -117,6 +117,10 @@ pub enum GroupsError {
     BadFlags(u8),
     #[error("a batch holds at most 65535 items")]
     TooManyItems,
+    /// A MESSAGE_EXT or FRAGMENT_EXT with no flags and type 0: the short
+    /// tag is the only encoding of that.
+    #[error("an extended message item with no flags and type 0")]
+    EmptyExtension,
 }
 
 /// Decodes a batch.
@@ -392,7 +396,11 @@ impl<'a> Reader<'a> {
             return Ok((0, 0));
         }
         let flags = self.u8("flags")?;
-        Ok((flags, self.u16("message type")?))
+        let mess_type = self.u16("message type")?;
+        if flags == 0 && mess_type == 0 {
+            return Err(GroupsError::EmptyExtension);
+        }
+        Ok((flags, mess_type))
     }
 
     fn item(&mut self) -> Result<Item<'a>, GroupsError> {
@@ -609,6 +617,14 @@ mod tests {
             (
                 vec![0, 1, RECEIVED, 0, 0, 0],
                 GroupsError::Truncated("received gseq"),
+            ),
+            (
+                vec![0, 1, MESSAGE_EXT, 0, 1, b'a', 5, 0, 0, 0],
+                GroupsError::EmptyExtension,
+            ),
+            (
+                vec![0, 1, FRAGMENT_EXT, 0, 1, b'a', 5, 1],
+                GroupsError::Truncated("message type"),
             ),
         ];
         for (bytes, expected) in cases {
