@@ -598,3 +598,25 @@ impl AsFd for RecvHalf {
         self.stream.fd()
     }
 }
+
+/// The daemon's state as `shoal status` prints it (view, peers, clients,
+/// groups, counters; one item per line): a `Status` frame, which needs no
+/// `Connect`, and its `StatusReply`. Gives up after `timeout` with
+/// [`ClientError::Disconnected`].
+pub fn status(endpoint: &Endpoint, timeout: Duration) -> Result<String, ClientError> {
+    let stream = Stream::open(endpoint)?;
+    let mut send = stream.try_clone()?;
+    send.write_all(&Frame::Status.to_vec()?)?;
+    let mut recv = RecvHalf {
+        stream,
+        buf: ReadBuf::new(Limits::default()),
+        timeout: None,
+        private_group: String::new(),
+    };
+    let deadline = Instant::now().checked_add(timeout);
+    match recv.next_frame(deadline)? {
+        Some(Frame::StatusReply { text }) => Ok(text),
+        Some(other) => Err(crate::unwanted(other)),
+        None => Err(ClientError::Disconnected),
+    }
+}

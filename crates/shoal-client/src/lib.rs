@@ -64,7 +64,7 @@ mod blocking;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 
-pub use blocking::{Client, RecvHalf, SendHalf};
+pub use blocking::{status, Client, RecvHalf, SendHalf};
 
 /// How long `disconnect` waits for the daemon to close the connection
 /// (reporting any error it still had for this client) before giving up.
@@ -591,7 +591,7 @@ pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
 }
 
 /// The error a frame other than the one expected stands for.
-fn unwanted(frame: Frame) -> ClientError {
+pub(crate) fn unwanted(frame: Frame) -> ClientError {
     match frame {
         Frame::Error { code, text } => ClientError::Daemon { code, text },
         Frame::Disconnect => ClientError::Disconnected,

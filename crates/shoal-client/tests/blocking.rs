@@ -617,3 +617,21 @@ fn poll_readable(fd: i32, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, afd.readable()).await.is_ok()
     })
 }
+
+#[test]
+fn status_asks_without_connecting() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        assert_eq!(peer.read_frame(), Frame::Status);
+        peer.send(&Frame::StatusReply {
+            text: "node: a\nclients: 0".into(),
+        });
+    });
+    let text = shoal_client::status(&daemon.endpoint(), BOUND).unwrap();
+    assert_eq!(text, "node: a\nclients: 0");
+    daemon.finish();
+    let nobody = Endpoint::Unix("/nonexistent/shoal.sock".into());
+    assert!(matches!(
+        shoal_client::status(&nobody, BOUND),
+        Err(ClientError::Unreachable { .. })
+    ));
+}

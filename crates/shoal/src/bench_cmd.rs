@@ -322,19 +322,11 @@ fn wait_for_committee(sockets: &[PathBuf], k: u32) -> anyhow::Result<()> {
 
 /// A daemon's `shoal status` text; empty if it does not answer yet.
 fn status(socket: &Path) -> anyhow::Result<String> {
-    let Ok(stream) = UnixStream::connect(socket) else {
-        return Ok(String::new());
-    };
-    let mut c = Conn {
-        stream,
-        buf: Vec::new(),
-        at: 0,
-        chunk: vec![0; 65536],
-    };
-    c.send(&Frame::Status)?;
-    match c.recv()? {
-        Frame::StatusReply { text } => Ok(text),
-        other => bail!("status: {other:?}"),
+    let endpoint = shoal_client::Endpoint::Unix(socket.to_path_buf());
+    match shoal_client::status(&endpoint, Duration::from_secs(10)) {
+        Ok(text) => Ok(text),
+        Err(shoal_client::ClientError::Unreachable { .. }) => Ok(String::new()),
+        Err(e) => bail!("status: {e}"),
     }
 }
 
