@@ -303,6 +303,76 @@ class TwoDaemons(unittest.TestCase):
         self.assertEqual([(m.payload, m.mess_type) for m in messages(alice, 1)], [(b"4", 9)])
         self.assertIsNone(alice.receive(timeout=0.5))
 
+    def test_an_asyncio_joiner_gets_the_state_of_a_blocking_member(self) -> None:
+        from shoal_client.state import StateTransfer, send_pending, send_pending_async
+
+        group = f"state{self.n}"
+
+        class Log:
+            def __init__(self) -> None:
+                self.entries: list[bytes] = []
+
+            def apply(self, m: Message) -> None:
+                self.entries.append(m.payload)
+
+            def view(self, v: Membership) -> None:
+                pass
+
+            def snapshot(self) -> bytes:
+                return b"\n".join(self.entries)
+
+            def restore(self, data: bytes) -> None:
+                self.entries = data.split(b"\n") if data else []
+
+        alice = self.client(self.cluster.a, "alice")
+        a_state, a_log = StateTransfer(group, alice.private_group), Log()
+        alice.join(group)
+
+        def pump(deadline: float, done: Callable[[], bool]) -> None:
+            while not done():
+                self.assertLess(time.monotonic(), deadline)
+                event = alice.receive(timeout=0.02)
+                if event is not None:
+                    a_state.handle(a_log, event)
+                    send_pending(alice, a_state)
+
+        pump(time.monotonic() + PATIENCE, lambda: a_state.is_ready)
+        for i in range(50):
+            alice.multicast(Service.AGREED, group, f"before {i}".encode(), mess_type=1)
+
+        async def joiner() -> list[bytes]:
+            c = await aio.Client.connect(f"bob{self.n}", self.cluster.b.socket)
+            st, log = StateTransfer(group, c.private_group), Log()
+            await c.join(group)
+            while not (st.is_ready and len(log.entries) >= 100):
+                event = await c.receive(timeout=PATIENCE)
+                self.assertIsNotNone(event)
+                st.handle(log, event)
+                await send_pending_async(c, st)
+            await c.disconnect()
+            return log.entries
+
+        result: list[list[bytes]] = []
+        thread = threading.Thread(target=lambda: result.append(asyncio.run(joiner())))
+        thread.start()
+        # Alice keeps writing (and answering the request) while bob joins.
+        for i in range(50):
+            alice.multicast(Service.AGREED, group, f"during {i}".encode(), mess_type=1)
+            event = alice.receive(timeout=0.01)
+            if event is not None:
+                a_state.handle(a_log, event)
+                send_pending(alice, a_state)
+        while thread.is_alive():
+            event = alice.receive(timeout=0.02)
+            if event is not None:
+                a_state.handle(a_log, event)
+                send_pending(alice, a_state)
+        thread.join()
+        want = [f"before {i}".encode() for i in range(50)] + [
+            f"during {i}".encode() for i in range(50)]
+        self.assertEqual(result, [want])
+        self.assertEqual(a_state.provided, 1)
+
     def test_a_batch_arrives_in_order_at_both_daemons(self) -> None:
         group = f"batch{self.n}"
         alice, bob = self.pair(group)

@@ -449,3 +449,87 @@ fn workq_does_each_job_once_while_workers_join_and_leave() {
         w.end();
     }
 }
+
+/// A log of payloads: the state of the tokio test's replicas.
+#[derive(Default)]
+struct Log(Vec<Vec<u8>>);
+
+impl shoal_client::state::Replica for Log {
+    fn apply(&mut self, m: &shoal_client::Message) {
+        self.0.push(m.payload.clone());
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.join(&b'\n')
+    }
+    fn restore(&mut self, s: &[u8]) {
+        self.0 = s.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    }
+}
+
+#[test]
+fn a_tokio_joiner_gets_the_state_of_a_blocking_member_under_load() {
+    use shoal_client::state::StateTransfer;
+    let cluster = Cluster::start("tokio-state");
+    let mut alice = cluster.connect(0, "alice");
+    let mut a_state = StateTransfer::new("log", alice.private_group());
+    let mut a_log = Log::default();
+    alice.join("log").unwrap();
+    let start = Instant::now();
+    while !a_state.is_ready() {
+        assert!(start.elapsed() < PATIENCE);
+        if let Some(e) = alice.receive_timeout(Duration::from_millis(20)).unwrap() {
+            let _ = a_state.handle(&mut a_log, e);
+            alice.send_pending(&mut a_state).unwrap();
+        }
+    }
+    let entry = |i: u32| format!("entry {i}").into_bytes();
+    let mut sent = 0;
+    for _ in 0..50 {
+        alice
+            .multicast(Service::Agreed, &["log"], &entry(sent))
+            .unwrap();
+        sent += 1;
+    }
+    let endpoint = cluster.endpoint(1);
+    let joiner = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut c = shoal_client::tokio::Client::connect_to(&endpoint, "bob")
+                .await
+                .unwrap();
+            let mut st = StateTransfer::new("log", c.private_group());
+            let mut log = Log::default();
+            c.join("log").await.unwrap();
+            while !(st.is_ready() && log.0.len() >= 150) {
+                let e = tokio::time::timeout(PATIENCE, c.receive())
+                    .await
+                    .expect("an event in time")
+                    .unwrap();
+                let _ = st.handle(&mut log, e);
+                c.send_pending(&mut st).await.unwrap();
+            }
+            c.disconnect().await.unwrap();
+            log.0
+        })
+    });
+    // Alice keeps writing, and answers the request, while bob joins.
+    while !joiner.is_finished() {
+        assert!(start.elapsed() < PATIENCE, "bob never caught up");
+        if sent < 150 {
+            alice
+                .multicast(Service::Agreed, &["log"], &entry(sent))
+                .unwrap();
+            sent += 1;
+        }
+        if let Some(e) = alice.receive_timeout(Duration::from_millis(5)).unwrap() {
+            let _ = a_state.handle(&mut a_log, e);
+            alice.send_pending(&mut a_state).unwrap();
+        }
+    }
+    let got = joiner.join().unwrap();
+    assert_eq!(got, (0..150).map(entry).collect::<Vec<_>>());
+    assert_eq!(a_state.provided(), 1);
+}
