@@ -11,6 +11,8 @@
 //! generous `PATIENCE`; nothing depends on this machine's speed but how
 //! long the test takes.
 
+#[path = "../../shoal-client/examples/chat.rs"]
+mod chat;
 #[path = "../../shoal-client/examples/kv.rs"]
 mod kv;
 #[path = "../../shoal-client/examples/workq.rs"]
@@ -290,6 +292,19 @@ impl Program {
         }
     }
 
+    fn chat(endpoint: Endpoint, group: &str, name: &str) -> Program {
+        let (input, lines) = mpsc::channel();
+        let output = Output::default();
+        let out = output.clone();
+        let (group, name) = (group.to_string(), name.to_string());
+        let thread = std::thread::spawn(move || chat::run(&endpoint, &group, &name, lines, out));
+        Program {
+            input: Some(input),
+            output,
+            thread: Some(thread),
+        }
+    }
+
     fn send(&self, line: &str) {
         self.input.as_ref().unwrap().send(line.to_string()).unwrap();
     }
@@ -532,4 +547,40 @@ fn a_tokio_joiner_gets_the_state_of_a_blocking_member_under_load() {
     let got = joiner.join().unwrap();
     assert_eq!(got, (0..150).map(entry).collect::<Vec<_>>());
     assert_eq!(a_state.provided(), 1);
+}
+
+#[test]
+fn chat_lines_reach_every_member_in_one_order() {
+    let cluster = Cluster::start("chat");
+    let mut alice = Program::chat(cluster.endpoint(0), "lobby", "alice");
+    let mut bob = Program::chat(cluster.endpoint(1), "lobby", "bob");
+    for p in [&alice, &bob] {
+        p.output
+            .wait_line(0, "* lobby is now #alice#a, #bob#b (Join)");
+    }
+    for i in 0..5 {
+        alice.send(&format!("a{i}"));
+        bob.send(&format!("b{i}"));
+    }
+    let said = |p: &Program| -> Vec<String> {
+        p.output
+            .lines()
+            .into_iter()
+            .filter(|l| l.starts_with('<'))
+            .collect()
+    };
+    let start = Instant::now();
+    while said(&alice).len() < 10 || said(&bob).len() < 10 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{:?} {:?}",
+            said(&alice),
+            said(&bob)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(said(&alice), said(&bob));
+    assert!(said(&alice).contains(&"<#alice#a> a4".to_string()));
+    alice.end();
+    bob.end();
 }
