@@ -584,3 +584,90 @@ fn chat_lines_reach_every_member_in_one_order() {
     alice.end();
     bob.end();
 }
+
+/// The Python `kv.py` (a process) joins a store the Rust `kv` holds: the
+/// two libraries speak one state-transfer protocol.
+#[test]
+fn a_python_kv_replica_joins_a_rust_one() {
+    use std::io::{BufRead, BufReader};
+    let cluster = Cluster::start("kv-mixed");
+    let mut r1 = Program::kv(cluster.endpoint(0), "mixed", "rust");
+    for i in 0..200 {
+        r1.send(&format!("set k{i} v{i}"));
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/kv.py");
+    let mut py = Command::new("python3")
+        .arg(&script)
+        .args(["mixed", "python"])
+        .env("SHOAL_SOCKET", &cluster.daemons[1].socket)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 (Python 3.11 or later) runs the Python example");
+    let mut py_in = py.stdin.take().unwrap();
+    let (lines_tx, py_lines) = mpsc::channel();
+    let stdout = py.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    for i in 200..400 {
+        r1.send(&format!("set k{i} v{i}"));
+        if i % 10 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    writeln!(py_in, "set from-python yes\nsync\ndump").unwrap();
+    py_in.flush().unwrap();
+    let mut py_map = BTreeMap::new();
+    let mut synced = false;
+    loop {
+        let line = py_lines
+            .recv_timeout(PATIENCE)
+            .expect("the Python replica answers");
+        match line.as_str() {
+            "synced" => synced = true,
+            "end" => break,
+            l if synced => {
+                let (k, v) = l.split_once('=').unwrap();
+                py_map.insert(k.to_string(), v.to_string());
+            }
+            _ => {}
+        }
+    }
+    // The Rust replica's map once everything sent before is in.
+    let rust_map = dump(&r1);
+    let py_again = {
+        writeln!(py_in, "sync\ndump").unwrap();
+        py_in.flush().unwrap();
+        let mut map = BTreeMap::new();
+        let mut synced = false;
+        loop {
+            let line = py_lines.recv_timeout(PATIENCE).unwrap();
+            match line.as_str() {
+                "synced" => synced = true,
+                "end" => break,
+                l if synced => {
+                    let (k, v) = l.split_once('=').unwrap();
+                    map.insert(k.to_string(), v.to_string());
+                }
+                _ => {}
+            }
+        }
+        map
+    };
+    assert_eq!(py_again, rust_map);
+    assert_eq!(rust_map.len(), 401);
+    assert_eq!(rust_map.get("from-python").map(String::as_str), Some("yes"));
+    assert!(py_map.len() >= 201, "{}", py_map.len());
+    drop(py_in);
+    let status = py.wait().unwrap();
+    assert!(status.success());
+    r1.end();
+}
