@@ -20,9 +20,9 @@ Standard library only. :mod:`shoal_client.aio` has the same API for asyncio;
 :mod:`shoal_client.codec` encodes and decodes the frames.
 """
 
-from ._common import DISCONNECT_WAIT, default_socket_path
+from ._common import DISCONNECT_WAIT, FlowControl, default_socket_path
 from .client import Client, status
-from .codec import Code, FrameError, Limits, Membership, Message, Reason, Service
+from .codec import SELF_DISCARD, Code, FrameError, Limits, Membership, Message, Reason, Service
 from .errors import (
     Disconnected,
     InvalidRequest,
@@ -30,6 +30,7 @@ from .errors import (
     ShoalClientError,
     ShoalError,
     Unreachable,
+    WouldBlock,
 )
 
 #: Error codes of ``ShoalError.code`` (also as :class:`Code`).
@@ -63,6 +64,9 @@ __all__ = [
     "Unreachable",
     "ProtocolError",
     "InvalidRequest",
+    "WouldBlock",
+    "FlowControl",
+    "SELF_DISCARD",
     "FrameError",
     "MALFORMED",
     "PROTOCOL",

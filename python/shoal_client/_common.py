@@ -125,8 +125,17 @@ class Requests:
     def disconnect(self) -> bytes:
         return self.encode(codec.Disconnect())
 
-    def multicast(self, service: Service | int | str, groups: Groups, payload: bytes) -> bytes:
+    def multicast(
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payload: bytes,
+        self_discard: bool = False,
+        mess_type: int = 0,
+    ) -> bytes:
         service = as_service(service)
+        if not isinstance(mess_type, int) or not 0 <= mess_type <= 0xFFFF:
+            raise InvalidRequest(f"a message type is a u16 (0 to 65535), not {mess_type!r}")
         names = [groups] if isinstance(groups, str) else list(groups)
         if not names:
             raise InvalidRequest("a multicast names at least one group")
@@ -139,10 +148,15 @@ class Requests:
             raise InvalidRequest(
                 f"a payload of {len(data)} bytes; the limit is {self.limits.payload_max}"
             )
-        return self.encode(codec.Multicast(service, names, data))
+        flags = codec.SELF_DISCARD if self_discard else 0
+        return self.encode(codec.Multicast(service, names, data, flags, mess_type))
 
     def multicast_batch(
-        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payloads: Iterable[bytes],
+        self_discard: bool = False,
     ) -> bytes:
         """One ``Multicast`` frame per payload, concatenated for one write.
         All or nothing: a refused payload raises :class:`InvalidRequest`
@@ -151,10 +165,27 @@ class Requests:
         frames = []
         for i, payload in enumerate(payloads):
             try:
-                frames.append(self.multicast(service, names, payload))
+                frames.append(self.multicast(service, names, payload, self_discard))
             except InvalidRequest as e:
                 raise InvalidRequest(f"payload {i} of the batch: {e}") from None
         return b"".join(frames)
+
+
+@dataclass(frozen=True)
+class FlowControl:
+    """Whether the daemon is taking what this client sends (as corosync's
+    ``cpg_flow_control_state_get``): ``blocked`` while bytes of a message
+    accepted by ``try_multicast`` wait in the client because the daemon's
+    end of the connection is full."""
+
+    blocked: bool
+    pending_bytes: int = 0
+
+
+def split_private_group(private_group: str) -> tuple[str, str]:
+    """``(name, daemon)`` of a private group ``#name#daemon``."""
+    name, _, daemon = private_group.removeprefix("#").partition("#")
+    return name, daemon
 
 
 def as_service(service: Service | int | str) -> Service:

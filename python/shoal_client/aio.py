@@ -32,6 +32,7 @@ from ._common import (
     GONE,
     Endpoint,
     Event,
+    FlowControl,
     Groups,
     PathLike,
     Requests,
@@ -39,9 +40,10 @@ from ._common import (
     endpoint,
     event,
     malformed,
+    split_private_group,
 )
 from .codec import Limits, Service
-from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable
+from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable, WouldBlock
 
 __all__ = ["Client"]
 
@@ -80,6 +82,7 @@ class Client:
         self._requests = requests
         self._buf = buf
         self._closed = False
+        self._self_discard = False
 
     @classmethod
     async def connect(
@@ -116,6 +119,55 @@ class Client:
         """This client's address (``#name#daemon``)."""
         return self._private_group
 
+    @property
+    def name(self) -> str:
+        """The private name this client connected under."""
+        return split_private_group(self._private_group)[0]
+
+    @property
+    def daemon(self) -> str:
+        """The name of the daemon this client is connected to."""
+        return split_private_group(self._private_group)[1]
+
+    def set_self_discard(self, on: bool) -> None:
+        """Self-discard for later multicasts that do not say otherwise; see
+        :meth:`shoal_client.Client.set_self_discard`."""
+        self._self_discard = bool(on)
+
+    def try_multicast(
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payload: bytes,
+        *,
+        self_discard: bool | None = None,
+        mess_type: int = 0,
+    ) -> None:
+        """As :meth:`multicast`, but never waits (not a coroutine): while the
+        connection's write buffer is above its high-water mark (the daemon
+        reads no faster; asyncio's ``drain`` would wait) nothing is sent and
+        :class:`WouldBlock` is raised; otherwise the message is buffered
+        for the event loop to write."""
+        if self._closed:
+            raise Disconnected("the client is closed")
+        discard = self._self_discard if self_discard is None else self_discard
+        frame = self._requests.multicast(service, groups, payload, discard, mess_type)
+        if self.flow_control().blocked:
+            raise WouldBlock()
+        self._writer.write(frame)
+
+    def flow_control(self) -> FlowControl:
+        """Whether the daemon takes this client's sends: ``blocked`` while
+        the connection's write buffer is above its high-water mark."""
+        transport = self._writer.transport
+        size = transport.get_write_buffer_size()
+        _low, high = transport.get_write_buffer_limits()
+        return FlowControl(blocked=size > high, pending_bytes=size)
+
+    async def flush(self) -> None:
+        """Waits until the write buffer is below its low-water mark."""
+        await self._send(b"")
+
     async def join(self, group: str) -> None:
         """Joins ``group``."""
         await self._send(self._requests.join(group))
@@ -125,17 +177,31 @@ class Client:
         await self._send(self._requests.leave(group))
 
     async def multicast(
-        self, service: Service | int | str, groups: Groups, payload: bytes
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payload: bytes,
+        *,
+        self_discard: bool | None = None,
+        mess_type: int = 0,
     ) -> None:
-        """Sends ``payload`` to every member of ``groups`` with ``service``."""
-        await self._send(self._requests.multicast(service, groups, payload))
+        """Sends ``payload`` to every member of ``groups`` with ``service``;
+        ``self_discard`` and ``mess_type`` as in the blocking client's."""
+        discard = self._self_discard if self_discard is None else self_discard
+        await self._send(self._requests.multicast(service, groups, payload, discard, mess_type))
 
     async def multicast_batch(
-        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payloads: Iterable[bytes],
+        *,
+        self_discard: bool | None = None,
     ) -> None:
         """Sends each of ``payloads`` as one message in a single write; see
         :meth:`shoal_client.Client.multicast_batch`."""
-        await self._send(self._requests.multicast_batch(service, groups, payloads))
+        discard = self._self_discard if self_discard is None else self_discard
+        await self._send(self._requests.multicast_batch(service, groups, payloads, discard))
 
     async def receive(self, timeout: float | None = None) -> Event | None:
         """The next :class:`Message` or :class:`Membership`; ``None`` after
@@ -223,7 +289,8 @@ class Client:
         if self._closed:
             raise Disconnected("the client is closed")
         try:
-            self._writer.write(frame)
+            if frame:
+                self._writer.write(frame)
             await self._writer.drain()
         except GONE:
             raise Disconnected("the daemon closed the connection") from None

@@ -17,6 +17,7 @@ from ._common import (
     GONE,
     Endpoint,
     Event,
+    FlowControl,
     Groups,
     PathLike,
     Requests,
@@ -25,10 +26,11 @@ from ._common import (
     endpoint,
     event,
     malformed,
+    split_private_group,
     unwanted,
 )
 from .codec import Limits, Service
-from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable
+from .errors import Disconnected, ShoalClientError, ShoalError, Unreachable, WouldBlock
 
 __all__ = ["Client", "status"]
 
@@ -145,6 +147,10 @@ class Client:
         self._recv_lock = threading.Lock()
         self._said_goodbye = False
         self._closed = False
+        self._self_discard = False
+        # Bytes of messages try_multicast accepted that the socket has not
+        # taken yet; every send writes them first.
+        self._pending = bytearray()
 
     @classmethod
     def connect(
@@ -196,6 +202,23 @@ class Client:
         messages and its entry in membership lists."""
         return self._private_group
 
+    @property
+    def name(self) -> str:
+        """The private name this client connected under."""
+        return split_private_group(self._private_group)[0]
+
+    @property
+    def daemon(self) -> str:
+        """The name of the daemon this client is connected to."""
+        return split_private_group(self._private_group)[1]
+
+    def set_self_discard(self, on: bool) -> None:
+        """Self-discard for every later :meth:`multicast` and
+        :meth:`multicast_batch` that does not say otherwise (Spread's
+        SELF_DISCARD): the daemon does not deliver them back to this
+        connection; the same application's other connections still get them."""
+        self._self_discard = bool(on)
+
     def fileno(self) -> int:
         """The socket's descriptor (to wait on it with ``select``; bytes may
         already be buffered, so try ``receive(timeout=0)`` too)."""
@@ -209,22 +232,92 @@ class Client:
         """Leaves ``group``; a :class:`Membership` without this client follows."""
         self._send(self._requests.leave(group))
 
-    def multicast(self, service: Service | int | str, groups: Groups, payload: bytes) -> None:
+    def multicast(
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payload: bytes,
+        *,
+        self_discard: bool | None = None,
+        mess_type: int = 0,
+    ) -> None:
         """Sends ``payload`` to every member of ``groups`` (one group name or
         several: one message, delivered once to a member of several) with
         the guarantee ``service``. The sender need not be a member. A group
-        may be a private group (``#name#daemon``)."""
-        self._send(self._requests.multicast(service, groups, payload))
+        may be a private group (``#name#daemon``).
+
+        ``self_discard`` (default: the connection's, :meth:`set_self_discard`)
+        keeps the message from coming back to this connection; ``mess_type``
+        (0 to 65535) reaches the receivers as :attr:`Message.mess_type`."""
+        discard = self._self_discard if self_discard is None else self_discard
+        self._send(self._requests.multicast(service, groups, payload, discard, mess_type))
+
+    def try_multicast(
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payload: bytes,
+        *,
+        self_discard: bool | None = None,
+        mess_type: int = 0,
+    ) -> None:
+        """As :meth:`multicast`, but never waits: if the daemon's end of the
+        connection is full (what was accepted before is not all written),
+        nothing is sent and :class:`WouldBlock` is raised. Otherwise the
+        message is accepted: written now, or, when the socket takes only
+        part of it, the rest kept here and written first by the next send
+        (or by :meth:`flush`)."""
+        discard = self._self_discard if self_discard is None else self_discard
+        frame = self._requests.multicast(service, groups, payload, discard, mess_type)
+        with self._send_lock:
+            if self._write_now(self._pending):
+                raise WouldBlock()
+            self._pending += frame
+            self._write_now(self._pending)
+
+    def flow_control(self) -> FlowControl:
+        """Whether the daemon takes this client's sends, after trying (without
+        waiting) to write what :meth:`try_multicast` left pending."""
+        with self._send_lock:
+            left = self._write_now(self._pending)
+        return FlowControl(blocked=left > 0, pending_bytes=left)
+
+    def flush(self) -> None:
+        """Writes what :meth:`try_multicast` left pending, waiting as needed."""
+        self._send(b"")
+
+    def _write_now(self, pending: bytearray) -> int:
+        """Writes what the socket takes of ``pending`` now (removing it);
+        returns the bytes left. Call with the send lock held."""
+        if self._closed:
+            raise Disconnected("the client is closed")
+        while pending:
+            try:
+                n = self._sock.send(pending, _socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except GONE:
+                raise Disconnected("the daemon closed the connection") from None
+            except OSError as e:
+                raise _socket_failure(self._sock, e) from e
+            del pending[:n]
+        return len(pending)
 
     def multicast_batch(
-        self, service: Service | int | str, groups: Groups, payloads: Iterable[bytes]
+        self,
+        service: Service | int | str,
+        groups: Groups,
+        payloads: Iterable[bytes],
+        *,
+        self_discard: bool | None = None,
     ) -> None:
         """Sends each of ``payloads`` as one message, as :meth:`multicast`
         would one after the other, in a single write: the daemon orders
         them as consecutive messages of this client. All or nothing: if
         one payload is refused, :class:`InvalidRequest` names it and
         nothing is sent."""
-        self._send(self._requests.multicast_batch(service, groups, payloads))
+        discard = self._self_discard if self_discard is None else self_discard
+        self._send(self._requests.multicast_batch(service, groups, payloads, discard))
 
     def receive(self, timeout: float | None = None) -> Event | None:
         """The next :class:`Message` or :class:`Membership`; ``None`` after
@@ -328,7 +421,11 @@ class Client:
             if self._closed:
                 raise Disconnected("the client is closed")
             try:
-                self._sock.sendall(frame)
+                if self._pending:
+                    self._sock.sendall(self._pending)
+                    self._pending.clear()
+                if frame:
+                    self._sock.sendall(frame)
             except GONE:
                 raise Disconnected("the daemon closed the connection") from None
             except OSError as e:

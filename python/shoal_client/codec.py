@@ -33,6 +33,7 @@ __all__ = [
     "Leave",
     "Multicast",
     "Message",
+    "SELF_DISCARD",
     "Membership",
     "Disconnect",
     "ErrorFrame",
@@ -51,6 +52,12 @@ LENGTH_LEN = 4
 
 #: Longest token a ``Connect`` may carry, in bytes.
 TOKEN_MAX = 255
+
+#: Bit of a multicast's ``flags``: Spread's SELF_DISCARD, the daemon does
+#: not deliver the message back to the connection that sent it.
+SELF_DISCARD = 1
+
+_FLAGS_ALL = SELF_DISCARD
 
 _STRING_MAX = 0xFFFF
 _U32_MAX = 0xFFFF_FFFF
@@ -142,7 +149,7 @@ class FrameError(ValueError):
 
     ``kind`` names the irregularity (``"too_long"``, ``"too_short"``,
     ``"bad_version"``, ``"unknown_type"``, ``"truncated"``, ``"over_limit"``,
-    ``"bad_utf8"``, ``"empty"``, ``"bad_service"``, ``"bad_reason"``,
+    ``"bad_utf8"``, ``"empty"``, ``"bad_service"``, ``"bad_reason"``, ``"bad_flags"``,
     ``"trailing_bytes"``); the message is the Rust codec's.
     """
 
@@ -191,6 +198,11 @@ class Multicast:
     service: Service
     groups: list[str]
     payload: bytes
+    #: Bits: :data:`SELF_DISCARD`. With ``mess_type``, when either is not
+    #: zero, the frame is a ``MulticastExt`` (type 12).
+    flags: int = 0
+    #: The application's message type (Spread's ``mess_type``), ``u16``.
+    mess_type: int = 0
 
 
 @dataclass
@@ -205,6 +217,9 @@ class Message:
     #: Every group it was addressed to (delivered once to a member of several).
     groups: list[str]
     payload: bytes
+    #: The application's message type as the sender gave it (0: none); a
+    #: nonzero type travels as a ``MessageExt`` frame (type 13).
+    mess_type: int = 0
 
 
 @dataclass
@@ -276,6 +291,8 @@ _DISCONNECT = 8
 _ERROR = 9
 _STATUS = 10
 _STATUS_REPLY = 11
+_MULTICAST_EXT = 12
+_MESSAGE_EXT = 13
 
 # ---- encoding ----
 
@@ -362,14 +379,23 @@ def encode(frame: Frame) -> bytes:
         w = _Writer(_LEAVE)
         w.string(frame.group)
     elif isinstance(frame, Multicast):
-        w = _Writer(_MULTICAST)
+        flags = _check_range("flags", frame.flags, 8)
+        mess_type = _check_range("message type", frame.mess_type, 16)
+        ext = flags != 0 or mess_type != 0
+        w = _Writer(_MULTICAST_EXT if ext else _MULTICAST)
         w.u8(_check_range("service", frame.service, 8))
+        if ext:
+            w.u8(flags)
+            w.u16(mess_type)
         w.strings(frame.groups)
         w.payload(frame.payload)
     elif isinstance(frame, Message):
-        w = _Writer(_MESSAGE)
+        mess_type = _check_range("message type", frame.mess_type, 16)
+        w = _Writer(_MESSAGE_EXT if mess_type else _MESSAGE)
         w.string(frame.sender)
         w.u8(_check_range("service", frame.service, 8))
+        if mess_type:
+            w.u16(mess_type)
         w.strings(frame.groups)
         w.payload(frame.payload)
     elif isinstance(frame, Membership):
@@ -523,11 +549,31 @@ def _decode_multicast(r: _Reader) -> Multicast:
     return Multicast(service, groups, r.payload())
 
 
+def _decode_multicast_ext(r: _Reader) -> Multicast:
+    service = r.service()
+    flags = r.u8("flags")
+    if flags & ~_FLAGS_ALL:
+        raise FrameError("bad_flags", f"unknown multicast flags {flags:#04x}")
+    mess_type = r.u16("message type")
+    groups = r.names("groups", r.limits.groups_max)
+    if not groups:
+        raise FrameError("empty", "an empty group list")
+    return Multicast(service, groups, r.payload(), flags, mess_type)
+
+
 def _decode_message(r: _Reader) -> Message:
     sender = r.name("sender")
     service = r.service()
     groups = r.names("groups", r.limits.groups_max)
     return Message(sender, service, groups, r.payload())
+
+
+def _decode_message_ext(r: _Reader) -> Message:
+    sender = r.name("sender")
+    service = r.service()
+    mess_type = r.u16("message type")
+    groups = r.names("groups", r.limits.groups_max)
+    return Message(sender, service, groups, r.payload(), mess_type)
 
 
 def _decode_membership(r: _Reader) -> Membership:
@@ -553,4 +599,6 @@ _BODY_DECODERS = {
     _ERROR: lambda r: ErrorFrame(r.u16("error code"), r.string("error text", _STRING_MAX)),
     _STATUS: lambda r: Status(),
     _STATUS_REPLY: lambda r: StatusReply(r.string("status text", _STRING_MAX)),
+    _MULTICAST_EXT: _decode_multicast_ext,
+    _MESSAGE_EXT: _decode_message_ext,
 }

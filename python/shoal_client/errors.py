@@ -63,3 +63,12 @@ class InvalidRequest(ShoalClientError, ValueError):
     """A request refused before sending (an empty or overlong name, no
     groups, a payload over the limit); nothing was sent. The daemon would
     answer it with a malformed-frame error and close the connection."""
+
+
+class WouldBlock(ShoalClientError):
+    """``try_multicast`` found the connection to the daemon full (a message
+    accepted earlier is not all written yet); nothing was sent. Try again
+    later, or send blocking."""
+
+    def __init__(self) -> None:
+        super().__init__("the daemon is not taking more yet (back-pressure); nothing was sent")

@@ -29,6 +29,7 @@ from shoal_client import (  # noqa: E402
     Service,
     ShoalError,
     Unreachable,
+    WouldBlock,
     aio,
     status,
 )
@@ -298,6 +299,77 @@ class Blocking(unittest.TestCase):
         self.assertEqual(status(d.address), "node: fake\nclients: 0")
 
 
+    def test_self_discard_and_types_travel_in_the_extended_frames(self) -> None:
+        seen: list[codec.Frame] = []
+
+        def script(peer: Peer) -> None:
+            peer.accept_client("#alice#n7")
+            for _ in range(3):
+                seen.append(peer.frame())
+            peer.send(codec.Message("#bob#n7", Service.AGREED, ["g"], b"typed", 42))
+            seen.append(peer.frame())
+
+        d = self.serve(script)
+        c = Client.connect("alice", d.address, timeout=BOUND)
+        self.assertEqual((c.name, c.daemon), ("alice", "n7"))
+        c.set_self_discard(True)
+        c.multicast(Service.AGREED, "g", b"1")
+        c.multicast(Service.AGREED, "g", b"2", self_discard=False, mess_type=42)
+        c.set_self_discard(False)
+        c.multicast(Service.AGREED, "g", b"3")
+        got = c.receive(timeout=BOUND)
+        self.assertEqual(got, codec.Message("#bob#n7", Service.AGREED, ["g"], b"typed", 42))
+        with self.assertRaises(InvalidRequest):
+            c.multicast(Service.AGREED, "g", b"x", mess_type=70000)
+        c.disconnect()
+        d.finish()
+        self.assertEqual(
+            seen,
+            [
+                codec.Multicast(Service.AGREED, ["g"], b"1", codec.SELF_DISCARD, 0),
+                codec.Multicast(Service.AGREED, ["g"], b"2", 0, 42),
+                codec.Multicast(Service.AGREED, ["g"], b"3"),
+                codec.Disconnect(),
+            ],
+        )
+
+    def test_try_multicast_reports_back_pressure_and_loses_nothing(self) -> None:
+        go = threading.Event()
+        count: list[int] = []
+        seen: list[int] = []
+
+        def script(peer: Peer) -> None:
+            peer.accept_client()
+            go.wait(BOUND)
+            for _ in range(count[0]):
+                frame = peer.frame()
+                assert isinstance(frame, codec.Multicast), frame
+                seen.append(int.from_bytes(frame.payload[:8], "big"))
+            assert isinstance(peer.frame(), codec.Disconnect)
+
+        d = self.serve(script)
+        c = Client.connect("alice", d.address, timeout=BOUND)
+        accepted = 0
+        while True:
+            payload = accepted.to_bytes(8, "big") + bytes(10_000)
+            try:
+                c.try_multicast(Service.FIFO, "g", payload)
+            except WouldBlock:
+                break
+            accepted += 1
+            self.assertLess(accepted, 100_000, "the socket never filled")
+        flow = c.flow_control()
+        self.assertTrue(flow.blocked)
+        self.assertGreater(flow.pending_bytes, 0)
+        count.append(accepted)
+        go.set()
+        c.flush()
+        self.assertFalse(c.flow_control().blocked)
+        c.disconnect()
+        d.finish()
+        self.assertEqual(seen, list(range(accepted)))
+
+
 class Async(unittest.IsolatedAsyncioTestCase):
     def serve(self, script: Script, tcp: bool = False) -> FakeDaemon:
         daemon = FakeDaemon(script, tcp)
@@ -367,3 +439,47 @@ class Async(unittest.IsolatedAsyncioTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncOptions(unittest.IsolatedAsyncioTestCase):
+    async def test_options_and_back_pressure(self) -> None:
+        go = threading.Event()
+        count: list[int] = []
+        seen: list[codec.Frame] = []
+
+        def script(peer: Peer) -> None:
+            peer.accept_client("#a#n3")
+            seen.append(peer.frame())
+            go.wait(BOUND)
+            for _ in range(count[0]):
+                frame = peer.frame()
+                assert isinstance(frame, codec.Multicast), frame
+            seen.append(peer.frame())
+
+        d = FakeDaemon(script)
+        self.addCleanup(d.finish)
+        c = await aio.Client.connect("a", d.address)
+        self.assertEqual((c.name, c.daemon), ("a", "n3"))
+        await c.multicast(Service.AGREED, "g", b"t", self_discard=True, mess_type=9)
+        accepted = 0
+        while True:
+            try:
+                c.try_multicast(Service.FIFO, "g", bytes(10_000))
+            except WouldBlock:
+                break
+            accepted += 1
+            self.assertLess(accepted, 100_000, "the buffer never filled")
+        self.assertTrue(c.flow_control().blocked)
+        count.append(accepted)
+        go.set()
+        await c.flush()
+        self.assertFalse(c.flow_control().blocked)
+        await c.disconnect()
+        d.finish()
+        self.assertEqual(
+            seen,
+            [
+                codec.Multicast(Service.AGREED, ["g"], b"t", codec.SELF_DISCARD, 9),
+                codec.Disconnect(),
+            ],
+        )

@@ -35,6 +35,7 @@ from shoal_client.codec import (  # noqa: E402
     Leave,
     Membership,
     Message,
+    SELF_DISCARD,
     Multicast,
     Status,
     StatusReply,
@@ -57,6 +58,9 @@ def sample_frames() -> list[codec.Frame]:
         Multicast(Service.UNRELIABLE, [f"g{i}" for i in range(64)], bytes(range(256))),
         Message("#bob#b", Service.FIFO, ["chat"], b"hello"),
         Message("#bob#b", Service.CAUSAL, [], b"\x00" * (1 << 20)),
+        Multicast(Service.AGREED, ["chat"], b"hi", 1, 0),
+        Multicast(Service.FIFO, ["chat"], b"", 0, 65535),
+        Message("#bob#b", Service.SAFE, ["chat"], b"typed", 513),
         Membership("chat", 7, Reason.JOIN, ["#alice#a", "#bob#b"]),
         Membership("chat", 2**64 - 1, Reason.LEAVE, []),
         Membership("chat", 0, Reason.DISCONNECT, ["#x#y"]),
@@ -172,6 +176,24 @@ class GoldenBytes(unittest.TestCase):
         self.assertEqual(encode(Message("#b#n", Service.FIFO, ["g"], b"yo")), want)
         self.assertEqual(encode(ErrorFrame(7, "no")), bytes([0, 0, 0, 8, 2, 9, 0, 7, 0, 2]) + b"no")
 
+    def test_extended_multicast_and_message(self) -> None:
+        # type 12: service 5, flags 1 (self-discard), type 0x0102, 1 group
+        # "g", payload "p"; type 13: sender, service, type, groups, payload.
+        multicast = raw(bytes([12, 5, 1, 1, 2, 0, 1, 0, 1]) + b"g" + bytes([0, 0, 0, 1]) + b"p")
+        frame = Multicast(Service.AGREED, ["g"], b"p", SELF_DISCARD, 0x0102)
+        self.assertEqual(encode(frame), multicast)
+        self.assertEqual(decode(multicast)[0], frame)
+        message = raw(
+            bytes([13, 0, 4]) + b"#b#n" + bytes([5, 1, 2, 0, 1, 0, 1]) + b"g" + bytes([0, 0, 0, 1])
+            + b"p"
+        )
+        typed = Message("#b#n", Service.AGREED, ["g"], b"p", 0x0102)
+        self.assertEqual(encode(typed), message)
+        self.assertEqual(decode(message)[0], typed)
+        # Zero flags and type: the plain frames, as older daemons read them.
+        self.assertEqual(encode(Multicast(Service.AGREED, ["g"], b"p", 0, 0))[5], 5)
+        self.assertEqual(encode(Message("#b#n", Service.AGREED, ["g"], b"p", 0))[5], 6)
+
     def test_protocol_values(self) -> None:
         self.assertEqual(
             [(s.label, int(s)) for s in Service],
@@ -265,6 +287,11 @@ class Malformed(unittest.TestCase):
          "token of 256 exceeds the limit 255"),
         ("error code cut short", raw(bytes([9, 0])), "truncated", "truncated error code"),
         ("empty sender", raw(bytes([6, 0, 0, 3, 0, 0, 0, 0, 0, 0])), "empty", "an empty sender"),
+        ("unknown multicast flags",
+         raw(bytes([12, 3, 0x82, 0, 1, 0, 1]) + b"g" + bytes(4)), "bad_flags",
+         "unknown multicast flags 0x82"),
+        ("extended multicast with no groups", raw(bytes([12, 3, 1, 0, 1, 0, 0]) + bytes(4)),
+         "empty", "an empty group list"),
     ]
 
     def test_each_irregularity_is_refused_with_its_error(self) -> None:

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from collections.abc import Callable
@@ -280,6 +281,98 @@ class TwoDaemons(unittest.TestCase):
             self.assertTrue(all(m.sender == alice.private_group for m in got))
             self.assertTrue(all(m.service == Service.FIFO and m.groups == [group] for m in got))
 
+    def test_self_discard_and_message_types_across_daemons(self) -> None:
+        group = f"discard{self.n}"
+        alice, bob = self.pair(group)
+        # A second connection of alice's application on the same daemon.
+        alice2 = self.client(self.cluster.a, "alice2-")
+        alice2.join(group)
+        for c in (alice, bob, alice2):
+            view(c, group, 3)
+        self.assertEqual((alice.name, alice.daemon), (f"alice{self.n}", "a"))
+        alice.set_self_discard(True)
+        alice.multicast(Service.AGREED, group, b"1", mess_type=7)
+        alice.multicast(Service.FIFO, group, b"2")
+        alice.multicast(Service.AGREED, group, bytes(300_000), mess_type=8)  # fragmented
+        alice.multicast(Service.AGREED, group, b"4", self_discard=False, mess_type=9)
+        want = [(b"1", 7), (b"2", 0), (bytes(300_000), 8), (b"4", 9)]
+        for c in (bob, alice2):
+            got = messages(c, 4)
+            self.assertEqual([(m.payload, m.mess_type) for m in got], want)
+        # The sender gets back only the one it did not discard, then nothing.
+        self.assertEqual([(m.payload, m.mess_type) for m in messages(alice, 1)], [(b"4", 9)])
+        self.assertIsNone(alice.receive(timeout=0.5))
+
+    def test_an_asyncio_joiner_gets_the_state_of_a_blocking_member(self) -> None:
+        from shoal_client.state import StateTransfer, send_pending, send_pending_async
+
+        group = f"state{self.n}"
+
+        class Log:
+            def __init__(self) -> None:
+                self.entries: list[bytes] = []
+
+            def apply(self, m: Message) -> None:
+                self.entries.append(m.payload)
+
+            def view(self, v: Membership) -> None:
+                pass
+
+            def snapshot(self) -> bytes:
+                return b"\n".join(self.entries)
+
+            def restore(self, data: bytes) -> None:
+                self.entries = data.split(b"\n") if data else []
+
+        alice = self.client(self.cluster.a, "alice")
+        a_state, a_log = StateTransfer(group, alice.private_group), Log()
+        alice.join(group)
+
+        def pump(deadline: float, done: Callable[[], bool]) -> None:
+            while not done():
+                self.assertLess(time.monotonic(), deadline)
+                event = alice.receive(timeout=0.02)
+                if event is not None:
+                    a_state.handle(a_log, event)
+                    send_pending(alice, a_state)
+
+        pump(time.monotonic() + PATIENCE, lambda: a_state.is_ready)
+        for i in range(50):
+            alice.multicast(Service.AGREED, group, f"before {i}".encode(), mess_type=1)
+
+        async def joiner() -> list[bytes]:
+            c = await aio.Client.connect(f"bob{self.n}", self.cluster.b.socket)
+            st, log = StateTransfer(group, c.private_group), Log()
+            await c.join(group)
+            while not (st.is_ready and len(log.entries) >= 100):
+                event = await c.receive(timeout=PATIENCE)
+                self.assertIsNotNone(event)
+                st.handle(log, event)
+                await send_pending_async(c, st)
+            await c.disconnect()
+            return log.entries
+
+        result: list[list[bytes]] = []
+        thread = threading.Thread(target=lambda: result.append(asyncio.run(joiner())))
+        thread.start()
+        # Alice keeps writing (and answering the request) while bob joins.
+        for i in range(50):
+            alice.multicast(Service.AGREED, group, f"during {i}".encode(), mess_type=1)
+            event = alice.receive(timeout=0.01)
+            if event is not None:
+                a_state.handle(a_log, event)
+                send_pending(alice, a_state)
+        while thread.is_alive():
+            event = alice.receive(timeout=0.02)
+            if event is not None:
+                a_state.handle(a_log, event)
+                send_pending(alice, a_state)
+        thread.join()
+        want = [f"before {i}".encode() for i in range(50)] + [
+            f"during {i}".encode() for i in range(50)]
+        self.assertEqual(result, [want])
+        self.assertEqual(a_state.provided, 1)
+
     def test_a_batch_arrives_in_order_at_both_daemons(self) -> None:
         group = f"batch{self.n}"
         alice, bob = self.pair(group)
@@ -415,6 +508,188 @@ class TwoDaemons(unittest.TestCase):
         self.assertEqual(sorted(got), sorted(want))
         self.assertEqual(sorted(m.payload for m in messages(alice, 2)),
                          [b"from async", b"to async"])
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class Program:
+    """An example program as a process: lines to its stdin, its stdout's
+    lines collected by a thread."""
+
+    def __init__(self, daemon: Daemon, *args: str) -> None:
+        env = dict(os.environ, SHOAL_SOCKET=str(daemon.socket))
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, text=True, bufsize=1,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def wait_line(self, start: int, line: str) -> int:
+        """Index after the first ``line`` at or after ``start``."""
+        deadline = time.monotonic() + PATIENCE
+        while time.monotonic() < deadline:
+            if line in self.lines[start:]:
+                return self.lines.index(line, start) + 1
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+        raise AssertionError(f"no {line!r} in {self.lines[start:]!r}; stderr: {err}")
+
+    def end(self) -> None:
+        """Closes stdin; the program must exit 0."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            code = self.proc.wait(PATIENCE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("the program did not end") from None
+        self._reader.join(PATIENCE)
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        if code != 0:
+            raise AssertionError(f"exit {code}: {err}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+
+
+@unittest.skipUnless(os.environ.get("SHOAL_EXE"),
+                     "SHOAL_EXE is not set: the path of the shoal binary "
+                     "(cargo test -p shoal --test python_client sets it)")
+class Examples(unittest.TestCase):
+    """python/examples run as processes against the two daemons."""
+
+    cluster: Cluster
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.cluster = Cluster(os.environ["SHOAL_EXE"])
+        cls.addClassCleanup(cls.cluster.stop)
+        cls.cluster.start()
+        for d in cls.cluster.daemons:
+            connect(d, f"probe-{d.node}").disconnect()
+            d.ready = True
+        for d in cls.cluster.daemons:
+            eventually(f"daemon {d.node} sees both daemons",
+                       lambda d=d: _daemons_in_view(d) == 2, cls.cluster.logs)
+
+    def program(self, daemon: Daemon, *args: str) -> Program:
+        p = Program(daemon, *args)
+        self.addCleanup(p.kill)
+        return p
+
+    def dump(self, p: Program) -> dict[str, str]:
+        start = len(p.lines)
+        p.send("sync")
+        at = p.wait_line(start, "synced")
+        p.send("dump")
+        end = p.wait_line(at, "end")
+        return dict(line.split("=", 1) for line in p.lines[at : end - 1])
+
+    def test_kv_replicas_joining_during_load_agree(self) -> None:
+        kv = str(EXAMPLES / "kv.py")
+        a, b = self.cluster.a, self.cluster.b
+        r1 = self.program(a, kv, "pystore", "r1")
+        r2 = r3 = None
+        for i in range(400):
+            r1.send(f"set k{i} v{i}")
+            if i % 3 == 0:
+                r1.send(f"del k{i // 2}")
+            if i == 80:
+                r2 = self.program(b, kv, "pystore", "r2")
+            if i == 200:
+                r3 = self.program(a, kv, "pystore", "r3")
+            if i >= 250 and i % 10 == 0:
+                r2.send(f"set w{i} from-r2")
+                r3.send(f"set w{i} from-r3")
+            if i % 10 == 0:
+                time.sleep(0.005)
+        assert r2 is not None and r3 is not None
+        for p in (r1, r2, r3):
+            self.dump(p)
+        maps = [self.dump(p) for p in (r1, r2, r3)]
+        self.assertEqual(maps[0], maps[1])
+        self.assertEqual(maps[0], maps[2])
+        want: dict[str, str] = {}
+        for i in range(400):
+            want[f"k{i}"] = f"v{i}"
+            if i % 3 == 0:
+                want.pop(f"k{i // 2}", None)
+        self.assertEqual({k: v for k, v in maps[0].items() if k.startswith("k")}, want)
+        self.assertEqual(len([k for k in maps[0] if k.startswith("w")]), 15)
+        for p in (r1, r2, r3):
+            p.end()
+
+    def test_workq_does_each_job_once_while_workers_join_and_leave(self) -> None:
+        wq = str(EXAMPLES / "workq.py")
+        a, b = self.cluster.a, self.cluster.b
+        w1 = self.program(a, wq, "worker", "pyjobs", "w1")
+        w2 = self.program(b, wq, "worker", "pyjobs", "w2")
+        for w in (w1, w2):
+            w.wait_line(0, "ready")
+        boss = self.program(a, wq, "submit", "pyjobs", "boss")
+        w3 = None
+        for i in range(200):
+            boss.send(f"job-{i}")
+            if i == 60:
+                w3 = self.program(b, wq, "worker", "pyjobs", "w3")
+                w3.wait_line(0, "ready")
+            if i == 130:
+                w1.end()
+            if i % 20 == 0:
+                time.sleep(0.01)
+        boss.end()
+        assert w3 is not None
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            did = [line.split(" ")[1] for w in (w1, w2, w3) for line in w.lines
+                   if line.startswith("did ")]
+            if len(set(did)) == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(set(did)), 200)
+        self.assertEqual(len(did), 200, "a job done twice")
+        self.assertTrue(any(line.startswith("did ") for line in w3.lines))
+        for w in (w2, w3):
+            w.end()
+
+    def test_chat_lines_reach_the_other_member(self) -> None:
+        chat = str(EXAMPLES / "chat.py")
+        a, b = self.cluster.a, self.cluster.b
+        alice = self.program(a, chat, "pychat", "alice")
+        bob = self.program(b, chat, "pychat", "bob")
+        for p in (alice, bob):
+            deadline = time.monotonic() + PATIENCE
+            while not any("#alice#a" in l and "#bob#b" in l for l in p.lines):
+                self.assertLess(time.monotonic(), deadline, p.lines)
+                time.sleep(0.02)
+        alice.send("hello from alice")
+        bob.wait_line(0, "#alice#a: hello from alice")
+        alice.wait_line(0, "#alice#a: hello from alice")
+        alice.end()
+        bob.end()
 
 
 def _daemons_in_view(daemon: Daemon) -> int:

@@ -2,14 +2,15 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, ClientError, Encoder, Endpoint, Limits, ReadBuf,
-    Received, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
+    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
 };
 
 /// A connected socket of either kind.
@@ -57,6 +58,20 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
+        }
+    }
+
+    /// Writes what the socket takes now without waiting (`MSG_DONTWAIT`,
+    /// for this call only: the other half's reads stay blocking).
+    fn send_now(&self, bytes: &[u8]) -> io::Result<usize> {
+        socket2::SockRef::from(&self.fd())
+            .send_with_flags(bytes, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
     }
 }
 
@@ -123,6 +138,8 @@ impl Client {
             stream: stream.try_clone()?,
             enc,
             private_group: String::new(),
+            pending: Vec::new(),
+            self_discard: false,
         };
         send.write_out()?;
         let mut recv = RecvHalf {
@@ -142,6 +159,73 @@ impl Client {
     /// as the sender of its messages and in membership lists.
     pub fn private_group(&self) -> &str {
         &self.recv.private_group
+    }
+
+    /// The private name this client connected under.
+    pub fn name(&self) -> &str {
+        split_private_group(&self.recv.private_group).map_or("", |(n, _)| n)
+    }
+
+    /// The name of the daemon this client is connected to (the last part
+    /// of its private group; `shoal status` shows it).
+    pub fn daemon(&self) -> &str {
+        split_private_group(&self.recv.private_group).map_or("", |(_, d)| d)
+    }
+
+    /// Self-discard for every later [`Client::multicast`] and
+    /// [`Client::multicast_batch`] of this connection (Spread's
+    /// SELF_DISCARD): the daemon does not deliver them back to it.
+    /// [`Client::multicast_with`] says it per message instead.
+    pub fn set_self_discard(&mut self, on: bool) {
+        self.send.self_discard = on;
+    }
+
+    /// As [`Client::multicast`], with per-message options (self-discard,
+    /// a message type).
+    pub fn multicast_with<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.send.multicast_with(service, groups, payload, opts)
+    }
+
+    /// A multicast that never waits: if the daemon's end of the connection
+    /// is full (what was accepted before is not all written yet) it sends
+    /// nothing and returns [`ClientError::WouldBlock`]. Otherwise the
+    /// message is accepted: written now, or, when the socket takes only
+    /// part of it, the rest kept in the client and written first by the
+    /// next send of any kind (or by [`Client::flush`]).
+    pub fn try_multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.send.try_multicast(service, groups, payload, opts)
+    }
+
+    /// Whether the daemon is taking this client's sends (after trying,
+    /// without waiting, to write what `try_multicast` left pending).
+    pub fn flow_control(&mut self) -> Result<FlowControl, ClientError> {
+        self.send.flow_control()
+    }
+
+    /// Writes what `try_multicast` left pending, waiting as needed.
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        self.send.flush()
+    }
+
+    /// As [`Client::receive`], but never waits: `Ok(None)` unless a whole
+    /// message or view is already here. With the descriptor
+    /// ([`AsRawFd`]) in an event loop: when it is readable, call this
+    /// until it returns `Ok(None)` (frames already read into the client's
+    /// buffer do not make the descriptor readable again).
+    pub fn try_receive(&mut self) -> Result<Option<Received>, ClientError> {
+        self.recv.try_receive()
     }
 
     /// Joins `group`; a [`Membership`](crate::Membership) view including
@@ -236,6 +320,10 @@ pub struct SendHalf {
     stream: Stream,
     enc: Encoder,
     private_group: String,
+    /// Bytes of frames `try_multicast` accepted that the socket has not
+    /// taken yet; every send writes them first.
+    pending: Vec<u8>,
+    self_discard: bool,
 }
 
 impl SendHalf {
@@ -263,8 +351,107 @@ impl SendHalf {
         groups: &[G],
         payload: &[u8],
     ) -> Result<(), ClientError> {
-        self.enc.multicast(service, groups, payload)?;
+        let opts = self.default_options();
+        self.multicast_with(service, groups, payload, opts)
+    }
+
+    /// See [`Client::set_self_discard`].
+    pub fn set_self_discard(&mut self, on: bool) {
+        self.self_discard = on;
+    }
+
+    fn default_options(&self) -> SendOptions {
+        SendOptions {
+            self_discard: self.self_discard,
+            mess_type: 0,
+        }
+    }
+
+    /// See [`Client::multicast_with`].
+    pub fn multicast_with<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.enc.multicast(service, opts, groups, payload)?;
         self.write_out()
+    }
+
+    /// Sends what `state` wants sent (see [`Client::send_pending`]).
+    pub fn send_pending(
+        &mut self,
+        state: &mut crate::state::StateTransfer,
+    ) -> Result<(), ClientError> {
+        while let Some(o) = state.poll_send() {
+            self.multicast_with(
+                crate::state::Outgoing::SERVICE,
+                &o.groups,
+                &o.payload,
+                o.options(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// See [`Client::try_multicast`].
+    pub fn try_multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        if matches!(self.flow_control()?, FlowControl::Blocked { .. }) {
+            return Err(ClientError::WouldBlock);
+        }
+        self.enc.multicast(service, opts, groups, payload)?;
+        let result = self.send_now(0);
+        if let Ok(n) = result {
+            self.pending.extend_from_slice(&self.enc.out[n..]);
+        }
+        self.enc.written();
+        result.map(drop)
+    }
+
+    /// See [`Client::flow_control`].
+    pub fn flow_control(&mut self) -> Result<FlowControl, ClientError> {
+        if !self.pending.is_empty() {
+            let n = self.send_now(1)?;
+            self.pending.drain(..n);
+        }
+        Ok(match self.pending.len() {
+            0 => FlowControl::Clear,
+            pending_bytes => FlowControl::Blocked { pending_bytes },
+        })
+    }
+
+    /// See [`Client::flush`].
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        let result = self.stream.write_all(&self.pending);
+        self.pending.clear();
+        result.map_err(ClientError::from)
+    }
+
+    /// Writes what the socket takes now of the encoder's frame (`from` 0)
+    /// or of the pending bytes (`from` 1).
+    fn send_now(&mut self, from: u8) -> Result<usize, ClientError> {
+        let bytes = if from == 0 {
+            &self.enc.out
+        } else {
+            &self.pending
+        };
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.stream.send_now(&bytes[done..]) {
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(done)
     }
 
     /// See [`Client::multicast_batch`].
@@ -274,7 +461,8 @@ impl SendHalf {
         groups: &[G],
         payloads: &[P],
     ) -> Result<(), ClientError> {
-        self.enc.multicast_batch(service, groups, payloads)?;
+        let opts = self.default_options();
+        self.enc.multicast_batch(service, opts, groups, payloads)?;
         self.write_out()
     }
 
@@ -295,6 +483,12 @@ impl SendHalf {
 
     /// Writes the encoded frame: one `write` unless the socket takes less.
     fn write_out(&mut self) -> Result<(), ClientError> {
+        if !self.pending.is_empty() {
+            if let Err(e) = self.flush() {
+                self.enc.written();
+                return Err(e);
+            }
+        }
         let result = self.stream.write_all(&self.enc.out);
         self.enc.written();
         result.map_err(ClientError::from)
@@ -315,6 +509,14 @@ impl RecvHalf {
     /// See [`Client::private_group`].
     pub fn private_group(&self) -> &str {
         &self.private_group
+    }
+
+    /// See [`Client::try_receive`].
+    pub fn try_receive(&mut self) -> Result<Option<Received>, ClientError> {
+        // A deadline already passed: what is there, without waiting.
+        self.next_frame(Some(Instant::now()))?
+            .map(received)
+            .transpose()
     }
 
     /// See [`Client::receive`].
@@ -366,5 +568,55 @@ impl RecvHalf {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// The connection's socket, for an event loop (`poll`, `epoll`, mio): it
+/// is readable when the daemon sent something. Read with
+/// [`Client::try_receive`]; do not read or write the descriptor directly.
+impl AsRawFd for Client {
+    fn as_raw_fd(&self) -> RawFd {
+        self.recv.stream.fd().as_raw_fd()
+    }
+}
+
+impl AsFd for Client {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.recv.stream.fd()
+    }
+}
+
+/// As for [`Client`]: readable when the daemon sent something.
+impl AsRawFd for RecvHalf {
+    fn as_raw_fd(&self) -> RawFd {
+        self.stream.fd().as_raw_fd()
+    }
+}
+
+impl AsFd for RecvHalf {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.fd()
+    }
+}
+
+/// The daemon's state as `shoal status` prints it (view, peers, clients,
+/// groups, counters; one item per line): a `Status` frame, which needs no
+/// `Connect`, and its `StatusReply`. Gives up after `timeout` with
+/// [`ClientError::Disconnected`].
+pub fn status(endpoint: &Endpoint, timeout: Duration) -> Result<String, ClientError> {
+    let stream = Stream::open(endpoint)?;
+    let mut send = stream.try_clone()?;
+    send.write_all(&Frame::Status.to_vec()?)?;
+    let mut recv = RecvHalf {
+        stream,
+        buf: ReadBuf::new(Limits::default()),
+        timeout: None,
+        private_group: String::new(),
+    };
+    let deadline = Instant::now().checked_add(timeout);
+    match recv.next_frame(deadline)? {
+        Some(Frame::StatusReply { text }) => Ok(text),
+        Some(other) => Err(crate::unwanted(other)),
+        None => Err(ClientError::Disconnected),
     }
 }

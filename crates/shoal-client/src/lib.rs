@@ -54,15 +54,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shoal_wire::client::{decode, Frame, LENGTH_LEN, TOKEN_MAX};
+use shoal_wire::client::{decode, multicast_flags, Frame, LENGTH_LEN, TOKEN_MAX};
 
 pub use shoal_wire::client::{code, default_socket_path, FrameError, Limits, Reason, Service};
+
+pub mod state;
 
 mod blocking;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 
-pub use blocking::{Client, RecvHalf, SendHalf};
+pub use blocking::{status, Client, RecvHalf, SendHalf};
 
 /// How long `disconnect` waits for the daemon to close the connection
 /// (reporting any error it still had for this client) before giving up.
@@ -115,7 +117,49 @@ pub struct Message {
     /// Every group it was addressed to (it is delivered once to a member
     /// of several).
     pub groups: Vec<String>,
+    /// The application's message type (Spread's `mess_type`), as the
+    /// sender gave it in [`SendOptions`]; 0 when it gave none.
+    pub mess_type: u16,
     pub payload: Vec<u8>,
+}
+
+/// Options of one multicast (`multicast_with`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Spread's SELF_DISCARD: the daemon does not deliver this message
+    /// back to this connection (other connections still get it).
+    pub self_discard: bool,
+    /// A number the receivers get unchanged in [`Message::mess_type`].
+    pub mess_type: u16,
+}
+
+impl SendOptions {
+    fn flags(self) -> u8 {
+        if self.self_discard {
+            multicast_flags::SELF_DISCARD
+        } else {
+            0
+        }
+    }
+}
+
+/// Whether the daemon is taking what this client sends (as corosync's
+/// `cpg_flow_control_state_get`): see `Client::flow_control`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowControl {
+    /// Nothing waits in the client: the daemon took every byte sent.
+    Clear,
+    /// Bytes of a message accepted by `try_multicast` wait in the client
+    /// because the daemon's end of the connection is full (the daemon
+    /// reads no faster): `try_multicast` refuses until they are written.
+    Blocked { pending_bytes: usize },
+}
+
+/// The parts of a private group `#name#daemon`: the private name and the
+/// daemon's name.
+pub fn split_private_group(private_group: &str) -> Option<(&str, &str)> {
+    let rest = private_group.strip_prefix('#')?;
+    rest.split_once('#')
 }
 
 /// A new view of a group this client joined.
@@ -173,6 +217,11 @@ pub enum ClientError {
     Invalid(String),
     #[error("client socket: {0}")]
     Io(io::Error),
+    /// `try_multicast` found the connection to the daemon full (a message
+    /// accepted earlier is still partly unwritten); nothing was sent. Try
+    /// again later, or send blocking.
+    #[error("the daemon is not taking more yet (back-pressure); nothing was sent")]
+    WouldBlock,
 }
 
 impl ClientError {
@@ -362,12 +411,13 @@ impl Encoder {
     pub(crate) fn multicast<G: AsRef<str>>(
         &mut self,
         service: Service,
+        opts: SendOptions,
         groups: &[G],
         payload: &[u8],
     ) -> Result<&[u8], ClientError> {
         self.out.clear();
         self.check_payload(payload)?;
-        self.multicast_head(service, groups)?;
+        self.multicast_head(service, opts, groups)?;
         self.append_payload(0, payload)?;
         Ok(&self.out)
     }
@@ -381,6 +431,7 @@ impl Encoder {
     pub(crate) fn multicast_batch<G: AsRef<str>, P: AsRef<[u8]>>(
         &mut self,
         service: Service,
+        opts: SendOptions,
         groups: &[G],
         payloads: &[P],
     ) -> Result<&[u8], ClientError> {
@@ -396,7 +447,7 @@ impl Encoder {
         if payloads.is_empty() {
             return Ok(&self.out);
         }
-        self.multicast_head(service, groups)?;
+        self.multicast_head(service, opts, groups)?;
         let head = self.out.len();
         for (i, payload) in payloads.iter().enumerate() {
             // The first frame's head is in place; the others copy it.
@@ -428,6 +479,7 @@ impl Encoder {
     fn multicast_head<G: AsRef<str>>(
         &mut self,
         service: Service,
+        opts: SendOptions,
         groups: &[G],
     ) -> Result<(), ClientError> {
         if groups.is_empty() {
@@ -445,13 +497,25 @@ impl Encoder {
         for g in groups {
             self.check_name("group name", g.as_ref())?;
         }
-        Frame::Multicast {
-            service,
-            groups: groups.iter().map(|g| g.as_ref().to_owned()).collect(),
-            payload: Vec::new(),
-        }
-        .encode(&mut self.out)
-        .map_err(|e| ClientError::Invalid(e.to_string()))
+        let groups = groups.iter().map(|g| g.as_ref().to_owned()).collect();
+        let frame = if opts == SendOptions::default() {
+            Frame::Multicast {
+                service,
+                groups,
+                payload: Vec::new(),
+            }
+        } else {
+            Frame::MulticastExt {
+                service,
+                flags: opts.flags(),
+                mess_type: opts.mess_type,
+                groups,
+                payload: Vec::new(),
+            }
+        };
+        frame
+            .encode(&mut self.out)
+            .map_err(|e| ClientError::Invalid(e.to_string()))
     }
 
     /// Completes the head that ends the buffer (the frame starting at
@@ -504,6 +568,20 @@ pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
             sender,
             service,
             groups,
+            mess_type: 0,
+            payload,
+        })),
+        Frame::MessageExt {
+            sender,
+            service,
+            mess_type,
+            groups,
+            payload,
+        } => Ok(Received::Message(Message {
+            sender,
+            service,
+            groups,
+            mess_type,
             payload,
         })),
         Frame::Membership {
@@ -526,7 +604,7 @@ pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
 }
 
 /// The error a frame other than the one expected stands for.
-fn unwanted(frame: Frame) -> ClientError {
+pub(crate) fn unwanted(frame: Frame) -> ClientError {
     match frame {
         Frame::Error { code, text } => ClientError::Daemon { code, text },
         Frame::Disconnect => ClientError::Disconnected,
@@ -536,6 +614,8 @@ fn unwanted(frame: Frame) -> ClientError {
         Frame::Leave { .. } => ClientError::Unexpected("Leave"),
         Frame::Multicast { .. } => ClientError::Unexpected("Multicast"),
         Frame::Message { .. } => ClientError::Unexpected("Message"),
+        Frame::MulticastExt { .. } => ClientError::Unexpected("MulticastExt"),
+        Frame::MessageExt { .. } => ClientError::Unexpected("MessageExt"),
         Frame::Membership { .. } => ClientError::Unexpected("Membership"),
         Frame::Status => ClientError::Unexpected("Status"),
         Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
@@ -644,7 +724,12 @@ mod tests {
         let mut enc = Encoder::new(Limits::default());
         for payload in [Vec::new(), b"hi".to_vec(), vec![7u8; 100_000]] {
             let bytes = enc
-                .multicast(Service::Causal, &["a", "bb"], &payload)
+                .multicast(
+                    Service::Causal,
+                    SendOptions::default(),
+                    &["a", "bb"],
+                    &payload,
+                )
                 .unwrap()
                 .to_vec();
             let want = Frame::Multicast {
@@ -659,11 +744,45 @@ mod tests {
     }
 
     #[test]
+    fn options_choose_the_extended_frame() {
+        let mut enc = Encoder::new(Limits::default());
+        let opts = SendOptions {
+            self_discard: true,
+            mess_type: 300,
+        };
+        let bytes = enc
+            .multicast(Service::Agreed, opts, &["g"], b"p")
+            .unwrap()
+            .to_vec();
+        let want = Frame::MulticastExt {
+            service: Service::Agreed,
+            flags: multicast_flags::SELF_DISCARD,
+            mess_type: 300,
+            groups: vec!["g".into()],
+            payload: b"p".to_vec(),
+        };
+        assert_eq!(bytes, want.to_vec().unwrap());
+        let typed = Frame::MessageExt {
+            sender: "#a#d".into(),
+            service: Service::Agreed,
+            mess_type: 300,
+            groups: vec!["g".into()],
+            payload: b"p".to_vec(),
+        };
+        match received(typed).unwrap() {
+            Received::Message(m) => assert_eq!(m.mess_type, 300),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(split_private_group("#alice#n1"), Some(("alice", "n1")));
+        assert_eq!(split_private_group("alice"), None);
+    }
+
+    #[test]
     fn a_batch_is_the_frames_of_its_payloads_one_after_the_other() {
         let mut enc = Encoder::new(Limits::default());
         let payloads = [b"one".to_vec(), Vec::new(), vec![9u8; 70_000]];
         let bytes = enc
-            .multicast_batch(Service::Fifo, &["g"], &payloads)
+            .multicast_batch(Service::Fifo, SendOptions::default(), &["g"], &payloads)
             .unwrap()
             .to_vec();
         let mut want = Vec::new();
@@ -679,7 +798,7 @@ mod tests {
         assert_eq!(bytes, want);
         let none: [&[u8]; 0] = [];
         assert!(enc
-            .multicast_batch(Service::Fifo, &["g"], &none)
+            .multicast_batch(Service::Fifo, SendOptions::default(), &["g"], &none)
             .unwrap()
             .is_empty());
     }
@@ -692,7 +811,7 @@ mod tests {
         };
         let mut enc = Encoder::new(limits);
         let payloads: [&[u8]; 3] = [b"fine", b"far too long", b"fine"];
-        match enc.multicast_batch(Service::Agreed, &["g"], &payloads) {
+        match enc.multicast_batch(Service::Agreed, SendOptions::default(), &["g"], &payloads) {
             Err(ClientError::Invalid(why)) => {
                 assert!(why.starts_with("payload 1 of the batch"), "{why}")
             }
@@ -701,7 +820,7 @@ mod tests {
         assert!(enc.out.is_empty());
         // The encoder is usable afterwards.
         assert!(!enc
-            .multicast(Service::Agreed, &["g"], b"x")
+            .multicast(Service::Agreed, SendOptions::default(), &["g"], b"x")
             .unwrap()
             .is_empty());
     }
@@ -711,15 +830,20 @@ mod tests {
         let mut enc = Encoder::new(Limits::default());
         let none: [&str; 0] = [];
         assert!(matches!(
-            enc.multicast(Service::Agreed, &none, b"x"),
+            enc.multicast(Service::Agreed, SendOptions::default(), &none, b"x"),
             Err(ClientError::Invalid(_))
         ));
         assert!(matches!(
-            enc.multicast(Service::Agreed, &["g", ""], b"x"),
+            enc.multicast(Service::Agreed, SendOptions::default(), &["g", ""], b"x"),
             Err(ClientError::Invalid(_))
         ));
         assert!(matches!(
-            enc.multicast(Service::Agreed, &["g"], &vec![0; (1 << 20) + 1]),
+            enc.multicast(
+                Service::Agreed,
+                SendOptions::default(),
+                &["g"],
+                &vec![0; (1 << 20) + 1]
+            ),
             Err(ClientError::Invalid(_))
         ));
         assert!(matches!(enc.join(""), Err(ClientError::Invalid(_))));

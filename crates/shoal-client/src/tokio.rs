@@ -23,6 +23,8 @@
 //! that loses loses no bytes. The `send` side is not (a request cut short
 //! by cancellation may leave half a frame on the connection).
 
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use ::tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -30,8 +32,8 @@ use ::tokio::net::{TcpStream, UnixStream};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, ClientError, Encoder, Endpoint, Limits, ReadBuf,
-    Received, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
+    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
 };
 
 type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
@@ -97,6 +99,8 @@ impl Client {
             write,
             enc,
             private_group: String::new(),
+            pending: Vec::new(),
+            self_discard: false,
         };
         send.write_out().await?;
         let mut recv = RecvHalf {
@@ -113,6 +117,58 @@ impl Client {
     /// This client's private group (its address).
     pub fn private_group(&self) -> &str {
         &self.recv.private_group
+    }
+
+    /// The private name this client connected under.
+    pub fn name(&self) -> &str {
+        split_private_group(&self.recv.private_group).map_or("", |(n, _)| n)
+    }
+
+    /// The name of the daemon this client is connected to.
+    pub fn daemon(&self) -> &str {
+        split_private_group(&self.recv.private_group).map_or("", |(_, d)| d)
+    }
+
+    /// Self-discard for every later `multicast` and `multicast_batch` of
+    /// this connection; see [`crate::Client::set_self_discard`].
+    pub fn set_self_discard(&mut self, on: bool) {
+        self.send.self_discard = on;
+    }
+
+    /// As [`Client::multicast`], with per-message options.
+    pub async fn multicast_with<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.send
+            .multicast_with(service, groups, payload, opts)
+            .await
+    }
+
+    /// A multicast that never waits (not `async`); see
+    /// [`crate::Client::try_multicast`].
+    pub fn try_multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.send.try_multicast(service, groups, payload, opts)
+    }
+
+    /// Whether the daemon is taking this client's sends; see
+    /// [`crate::Client::flow_control`].
+    pub fn flow_control(&mut self) -> Result<FlowControl, ClientError> {
+        self.send.flow_control()
+    }
+
+    /// Writes what `try_multicast` left pending.
+    pub async fn flush(&mut self) -> Result<(), ClientError> {
+        self.send.flush().await
     }
 
     /// Joins `group`.
@@ -191,6 +247,10 @@ pub struct SendHalf {
     write: Writer,
     enc: Encoder,
     private_group: String,
+    /// Bytes `try_multicast` accepted that the socket has not taken yet;
+    /// every send writes them first.
+    pending: Vec<u8>,
+    self_discard: bool,
 }
 
 impl std::fmt::Debug for SendHalf {
@@ -226,8 +286,90 @@ impl SendHalf {
         groups: &[G],
         payload: &[u8],
     ) -> Result<(), ClientError> {
-        self.enc.multicast(service, groups, payload)?;
+        let opts = SendOptions {
+            self_discard: self.self_discard,
+            mess_type: 0,
+        };
+        self.multicast_with(service, groups, payload, opts).await
+    }
+
+    /// See [`Client::set_self_discard`].
+    pub fn set_self_discard(&mut self, on: bool) {
+        self.self_discard = on;
+    }
+
+    /// See [`Client::multicast_with`].
+    pub async fn multicast_with<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        self.enc.multicast(service, opts, groups, payload)?;
         self.write_out().await
+    }
+
+    /// See [`Client::try_multicast`].
+    pub fn try_multicast<G: AsRef<str>>(
+        &mut self,
+        service: Service,
+        groups: &[G],
+        payload: &[u8],
+        opts: SendOptions,
+    ) -> Result<(), ClientError> {
+        if matches!(self.flow_control()?, FlowControl::Blocked { .. }) {
+            return Err(ClientError::WouldBlock);
+        }
+        self.enc.multicast(service, opts, groups, payload)?;
+        let out = std::mem::take(&mut self.enc.out);
+        let result = self.write_now(&out);
+        if let Ok(n) = result {
+            self.pending.extend_from_slice(&out[n..]);
+        }
+        self.enc.out = out;
+        self.enc.written();
+        result.map(drop)
+    }
+
+    /// See [`Client::flow_control`].
+    pub fn flow_control(&mut self) -> Result<FlowControl, ClientError> {
+        if !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            let result = self.write_now(&pending);
+            self.pending = pending;
+            let n = result?;
+            self.pending.drain(..n);
+        }
+        Ok(match self.pending.len() {
+            0 => FlowControl::Clear,
+            pending_bytes => FlowControl::Blocked { pending_bytes },
+        })
+    }
+
+    /// See [`Client::flush`].
+    pub async fn flush(&mut self) -> Result<(), ClientError> {
+        let result = self.write.write_all(&self.pending).await;
+        self.pending.clear();
+        result.map_err(ClientError::from)
+    }
+
+    /// Writes what the socket takes of `bytes` without waiting: the
+    /// writer polled with a waker that nobody waits on.
+    fn write_now(&mut self, bytes: &[u8]) -> Result<usize, ClientError> {
+        let waker = Waker::from(std::sync::Arc::new(NoWake));
+        let mut cx = Context::from_waker(&waker);
+        let mut done = 0;
+        while done < bytes.len() {
+            match Pin::new(&mut self.write).poll_write(&mut cx, &bytes[done..]) {
+                Poll::Ready(Ok(0)) => return Err(ClientError::Disconnected),
+                Poll::Ready(Ok(n)) => done += n,
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Poll::Ready(Err(e)) => return Err(e.into()),
+                Poll::Pending => break,
+            }
+        }
+        Ok(done)
     }
 
     /// See [`Client::multicast_batch`].
@@ -237,7 +379,11 @@ impl SendHalf {
         groups: &[G],
         payloads: &[P],
     ) -> Result<(), ClientError> {
-        self.enc.multicast_batch(service, groups, payloads)?;
+        let opts = SendOptions {
+            self_discard: self.self_discard,
+            mess_type: 0,
+        };
+        self.enc.multicast_batch(service, opts, groups, payloads)?;
         self.write_out().await
     }
 
@@ -255,10 +401,23 @@ impl SendHalf {
     }
 
     async fn write_out(&mut self) -> Result<(), ClientError> {
+        if !self.pending.is_empty() {
+            if let Err(e) = self.flush().await {
+                self.enc.written();
+                return Err(e);
+            }
+        }
         let result = self.write.write_all(&self.enc.out).await;
         self.enc.written();
         result.map_err(ClientError::from)
     }
+}
+
+/// A waker nobody waits on (`Waker::noop` is newer than this crate's MSRV).
+struct NoWake;
+
+impl std::task::Wake for NoWake {
+    fn wake(self: std::sync::Arc<Self>) {}
 }
 
 /// The receiving half of an async [`Client`].

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::{message, FakeDaemon, BOUND};
 use shoal_client::{
     code, Client, ClientError, Endpoint, FrameError, Limits, Membership, Message, Reason, Received,
-    Service,
+    SendOptions, Service,
 };
 use shoal_wire::client::Frame;
 
@@ -191,6 +191,7 @@ fn messages_and_views_are_received() {
             sender: "#b#h".into(),
             service: Service::Fifo,
             groups: vec!["g".into(), "h".into()],
+            mess_type: 0,
             payload: b"hi".to_vec(),
         })
     );
@@ -471,4 +472,170 @@ fn a_batch_arrives_as_consecutive_multicasts_and_a_refused_one_sends_nothing() {
     );
     client.disconnect().unwrap();
     daemon.finish();
+}
+
+#[test]
+fn options_self_discard_and_types_travel_in_the_extended_frames() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#n7");
+        let ext = |flags, mess_type, payload: &[u8]| Frame::MulticastExt {
+            service: Service::Agreed,
+            flags,
+            mess_type,
+            groups: vec!["g".into()],
+            payload: payload.to_vec(),
+        };
+        // The connection's default, then per message.
+        assert_eq!(peer.read_frame(), ext(1, 0, b"1"));
+        assert_eq!(peer.read_frame(), ext(0, 42, b"2"));
+        assert_eq!(
+            peer.read_frame(),
+            Frame::Multicast {
+                service: Service::Agreed,
+                groups: vec!["g".into()],
+                payload: b"3".to_vec(),
+            }
+        );
+        peer.send(&Frame::MessageExt {
+            sender: "#b#n7".into(),
+            service: Service::Agreed,
+            mess_type: 42,
+            groups: vec!["g".into()],
+            payload: b"typed".to_vec(),
+        });
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert_eq!((client.name(), client.daemon()), ("a", "n7"));
+    client.set_self_discard(true);
+    client.multicast(Service::Agreed, &["g"], b"1").unwrap();
+    let typed = SendOptions {
+        self_discard: false,
+        mess_type: 42,
+    };
+    client
+        .multicast_with(Service::Agreed, &["g"], b"2", typed)
+        .unwrap();
+    client.set_self_discard(false);
+    client.multicast(Service::Agreed, &["g"], b"3").unwrap();
+    match client.receive_timeout(BOUND).unwrap() {
+        Some(Received::Message(m)) => {
+            assert_eq!((m.mess_type, &m.payload[..]), (42, &b"typed"[..]))
+        }
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+/// A daemon that does not read: `try_multicast` fills the socket, then
+/// reports back-pressure without blocking; once the daemon reads, the
+/// pending bytes go first and every accepted message arrives whole.
+#[test]
+fn try_multicast_reports_back_pressure_and_loses_nothing() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<usize>();
+    let daemon = FakeDaemon::unix(move |mut peer| {
+        peer.accept("#a#n");
+        let accepted = go_rx.recv().unwrap();
+        for i in 0..accepted {
+            match peer.read_frame() {
+                Frame::Multicast { payload, .. } => {
+                    assert_eq!(&payload[..8], &(i as u64).to_be_bytes())
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    let mut accepted = 0usize;
+    let mut payload = vec![0u8; 10_000];
+    loop {
+        payload[..8].copy_from_slice(&(accepted as u64).to_be_bytes());
+        match client.try_multicast(Service::Fifo, &["g"], &payload, SendOptions::default()) {
+            Ok(()) => accepted += 1,
+            Err(ClientError::WouldBlock) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(accepted < 100_000, "the socket never filled");
+    }
+    assert!(accepted > 0);
+    assert!(matches!(
+        client.flow_control().unwrap(),
+        shoal_client::FlowControl::Blocked { pending_bytes } if pending_bytes > 0
+    ));
+    go_tx.send(accepted).unwrap();
+    client.flush().unwrap();
+    assert_eq!(
+        client.flow_control().unwrap(),
+        shoal_client::FlowControl::Clear
+    );
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+#[test]
+fn try_receive_never_waits_and_the_descriptor_polls_readable() {
+    use std::os::fd::AsRawFd;
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = FakeDaemon::unix(move |mut peer| {
+        peer.accept("#a#n");
+        go_rx.recv().unwrap();
+        peer.send(&message("#b#n", &["g"], b"one"));
+        peer.send(&message("#b#n", &["g"], b"two"));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert!(client.try_receive().unwrap().is_none());
+    go_tx.send(()).unwrap();
+    let fd = client.as_raw_fd();
+    assert!(poll_readable(fd, BOUND));
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + BOUND;
+    while got.len() < 2 && std::time::Instant::now() < deadline {
+        match client.try_receive().unwrap() {
+            Some(Received::Message(m)) => got.push(m.payload),
+            Some(other) => panic!("{other:?}"),
+            None => {
+                poll_readable(fd, Duration::from_millis(100));
+            }
+        }
+    }
+    assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec()]);
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+/// Whether `fd` becomes readable within `timeout`, asked of epoll
+/// through tokio (as an application's event loop would). `AsyncFd::new`
+/// on a raw descriptor is deprecated for lack of I/O safety; here the
+/// client owning it outlives the `AsyncFd`, dropped before returning.
+#[allow(deprecated)]
+fn poll_readable(fd: i32, timeout: Duration) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let afd = tokio::io::unix::AsyncFd::new(fd).unwrap();
+        tokio::time::timeout(timeout, afd.readable()).await.is_ok()
+    })
+}
+
+#[test]
+fn status_asks_without_connecting() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        assert_eq!(peer.read_frame(), Frame::Status);
+        peer.send(&Frame::StatusReply {
+            text: "node: a\nclients: 0".into(),
+        });
+    });
+    let text = shoal_client::status(&daemon.endpoint(), BOUND).unwrap();
+    assert_eq!(text, "node: a\nclients: 0");
+    daemon.finish();
+    let nobody = Endpoint::Unix("/nonexistent/shoal.sock".into());
+    assert!(matches!(
+        shoal_client::status(&nobody, BOUND),
+        Err(ClientError::Unreachable { .. })
+    ));
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use common::{message, FakeDaemon, BOUND};
 use shoal_client::tokio::Client;
-use shoal_client::{code, ClientError, Endpoint, FrameError, Reason, Received, Service};
+use shoal_client::{
+    code, ClientError, Endpoint, FlowControl, FrameError, Reason, Received, SendOptions, Service,
+};
 use shoal_wire::client::Frame;
 
 /// Bounds a whole test: a hang fails instead of blocking the run.
@@ -405,6 +407,59 @@ async fn a_batch_arrives_as_consecutive_multicasts() {
             .multicast_batch(Service::Agreed, &["g1", "g2"], &payloads)
             .await
             .unwrap();
+        client.disconnect().await.unwrap();
+    })
+    .await;
+    daemon.finish();
+}
+
+/// As the blocking test: a daemon that does not read makes `try_multicast`
+/// report back-pressure (without waiting); once it reads, everything
+/// accepted arrives whole and in order, the options in the frames.
+#[tokio::test]
+async fn try_multicast_reports_back_pressure_and_loses_nothing() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<usize>();
+    let daemon = FakeDaemon::unix(move |mut peer| {
+        peer.accept("#a#n5");
+        let accepted = go_rx.recv().unwrap();
+        for i in 0..accepted {
+            match peer.read_frame() {
+                Frame::MulticastExt {
+                    payload,
+                    flags: 1,
+                    mess_type: 4,
+                    ..
+                } => assert_eq!(&payload[..8], &(i as u64).to_be_bytes()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    bounded(async {
+        let mut client = Client::connect_to(&daemon.endpoint(), "a").await.unwrap();
+        assert_eq!((client.name(), client.daemon()), ("a", "n5"));
+        let opts = SendOptions {
+            self_discard: true,
+            mess_type: 4,
+        };
+        let mut accepted = 0usize;
+        let mut payload = vec![0u8; 10_000];
+        loop {
+            payload[..8].copy_from_slice(&(accepted as u64).to_be_bytes());
+            match client.try_multicast(Service::Fifo, &["g"], &payload, opts) {
+                Ok(()) => accepted += 1,
+                Err(ClientError::WouldBlock) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(accepted < 100_000, "the socket never filled");
+        }
+        assert!(matches!(
+            client.flow_control().unwrap(),
+            FlowControl::Blocked { pending_bytes } if pending_bytes > 0
+        ));
+        go_tx.send(accepted).unwrap();
+        client.flush().await.unwrap();
+        assert_eq!(client.flow_control().unwrap(), FlowControl::Clear);
         client.disconnect().await.unwrap();
     })
     .await;

@@ -128,6 +128,27 @@ pub enum Frame {
         groups: Vec<String>,
         payload: Vec<u8>,
     },
+    /// Client → daemon: a multicast with options: `flags` (bits of
+    /// [`multicast_flags`]; unknown bits are refused) and the
+    /// application's message type (Spread's `mess_type`), which the
+    /// receivers get in [`Frame::MessageExt`]. A client sends the plain
+    /// [`Frame::Multicast`] when both are zero.
+    MulticastExt {
+        service: Service,
+        flags: u8,
+        mess_type: u16,
+        groups: Vec<String>,
+        payload: Vec<u8>,
+    },
+    /// Daemon → client: a message sent with a nonzero `mess_type` (one
+    /// of type zero comes as the plain [`Frame::Message`]).
+    MessageExt {
+        sender: String,
+        service: Service,
+        mess_type: u16,
+        groups: Vec<String>,
+        payload: Vec<u8>,
+    },
     /// Daemon → client: the new membership of `group`.
     ///
     /// A view is named by `(view_id, transitional)`: every member of a
@@ -177,6 +198,15 @@ pub fn default_socket_path() -> std::path::PathBuf {
     }
 }
 
+/// Bits of a [`Frame::MulticastExt`]'s `flags`.
+pub mod multicast_flags {
+    /// Spread's SELF_DISCARD: the sender's own connection does not get the
+    /// message back (other connections of the same application do).
+    pub const SELF_DISCARD: u8 = 1;
+    /// Every bit defined so far.
+    pub const ALL: u8 = SELF_DISCARD;
+}
+
 /// Longest token a `Connect` may carry, in bytes.
 pub const TOKEN_MAX: usize = 255;
 
@@ -215,6 +245,8 @@ const DISCONNECT: u8 = 8;
 const ERROR: u8 = 9;
 const STATUS: u8 = 10;
 const STATUS_REPLY: u8 = 11;
+const MULTICAST_EXT: u8 = 12;
+const MESSAGE_EXT: u8 = 13;
 
 /// Bounds the decoder enforces (each a daemon setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,9 +308,11 @@ pub enum FrameError {
     #[error("unknown service {0}")]
     BadService(u8),
     #[error("unknown view flags {0:#x}")]
-    BadFlags(u8),
+    BadViewFlags(u8),
     #[error("unknown membership reason {0}")]
     BadReason(u8),
+    #[error("unknown multicast flags {0:#04x}")]
+    BadFlags(u8),
     #[error("{0} bytes left over after the frame's body")]
     TrailingBytes(usize),
 }
@@ -342,6 +376,32 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
             groups: r.names("groups", limits.groups_max)?,
             payload: r.payload()?,
         },
+        MULTICAST_EXT => {
+            let service = r.service()?;
+            let flags = r.u8("flags")?;
+            if flags & !multicast_flags::ALL != 0 {
+                return Err(FrameError::BadFlags(flags));
+            }
+            let mess_type = r.u16("message type")?;
+            let groups = r.names("groups", limits.groups_max)?;
+            if groups.is_empty() {
+                return Err(FrameError::Empty("group list"));
+            }
+            Frame::MulticastExt {
+                service,
+                flags,
+                mess_type,
+                groups,
+                payload: r.payload()?,
+            }
+        }
+        MESSAGE_EXT => Frame::MessageExt {
+            sender: r.name("sender")?,
+            service: r.service()?,
+            mess_type: r.u16("message type")?,
+            groups: r.names("groups", limits.groups_max)?,
+            payload: r.payload()?,
+        },
         MEMBERSHIP => {
             let group = r.name("group name")?;
             let view_id = r.u64("view id")?;
@@ -349,7 +409,7 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
             let reason = Reason::from_u8(reason).ok_or(FrameError::BadReason(reason))?;
             let flags = r.u8("view flags")?;
             if flags > 3 {
-                return Err(FrameError::BadFlags(flags));
+                return Err(FrameError::BadViewFlags(flags));
             }
             Frame::Membership {
                 group,
@@ -463,12 +523,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Appends a `Message` frame built from borrowed parts: the same bytes as
-/// `Frame::Message { .. }.encode`, without first copying the payload into a
-/// frame (a daemon encodes a message once for all its local recipients).
+/// Appends a `Message` frame built from borrowed parts (a `MessageExt`
+/// when `mess_type` is not zero): the same bytes as the frame's `encode`,
+/// without first copying the payload into a frame (a daemon encodes a
+/// message once for all its local recipients).
 pub fn encode_message(
     sender: &str,
     service: Service,
+    mess_type: u16,
     groups: &[&str],
     payload: &[u8],
     out: &mut Vec<u8>,
@@ -477,9 +539,12 @@ pub fn encode_message(
     out.extend_from_slice(&[0; LENGTH_LEN]);
     out.push(CLIENT_VERSION);
     let mut w = Writer { out };
-    w.u8(MESSAGE);
+    w.u8(if mess_type == 0 { MESSAGE } else { MESSAGE_EXT });
     w.string(sender)?;
     w.u8(service as u8);
+    if mess_type != 0 {
+        w.out.extend_from_slice(&mess_type.to_be_bytes());
+    }
     let count = u16::try_from(groups.len()).map_err(|_| FrameError::OverLimit {
         what: "list",
         len: groups.len(),
@@ -547,6 +612,34 @@ impl Frame {
                 w.u8(MESSAGE);
                 w.string(sender)?;
                 w.u8(*service as u8);
+                w.strings(groups)?;
+                w.payload(payload)?;
+            }
+            Frame::MulticastExt {
+                service,
+                flags,
+                mess_type,
+                groups,
+                payload,
+            } => {
+                w.u8(MULTICAST_EXT);
+                w.u8(*service as u8);
+                w.u8(*flags);
+                w.out.extend_from_slice(&mess_type.to_be_bytes());
+                w.strings(groups)?;
+                w.payload(payload)?;
+            }
+            Frame::MessageExt {
+                sender,
+                service,
+                mess_type,
+                groups,
+                payload,
+            } => {
+                w.u8(MESSAGE_EXT);
+                w.string(sender)?;
+                w.u8(*service as u8);
+                w.out.extend_from_slice(&mess_type.to_be_bytes());
                 w.strings(groups)?;
                 w.payload(payload)?;
             }
@@ -658,10 +751,35 @@ mod tests {
                     payload,
                 }
             }),
-            (name(), service(), groups.clone(), payload).prop_map(
+            (name(), service(), groups.clone(), payload.clone()).prop_map(
                 |(sender, service, groups, payload)| Frame::Message {
                     sender,
                     service,
+                    groups,
+                    payload,
+                }
+            ),
+            (
+                service(),
+                0u8..=multicast_flags::ALL,
+                any::<u16>(),
+                groups.clone(),
+                payload.clone()
+            )
+                .prop_map(|(service, flags, mess_type, groups, payload)| {
+                    Frame::MulticastExt {
+                        service,
+                        flags,
+                        mess_type,
+                        groups,
+                        payload,
+                    }
+                }),
+            (name(), service(), any::<u16>(), groups.clone(), payload).prop_map(
+                |(sender, service, mess_type, groups, payload)| Frame::MessageExt {
+                    sender,
+                    service,
+                    mess_type,
                     groups,
                     payload,
                 }
@@ -692,8 +810,18 @@ mod tests {
             payload: b"payload".to_vec(),
         };
         let mut out = Vec::new();
-        encode_message("#a#n", Service::Fifo, &["g", "h"], b"payload", &mut out).unwrap();
+        encode_message("#a#n", Service::Fifo, 0, &["g", "h"], b"payload", &mut out).unwrap();
         assert_eq!(out, frame.to_vec().unwrap());
+        let typed = Frame::MessageExt {
+            sender: "#a#n".into(),
+            service: Service::Agreed,
+            mess_type: 513,
+            groups: vec!["g".into()],
+            payload: b"p".to_vec(),
+        };
+        out.clear();
+        encode_message("#a#n", Service::Agreed, 513, &["g"], b"p", &mut out).unwrap();
+        assert_eq!(out, typed.to_vec().unwrap());
     }
 
     proptest! {
@@ -804,6 +932,16 @@ mod tests {
                     len: (1 << 21) + 1,
                     max: 1 << 20,
                 },
+            ),
+            (
+                "unknown multicast flags",
+                raw(&[MULTICAST_EXT, 3, 0x82, 0, 1, 0, 1, 0, 1, b'g', 0, 0, 0, 0]),
+                FrameError::BadFlags(0x82),
+            ),
+            (
+                "extended multicast with no groups",
+                raw(&[MULTICAST_EXT, 3, 1, 0, 1, 0, 0, 0, 0, 0, 0]),
+                FrameError::Empty("group list"),
             ),
             (
                 "unknown reason",

@@ -18,7 +18,15 @@
 //! | 6 | SNAPSHOT | epoch `u64`, `flags u8` (bit 0: first part, replaces what the receiver holds for the sender; bit 1: last part), `count u32` × (client, groups): the sending daemon's clients and their groups |
 //! | 7 | GOODBYE | (none): the sending daemon is shutting down |
 //! | 8 | RECEIVED | gseq `u64`: the sending daemon holds every batch up to this global sequence number (the acknowledgement behind service `safe`) |
+//! | 9 | MESSAGE_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, payload |
+//! | 10 | FRAGMENT_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
 //! | 11 | TABLE | joiner `u32`, as-of gseq `u64`, as-of index `u32`, view-id counters (epoch `u64`, changes `u64`, owner slot `u32`), `flags u8` (bit 0 first part, bit 1 last part), settled daemons (`u16` count × `u32`), `count u32` × (daemon `u32`, client, groups): every group member as of a point of the order, for a daemon that joined |
+//!
+//! A message or fragment whose flags and type are both zero is encoded with
+//! the shorter tag (4 or 5), so batches without typed messages are what
+//! daemons that predate tags 9 and 10 read. The flags are the client
+//! protocol's multicast flags (`client::multicast_flags`): self-discard
+//! matters only to the sending daemon, which delivers to its own clients.
 //!
 //! Decoding never panics and never allocates for a count the bytes cannot
 //! hold; any irregularity refuses the whole batch.
@@ -33,6 +41,8 @@ const FRAGMENT: u8 = 5;
 const SNAPSHOT: u8 = 6;
 const GOODBYE: u8 = 7;
 const RECEIVED: u8 = 8;
+const MESSAGE_EXT: u8 = 9;
+const FRAGMENT_EXT: u8 = 10;
 const TABLE: u8 = 11;
 
 /// One item of a batch; strings and bytes borrow from the payload.
@@ -54,6 +64,10 @@ pub enum Item<'a> {
     Message {
         client: &'a str,
         service: u8,
+        /// The client's multicast flags (self-discard).
+        flags: u8,
+        /// The application's message type.
+        mess_type: u16,
         groups: Vec<&'a str>,
         payload: &'a [u8],
     },
@@ -62,6 +76,8 @@ pub enum Item<'a> {
     Fragment {
         client: &'a str,
         service: u8,
+        flags: u8,
+        mess_type: u16,
         groups: Vec<&'a str>,
         id: u64,
         total: u32,
@@ -122,6 +138,10 @@ pub enum GroupsError {
     BadFlags(u8),
     #[error("a batch holds at most 65535 items")]
     TooManyItems,
+    /// A MESSAGE_EXT or FRAGMENT_EXT with no flags and type 0: the short
+    /// tag is the only encoding of that.
+    #[error("an extended message item with no flags and type 0")]
+    EmptyExtension,
 }
 
 /// Decodes a batch.
@@ -155,6 +175,16 @@ pub fn encode(items: &[Item<'_>], out: &mut Vec<u8>) -> Result<(), GroupsError> 
     Ok(())
 }
 
+/// Bytes the flags and message type take: none when both are zero (the
+/// short tag).
+fn ext_len(flags: u8, mess_type: u16) -> usize {
+    if flags == 0 && mess_type == 0 {
+        0
+    } else {
+        3
+    }
+}
+
 impl Item<'_> {
     /// Bytes this item takes when encoded.
     pub fn encoded_len(&self) -> usize {
@@ -167,14 +197,28 @@ impl Item<'_> {
                 client,
                 groups,
                 payload,
+                flags,
+                mess_type,
                 ..
-            } => s(client) + 1 + list(groups) + 4 + payload.len(),
+            } => s(client) + 1 + ext_len(*flags, *mess_type) + list(groups) + 4 + payload.len(),
             Item::Fragment {
                 client,
                 groups,
                 bytes,
+                flags,
+                mess_type,
                 ..
-            } => s(client) + 1 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
+            } => {
+                s(client)
+                    + 1
+                    + ext_len(*flags, *mess_type)
+                    + list(groups)
+                    + 8
+                    + 4
+                    + 4
+                    + 4
+                    + bytes.len()
+            }
             Item::Snapshot { clients, .. } => {
                 8 + 1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
@@ -220,27 +264,41 @@ impl Item<'_> {
             Item::Message {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 payload,
             } => {
-                w.u8(MESSAGE);
+                let ext = ext_len(*flags, *mess_type) > 0;
+                w.u8(if ext { MESSAGE_EXT } else { MESSAGE });
                 w.str(client)?;
                 w.u8(*service);
+                if ext {
+                    w.u8(*flags);
+                    w.out.extend_from_slice(&mess_type.to_be_bytes());
+                }
                 w.list(groups)?;
                 w.bytes(payload)?;
             }
             Item::Fragment {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 id,
                 total,
                 offset,
                 bytes,
             } => {
-                w.u8(FRAGMENT);
+                let ext = ext_len(*flags, *mess_type) > 0;
+                w.u8(if ext { FRAGMENT_EXT } else { FRAGMENT });
                 w.str(client)?;
                 w.u8(*service);
+                if ext {
+                    w.u8(*flags);
+                    w.out.extend_from_slice(&mess_type.to_be_bytes());
+                }
                 w.list(groups)?;
                 w.out.extend_from_slice(&id.to_be_bytes());
                 w.out.extend_from_slice(&total.to_be_bytes());
@@ -401,6 +459,19 @@ impl<'a> Reader<'a> {
         self.take(len, what)
     }
 
+    /// The flags and message type of an `_EXT` tag; zeros for the short one.
+    fn ext(&mut self, ext: bool) -> Result<(u8, u16), GroupsError> {
+        if !ext {
+            return Ok((0, 0));
+        }
+        let flags = self.u8("flags")?;
+        let mess_type = self.u16("message type")?;
+        if flags == 0 && mess_type == 0 {
+            return Err(GroupsError::EmptyExtension);
+        }
+        Ok((flags, mess_type))
+    }
+
     fn item(&mut self) -> Result<Item<'a>, GroupsError> {
         Ok(match self.u8("tag")? {
             JOIN => Item::Join {
@@ -415,21 +486,35 @@ impl<'a> Reader<'a> {
                 client: self.str("client")?,
                 reason: self.u8("reason")?,
             },
-            MESSAGE => Item::Message {
-                client: self.str("client")?,
-                service: self.u8("service")?,
-                groups: self.list("groups")?,
-                payload: self.bytes("payload")?,
-            },
-            FRAGMENT => Item::Fragment {
-                client: self.str("client")?,
-                service: self.u8("service")?,
-                groups: self.list("groups")?,
-                id: self.u64("message id")?,
-                total: self.u32("total length")?,
-                offset: self.u32("offset")?,
-                bytes: self.bytes("fragment")?,
-            },
+            tag @ (MESSAGE | MESSAGE_EXT) => {
+                let client = self.str("client")?;
+                let service = self.u8("service")?;
+                let (flags, mess_type) = self.ext(tag == MESSAGE_EXT)?;
+                Item::Message {
+                    client,
+                    service,
+                    flags,
+                    mess_type,
+                    groups: self.list("groups")?,
+                    payload: self.bytes("payload")?,
+                }
+            }
+            tag @ (FRAGMENT | FRAGMENT_EXT) => {
+                let client = self.str("client")?;
+                let service = self.u8("service")?;
+                let (flags, mess_type) = self.ext(tag == FRAGMENT_EXT)?;
+                Item::Fragment {
+                    client,
+                    service,
+                    flags,
+                    mess_type,
+                    groups: self.list("groups")?,
+                    id: self.u64("message id")?,
+                    total: self.u32("total length")?,
+                    offset: self.u32("offset")?,
+                    bytes: self.bytes("fragment")?,
+                }
+            }
             SNAPSHOT => {
                 let epoch = self.u64("snapshot epoch")?;
                 let flags = self.u8("snapshot flags")?;
@@ -541,17 +626,48 @@ mod tests {
             Item::Message {
                 client: "#a#n1",
                 service: 5,
+                flags: 0,
+                mess_type: 0,
                 groups: vec!["chat", "log"],
                 payload: b"hello",
+            },
+            Item::Message {
+                client: "#a#n1",
+                service: 5,
+                flags: 1,
+                mess_type: 0,
+                groups: vec!["chat"],
+                payload: b"typed",
+            },
+            Item::Message {
+                client: "#a#n1",
+                service: 2,
+                flags: 0,
+                mess_type: 40_000,
+                groups: vec!["chat"],
+                payload: b"",
             },
             Item::Fragment {
                 client: "#a#n1",
                 service: 3,
+                flags: 0,
+                mess_type: 0,
                 groups: vec!["big"],
                 id: 9,
                 total: 100_000,
                 offset: 60_000,
                 bytes: &[7; 300],
+            },
+            Item::Fragment {
+                client: "#a#n1",
+                service: 6,
+                flags: 1,
+                mess_type: 7,
+                groups: vec!["big"],
+                id: 10,
+                total: 100_000,
+                offset: 0,
+                bytes: &[8; 30],
             },
             Item::Snapshot {
                 epoch: 7,
@@ -630,6 +746,14 @@ mod tests {
                 vec![0, 1, RECEIVED, 0, 0, 0],
                 GroupsError::Truncated("received gseq"),
             ),
+            (
+                vec![0, 1, MESSAGE_EXT, 0, 1, b'a', 5, 0, 0, 0],
+                GroupsError::EmptyExtension,
+            ),
+            (
+                vec![0, 1, FRAGMENT_EXT, 0, 1, b'a', 5, 1],
+                GroupsError::Truncated("message type"),
+            ),
         ];
         for (bytes, expected) in cases {
             assert_eq!(decode(&bytes), Err(expected), "{bytes:?}");
@@ -647,9 +771,18 @@ mod tests {
             client in "[a-z#]{1,12}",
             groups in proptest::collection::vec("[a-z]{1,8}", 1..4),
             payload in proptest::collection::vec(any::<u8>(), 0..100),
+            flags in 0u8..2,
+            mess_type in any::<u16>(),
         ) {
             let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-            roundtrip(&[Item::Message { client: &client, service: 5, groups, payload: &payload }]);
+            roundtrip(&[Item::Message {
+                client: &client,
+                service: 5,
+                flags,
+                mess_type,
+                groups,
+                payload: &payload,
+            }]);
         }
     }
 }

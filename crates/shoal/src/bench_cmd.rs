@@ -98,7 +98,11 @@ pub struct BenchArgs {
     multicast: bool,
 }
 
-/// A blocking connection speaking the client frames.
+/// A blocking connection speaking the client frames by hand, for the
+/// memory figure only: thousands of connections, each with a 4 KiB read
+/// buffer (the client library's grows to 64 KiB on its first read, which
+/// thousands of connections in the bench's own process would pay for).
+/// The measured paths (stream, echo) use the client library.
 struct Conn {
     stream: UnixStream,
     buf: Vec<u8>,
@@ -150,28 +154,8 @@ impl Conn {
         self
     }
 
-    fn try_clone(&self) -> anyhow::Result<Conn> {
-        Ok(Conn {
-            stream: self.stream.try_clone()?,
-            buf: Vec::new(),
-            at: 0,
-            chunk: vec![0; 256 * 1024],
-        })
-    }
-
     fn send(&mut self, frame: &Frame) -> anyhow::Result<()> {
         self.stream.write_all(&frame.to_vec()?)?;
-        Ok(())
-    }
-
-    /// Several frames in one write (the bytes of the client library's
-    /// `multicast_batch`).
-    fn send_all(&mut self, frames: &[Frame], out: &mut Vec<u8>) -> anyhow::Result<()> {
-        out.clear();
-        for frame in frames {
-            frame.encode(out)?;
-        }
-        self.stream.write_all(out)?;
         Ok(())
     }
 
@@ -191,19 +175,32 @@ impl Conn {
             self.buf.extend_from_slice(&self.chunk[..n]);
         }
     }
+}
 
-    /// Reads until a membership of `group` with `n` members.
-    fn wait_members(&mut self, group: &str, n: usize) -> anyhow::Result<()> {
-        loop {
-            match self.recv()? {
-                Frame::Membership {
-                    group: g,
-                    members,
-                    reason,
-                    ..
-                } if g == group && members.len() == n && reason == Reason::Join => return Ok(()),
-                Frame::Error { text, code } => bail!("{text} (code {code})"),
-                _ => {}
+/// A client of the library applications link (`shoal-client`), for the
+/// measured paths (stream, echo): connects, retrying for up to 30 s while
+/// the daemon starts or joins its peers.
+fn client(socket: &Path, name: &str) -> anyhow::Result<shoal_client::Client> {
+    let endpoint = shoal_client::Endpoint::Unix(socket.to_path_buf());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match shoal_client::Client::connect_to(&endpoint, name) {
+            Ok(c) => return Ok(c),
+            Err(shoal_client::ClientError::Unreachable { .. }) if Instant::now() < deadline => {}
+            Err(shoal_client::ClientError::Daemon { code, .. })
+                if code == shoal_wire::client::code::UNAVAILABLE && Instant::now() < deadline => {}
+            Err(e) => return Err(e).with_context(|| format!("connect {name}")),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Receives until a join view of `group` with `n` members.
+fn wait_members(c: &mut shoal_client::Client, group: &str, n: usize) -> anyhow::Result<()> {
+    loop {
+        if let shoal_client::Received::Membership(v) = c.receive()? {
+            if v.group == group && v.members.len() == n && v.reason == Reason::Join {
+                return Ok(());
             }
         }
     }
@@ -322,19 +319,11 @@ fn wait_for_committee(sockets: &[PathBuf], k: u32) -> anyhow::Result<()> {
 
 /// A daemon's `shoal status` text; empty if it does not answer yet.
 fn status(socket: &Path) -> anyhow::Result<String> {
-    let Ok(stream) = UnixStream::connect(socket) else {
-        return Ok(String::new());
-    };
-    let mut c = Conn {
-        stream,
-        buf: Vec::new(),
-        at: 0,
-        chunk: vec![0; 65536],
-    };
-    c.send(&Frame::Status)?;
-    match c.recv()? {
-        Frame::StatusReply { text } => Ok(text),
-        other => bail!("status: {other:?}"),
+    let endpoint = shoal_client::Endpoint::Unix(socket.to_path_buf());
+    match shoal_client::status(&endpoint, Duration::from_secs(10)) {
+        Ok(text) => Ok(text),
+        Err(shoal_client::ClientError::Unreachable { .. }) => Ok(String::new()),
+        Err(e) => bail!("status: {e}"),
     }
 }
 
@@ -437,10 +426,8 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     let mut conns = Vec::new();
     for (d, socket) in sockets.iter().enumerate() {
         for k in 0..args.clients {
-            let mut c = Conn::connect(socket, &format!("bench{d}x{k}"))?;
-            c.send(&Frame::Join {
-                group: group.into(),
-            })?;
+            let mut c = client(socket, &format!("bench{d}x{k}"))?;
+            c.join(group)?;
             conns.push(c);
         }
     }
@@ -450,7 +437,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
         "--senders must be 1..={n}"
     );
     for c in conns.iter_mut() {
-        c.wait_members(group, n)?;
+        wait_members(c, group, n)?;
     }
     let expected = args.count * args.senders as u64;
     let origin = Instant::now();
@@ -470,9 +457,9 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     // receiver sustains.
     let delivered: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let window = (16u64 << 20) / (args.size as u64 + 64);
-    for (i, mut conn) in conns.into_iter().enumerate() {
+    for (i, conn) in conns.into_iter().enumerate() {
+        let (mut out, mut conn) = conn.split();
         if i < args.senders {
-            let mut out = conn.try_clone()?;
             let barrier = barrier.clone();
             let delivered = delivered.clone();
             let senders_n = args.senders as u64;
@@ -481,8 +468,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
             senders.push(std::thread::spawn(move || -> anyhow::Result<()> {
                 barrier.wait();
                 let start = Instant::now();
-                let mut frames = Vec::with_capacity(batch as usize);
-                let mut bytes = Vec::new();
+                let mut payloads = Vec::with_capacity(batch as usize);
                 for first in (0..count).step_by(batch as usize) {
                     loop {
                         let slowest = delivered
@@ -501,16 +487,12 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                             std::thread::sleep(wait);
                         }
                     }
-                    frames.clear();
+                    payloads.clear();
                     for seq in first..(first + batch).min(count) {
                         let now = origin.elapsed().as_nanos() as u64;
-                        frames.push(Frame::Multicast {
-                            service,
-                            groups: vec![group.to_string()],
-                            payload: payload(size, seq, now),
-                        });
+                        payloads.push(payload(size, seq, now));
                     }
-                    out.send_all(&frames, &mut bytes)?;
+                    out.multicast_batch(service, &[group], &payloads)?;
                 }
                 Ok(())
             }));
@@ -525,10 +507,10 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                 let mut got = 0u64;
                 let mut last = 0u64;
                 while got < expected {
-                    match conn.recv()? {
-                        Frame::Message { payload, .. } => {
+                    match conn.receive()? {
+                        shoal_client::Received::Message(m) => {
                             let now = origin.elapsed().as_nanos() as u64;
-                            let (_, sent) = stamp(&payload);
+                            let (_, sent) = stamp(&m.payload);
                             hist.record(now.saturating_sub(sent).max(1))?;
                             got += 1;
                             delivered[i].store(got, Ordering::Relaxed);
@@ -537,8 +519,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                                 progress.inc(1024);
                             }
                         }
-                        Frame::Error { code, text } => bail!("{text} (code {code})"),
-                        _ => {}
+                        shoal_client::Received::Membership(_) => {}
                     }
                 }
                 Ok((got, hist, last))
@@ -589,23 +570,19 @@ fn echo(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     // single-daemon echo figures (Spread's `lo`, Corosync on one node).
     let pong_socket = sockets.get(1).unwrap_or(&sockets[0]);
     let (ping, pong) = ("bench-ping", "bench-pong");
-    let mut a = Conn::connect(&sockets[0], "pinger")?;
-    let mut b = Conn::connect(pong_socket, "ponger")?;
-    a.send(&Frame::Join { group: pong.into() })?;
-    b.send(&Frame::Join { group: ping.into() })?;
-    a.wait_members(pong, 1)?;
-    b.wait_members(ping, 1)?;
+    let mut a = client(&sockets[0], "pinger")?;
+    let mut b = client(pong_socket, "ponger")?;
+    a.join(pong)?;
+    b.join(ping)?;
+    wait_members(&mut a, pong, 1)?;
+    wait_members(&mut b, ping, 1)?;
     let service = args.service;
     let rounds = args.count;
     let echoer = std::thread::spawn(move || -> anyhow::Result<()> {
         for _ in 0..rounds {
             loop {
-                if let Frame::Message { payload, .. } = b.recv()? {
-                    b.send(&Frame::Multicast {
-                        service,
-                        groups: vec![pong.into()],
-                        payload,
-                    })?;
+                if let shoal_client::Received::Message(m) = b.receive()? {
+                    b.multicast(service, &[pong], &m.payload)?;
                     break;
                 }
             }
@@ -616,14 +593,10 @@ fn echo(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     let origin = Instant::now();
     for seq in 0..rounds {
         let sent = origin.elapsed().as_nanos() as u64;
-        a.send(&Frame::Multicast {
-            service,
-            groups: vec![ping.into()],
-            payload: payload(args.size, seq, sent),
-        })?;
+        a.multicast(service, &[ping], &payload(args.size, seq, sent))?;
         loop {
-            if let Frame::Message { payload, .. } = a.recv()? {
-                let (s, t) = stamp(&payload);
+            if let shoal_client::Received::Message(m) = a.receive()? {
+                let (s, t) = stamp(&m.payload);
                 anyhow::ensure!(s == seq, "echo out of order");
                 hist.record((origin.elapsed().as_nanos() as u64 - t).max(1))?;
                 break;

@@ -291,6 +291,7 @@ mod tests {
             sender: "#alice#h1".into(),
             service: Service::Fifo,
             groups: vec!["g1".into(), "g2".into()],
+            mess_type: 0,
             payload: b"hello \xff".to_vec(),
         };
         assert_eq!(

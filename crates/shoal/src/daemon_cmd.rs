@@ -173,34 +173,16 @@ fn wait_ready(path: &Path, timeout: Duration) -> anyhow::Result<()> {
     }
 }
 
-/// The daemon's status text.
+/// The daemon's status text, asked through the client library.
 fn status_text(path: &Path) -> anyhow::Result<String> {
-    use shoal_wire::client::{decode, Frame, Limits};
-    use std::io::{Read, Write};
-
-    let mut stream = std::os::unix::net::UnixStream::connect(path).with_context(|| {
-        format!(
+    let endpoint = shoal_client::Endpoint::Unix(path.to_path_buf());
+    match shoal_client::status(&endpoint, Duration::from_secs(10)) {
+        Ok(text) => Ok(text),
+        Err(shoal_client::ClientError::Unreachable { .. }) => anyhow::bail!(
             "no daemon at {} (is `shoal daemon` running?)",
             path.display()
-        )
-    })?;
-    stream.write_all(&Frame::Status.to_vec()?)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
-    loop {
-        if let Some((frame, _)) = decode(&buf, &Limits::default())? {
-            return match frame {
-                Frame::StatusReply { text } => Ok(text),
-                Frame::Error { code, text } => anyhow::bail!("{text} (code {code})"),
-                other => anyhow::bail!("unexpected answer {other:?}"),
-            };
-        }
-        let n = stream
-            .read(&mut chunk)
-            .context("reading the daemon's answer")?;
-        anyhow::ensure!(n > 0, "the daemon closed the connection");
-        buf.extend_from_slice(&chunk[..n]);
+        ),
+        Err(e) => Err(anyhow::anyhow!("asking the daemon for its status: {e}")),
     }
 }
 

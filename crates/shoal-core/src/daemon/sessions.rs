@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use crate::vsync::{Event, RemovedReason, View, ViewReason};
 use crate::NodeId;
 use bytes::Bytes;
-use shoal_wire::client::{code, Frame, Reason, Service};
+use shoal_wire::client::{code, multicast_flags, Frame, Reason, Service};
 use shoal_wire::groups::{self, Item};
 
 use super::Limits;
@@ -73,6 +73,8 @@ struct Session {
 struct Partial {
     client: String,
     service: u8,
+    flags: u8,
+    mess_type: u16,
     groups: Vec<String>,
     bytes: Vec<u8>,
     total: usize,
@@ -581,13 +583,21 @@ impl Sessions {
                 service,
                 groups,
                 payload,
-            } => self.multicast(session, service, groups, payload),
+            } => self.multicast(session, service, (0, 0), groups, payload),
+            Frame::MulticastExt {
+                service,
+                flags,
+                mess_type,
+                groups,
+                payload,
+            } => self.multicast(session, service, (flags, mess_type), groups, payload),
             Frame::Disconnect => {
                 self.closed(session, Reason::Disconnect);
                 self.push_output(Output::Close(session, None));
             }
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
+            | Frame::MessageExt { .. }
             | Frame::Membership { .. }
             | Frame::StatusReply { .. }
             | Frame::Status
@@ -691,10 +701,13 @@ impl Sessions {
         None
     }
 
+    /// `ext`: the multicast's flags and message type (zeros for a plain
+    /// `Multicast`), carried with the message to every daemon.
     fn multicast(
         &mut self,
         session: SessionId,
         service: Service,
+        ext: (u8, u16),
         groups: Vec<String>,
         payload: Vec<u8>,
     ) {
@@ -727,9 +740,12 @@ impl Sessions {
         };
         let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
         self.stats.messages_sent += 1;
+        let (flags, mess_type) = ext;
         let whole = Item::Message {
             client: &client,
             service: service as u8,
+            flags,
+            mess_type,
             groups,
             payload: &payload,
         };
@@ -740,7 +756,7 @@ impl Sessions {
         } else if fits {
             self.push_item(&whole);
         } else if let Item::Message { groups, .. } = &whole {
-            self.fragment(&client, service as u8, groups, &payload);
+            self.fragment(&client, service as u8, ext, groups, &payload);
         }
         if let Some(s) = self.sessions.get_mut(&session) {
             s.private_group = client;
@@ -749,12 +765,21 @@ impl Sessions {
 
     /// Cuts a message too large for one batch into fragments, each in a
     /// batch of its own.
-    fn fragment(&mut self, client: &str, service: u8, groups: &[&str], payload: &[u8]) {
+    fn fragment(
+        &mut self,
+        client: &str,
+        service: u8,
+        (flags, mess_type): (u8, u16),
+        groups: &[&str],
+        payload: &[u8],
+    ) {
         let id = self.next_message_id;
         self.next_message_id += 1;
         let empty = Item::Fragment {
             client,
             service,
+            flags,
+            mess_type,
             groups: groups.to_vec(),
             id,
             total: 0,
@@ -770,6 +795,8 @@ impl Sessions {
             self.push_item(&Item::Fragment {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups: groups.to_vec(),
                 id,
                 total: payload.len() as u32,
@@ -856,10 +883,12 @@ impl Sessions {
                 Item::Message {
                     client,
                     service,
+                    flags,
+                    mess_type,
                     groups,
                     payload,
                 } if Service::from_u8(service).is_some_and(below_virtual_synchrony) => {
-                    self.deliver_message(client, service, &groups, payload)
+                    self.deliver_message(client, service, (flags, mess_type), &groups, payload)
                 }
                 _ => self.stats.malformed_batches += 1,
             }
@@ -980,18 +1009,32 @@ impl Sessions {
             Item::Message {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 payload,
-            } => self.deliver_message(client, service, &groups, payload),
+            } => self.deliver_message(client, service, (flags, mess_type), &groups, payload),
             Item::Fragment {
                 client,
                 service,
+                flags,
+                mess_type,
                 groups,
                 id,
                 total,
                 offset,
                 bytes,
-            } => self.fragment_arrived(daemon, client, service, &groups, id, total, offset, bytes),
+            } => self.fragment_arrived(
+                daemon,
+                client,
+                service,
+                (flags, mess_type),
+                &groups,
+                id,
+                total,
+                offset,
+                bytes,
+            ),
             Item::Snapshot {
                 epoch,
                 first,
@@ -1067,6 +1110,7 @@ impl Sessions {
         daemon: NodeId,
         client: &str,
         service: u8,
+        (flags, mess_type): (u8, u16),
         groups: &[&str],
         id: u64,
         total: u32,
@@ -1081,6 +1125,8 @@ impl Sessions {
         let partial = self.partials.entry(key).or_insert_with(|| Partial {
             client: client.to_string(),
             service,
+            flags,
+            mess_type,
             groups: groups.iter().map(|g| g.to_string()).collect(),
             bytes: Vec::with_capacity(total),
             total,
@@ -1097,12 +1143,27 @@ impl Sessions {
         if partial.bytes.len() == partial.total {
             let p = self.partials.remove(&key).expect("present");
             let groups: Vec<&str> = p.groups.iter().map(String::as_str).collect();
-            self.deliver_message(&p.client, p.service, &groups, &p.bytes);
+            self.deliver_message(
+                &p.client,
+                p.service,
+                (p.flags, p.mess_type),
+                &groups,
+                &p.bytes,
+            );
         }
     }
 
-    /// Delivers a message to every local client in any of `groups`, once.
-    fn deliver_message(&mut self, client: &str, service: u8, groups: &[&str], payload: &[u8]) {
+    /// Delivers a message to every local client in any of `groups`, once;
+    /// not to the sending client itself if it asked for self-discard
+    /// (`ext`: the multicast's flags and message type).
+    fn deliver_message(
+        &mut self,
+        client: &str,
+        service: u8,
+        (flags, mess_type): (u8, u16),
+        groups: &[&str],
+        payload: &[u8],
+    ) {
         let Some(me) = self.me else {
             return;
         };
@@ -1130,14 +1191,29 @@ impl Sessions {
         // Once each, in session order, when it is in several of the groups.
         recipients.sort_unstable();
         recipients.dedup();
+        if flags & multicast_flags::SELF_DISCARD != 0 {
+            if let Some(sender) = self.by_name.get(client) {
+                recipients.retain(|r| r != sender);
+            }
+        }
+        if recipients.is_empty() {
+            return;
+        }
         // Encoded into the buffer shared by this round's deliveries (and
         // reused round after round) instead of one allocation per message.
         if self.arena.capacity() == 0 {
             self.arena.reserve(ARENA_CAPACITY);
         }
         let start = self.arena.len();
-        if shoal_wire::client::encode_message(client, service, groups, payload, &mut self.arena)
-            .is_err()
+        if shoal_wire::client::encode_message(
+            client,
+            service,
+            mess_type,
+            groups,
+            payload,
+            &mut self.arena,
+        )
+        .is_err()
         {
             self.arena.truncate(start);
             return;

@@ -753,6 +753,8 @@ fn a_sequenced_item_in_an_unsequenced_batch_is_refused() {
             Item::Message {
                 client: "#alice#n0",
                 service: Service::Agreed as u8,
+                flags: 0,
+                mess_type: 0,
                 groups: vec!["chat"],
                 payload: b"sneaky",
             },
@@ -774,4 +776,85 @@ fn a_sequenced_item_in_an_unsequenced_batch_is_refused() {
     assert!(messages(&c.take(1, 1)).is_empty());
     assert_eq!(c.cores[1].stats().malformed_batches, 2);
     assert_eq!(c.cores[1].groups(), 1);
+}
+
+fn multicast_ext(service: Service, flags: u8, mess_type: u16, payload: &[u8]) -> Frame {
+    Frame::MulticastExt {
+        service,
+        flags,
+        mess_type,
+        groups: vec![s("chat")],
+        payload: payload.to_vec(),
+    }
+}
+
+/// `(sender, type, payload)` of the messages, plain ones as type 0.
+fn typed(frames: &[Frame]) -> Vec<(String, u16, Vec<u8>)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Message {
+                sender, payload, ..
+            } => Some((sender.clone(), 0, payload.clone())),
+            Frame::MessageExt {
+                sender,
+                mess_type,
+                payload,
+                ..
+            } => Some((sender.clone(), *mess_type, payload.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn self_discard_skips_only_the_sending_connection_and_the_type_goes_everywhere() {
+    let mut c = two_in_chat();
+    // A second connection at alice's daemon, in the same group.
+    c.connect(0, 2, "alice2");
+    c.frame(0, 2, join("chat"));
+    c.settle();
+    for (d, s_) in [(0, 1), (0, 2), (1, 1)] {
+        c.take(d, s_);
+    }
+    let big = vec![5u8; 3 * BATCH_MAX];
+    for service in [Service::Agreed, Service::Unreliable] {
+        c.frame(
+            0,
+            1,
+            multicast_ext(service, multicast_flags::SELF_DISCARD, 7, b"x"),
+        );
+        c.frame(0, 1, multicast_ext(service, 0, 9, b"y"));
+        c.frame(
+            0,
+            1,
+            multicast_ext(service, multicast_flags::SELF_DISCARD, 0, b"z"),
+        );
+        c.spread_unsequenced(0);
+        c.settle();
+    }
+    // Too large for one batch: fragments carry the flags and the type.
+    c.frame(
+        0,
+        1,
+        multicast_ext(Service::Fifo, multicast_flags::SELF_DISCARD, 3, &big),
+    );
+    c.settle();
+    let a = s("#alice#n0");
+    let all = vec![
+        (a.clone(), 7, b"x".to_vec()),
+        (a.clone(), 9, b"y".to_vec()),
+        (a.clone(), 0, b"z".to_vec()),
+        (a.clone(), 7, b"x".to_vec()),
+        (a.clone(), 9, b"y".to_vec()),
+        (a.clone(), 0, b"z".to_vec()),
+        (a.clone(), 3, big.clone()),
+    ];
+    assert_eq!(typed(&c.take(1, 1)), all);
+    assert_eq!(typed(&c.take(0, 2)), all);
+    // The sender gets back only what it did not discard.
+    assert_eq!(
+        typed(&c.take(0, 1)),
+        vec![(a.clone(), 9, b"y".to_vec()), (a, 9, b"y".to_vec())]
+    );
 }
