@@ -1546,7 +1546,8 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
         "long schedule: {n} hosts, {} s, seed {}, {} crashes, {} sleeps, {} partitions, loss {}: \
          sent {sent} messages ({:.0}/s in all), {delivered} deliveries, {views} views, \
          {replaced} clients replaced after their daemon closed them\n\
-         converged: {} ({converge_time:.1} s after the last fault; members seen {members:?}, final messages delivered {finals:?})\n\
+         converged: {} ({converge_time:.1} s after the sending stopped, {:.1} s after the last fault ended; \
+         members seen {members:?}, final messages delivered {finals:?})\n\
          checker: {report}",
         s.secs,
         s.seed,
@@ -1556,6 +1557,7 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
         s.loss,
         sent as f64 / s.secs as f64,
         if converged { "yes" } else { "NO" },
+        converge_time + s.secs as f64 - steps.last().map_or(0.0, |(at, _)| at.as_secs_f64()),
     );
     eprintln!("{verdict}");
     std::fs::write(
