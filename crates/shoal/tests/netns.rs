@@ -1179,7 +1179,7 @@ impl Rng {
 
 /// The faults of the long schedule as timed steps: `crashes` kills (down
 /// 2-10 s, then restarted), `sleeps` SIGSTOPs (every other one 0.5-2 s,
-/// the rest 4-12 s, past an eviction), `partitions` cuts of a minority of
+/// the rest 6-15 s, long enough for an eviction), `partitions` cuts of a minority of
 /// hosts off the bridge (10-25 s), in a shuffled order, one at a time,
 /// spread evenly over `secs`.
 fn fault_steps(s: &Schedule, rng: &mut Rng) -> Vec<(Duration, Step)> {
@@ -1208,7 +1208,7 @@ fn fault_steps(s: &Schedule, rng: &mut Rng) -> Vec<(Duration, Step)> {
                 let d = if sleeps % 2 == 1 {
                     rng.millis(500, 2000)
                 } else {
-                    rng.millis(4000, 12_000)
+                    rng.millis(6000, 15_000)
                 };
                 steps.push((at, Step::Stop(host)));
                 steps.push((at + fit(d), Step::Cont(host)));
@@ -1454,6 +1454,9 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
                         group, members: m, ..
                     } if group == "g" => {
                         views += 1;
+                        if m.len() != members[h] {
+                            log(format!("h{}: its client sees {} members", h + 1, m.len()));
+                        }
                         members[h] = m.len();
                     }
                     Frame::Error { code, text } => {
