@@ -30,6 +30,8 @@
 #   MTU=bytes         the links' MTU (default 1500) and MAX_DATAGRAM=bytes the
 #                     daemons' `max_datagram` (default: theirs, 1,472 beyond
 #                     loopback); e.g. MTU=9000 MAX_DATAGRAM=8972, jumbo frames
+#   EXTRA='toml'      appended to every daemon's configuration, e.g.
+#                     EXTRA=$'[cluster.vsync]\ngseq_window = 512'
 #   OUT=file          append the CSV rows (`shoal bench --out`) to this
 #                     file (default $TMPDIR/shoal-netns-bench-<pid>.csv);
 #                     the medians go to OUT.summary as well
@@ -98,6 +100,9 @@ for i in $(seq 1 $n); do
         if [ "$auth" = 1 ]; then
             printf '\n[auth]\nkey_file = "%s"\n' "$dir/cluster.key"
         fi
+        if [ -n "${EXTRA:-}" ]; then
+            printf '\n%s\n' "$EXTRA"
+        fi
     } >"$dir/h$i.toml"
     # `ip netns exec` execs the daemon: $! is the daemon's pid.
     ip netns exec "$prefix-h$i" "$shoal" daemon --log error --config "$dir/h$i.toml" \
@@ -132,7 +137,7 @@ run() {
     echo "$label $line" >>"$dir/lines"
 }
 
-setting="auth=$auth multicast=$multicast mtu=${MTU:-1500} max_datagram=${MAX_DATAGRAM:-default}"
+setting="auth=$auth multicast=$multicast mtu=${MTU:-1500} max_datagram=${MAX_DATAGRAM:-default}${EXTRA:+ extra: $(echo "$EXTRA" | tr '\n' ' ')}"
 echo "netns bench: $n daemons in $prefix-h1..$n, $setting, $rounds rounds, rows to $out"
 for r in $(seq 1 "$rounds"); do
     run "r$r stream fifo" --mode stream --service fifo --size 1024 --count "$count" --senders 1 --clients 1
