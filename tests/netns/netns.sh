@@ -5,6 +5,8 @@
 #                                  print why and exit 77 (the "skipped" code)
 #   netns.sh up PREFIX N           N hosts PREFIX-h1..N (10.77.0.i/24 and
 #                                  fd77::i/64 on eth0) on a bridge in PREFIX-sw
+#                                  (MTU=bytes in the environment: the links'
+#                                  MTU, default 1500)
 #   netns.sh down PREFIX           remove every namespace named PREFIX-*
 #   netns.sh reap                  remove leftovers of dead test runs
 #                                  (shoalt<pid>-* whose pid is gone)
@@ -66,7 +68,7 @@ up() {
         local host="$prefix-h$i"
         ip netns add "$host"
         ip -n "$host" link set lo up
-        ip -n "$sw" link add "h$i" type veth peer name eth0 netns "$host"
+        ip -n "$sw" link add "h$i" mtu "${MTU:-1500}" type veth peer name eth0 mtu "${MTU:-1500}" netns "$host"
         ip -n "$sw" link set "h$i" master br0 up
         ip -n "$host" addr add "$SUBNET.$i/24" dev eth0
         ip -n "$host" -6 addr add "fd77::$i/64" dev eth0 nodad
@@ -153,5 +155,5 @@ case "$cmd" in
     cut) need_root; cut "$@" ;;
     heal) need_root; heal "$@" ;;
     demo) demo "$@" ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
 esac
