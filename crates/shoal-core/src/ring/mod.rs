@@ -1,48 +1,79 @@
 //! The Ring protocol inside a site (P-Spread §3: "based on the same ideas
-//! as Totem"): the daemons of one LAN form a logical ring; a token
+//! as Totem"; the rules are Totem's single-ring ordering and membership
+//! protocol, Amir, Moser, Melliar-Smith, Agarwal, Ciarfella, TOCS 1995).
+//!
+//! **Ordering.** The daemons of one LAN form a logical ring; a token
 //! circulates, unicast from each member to the next, and only its holder
-//! multicasts (IP multicast), stamping each message with the next ring-wide
-//! sequence number. Every member delivers in sequence order, so all deliver
-//! the same messages in the same total order.
+//! multicasts (IP multicast), stamping each message with the next
+//! ring-wide sequence number. The token carries `ring_id`, `token_seq`
+//! (bumped at every pass, so a stale or duplicate token is ignored), `seq`
+//! (the highest sequence number assigned), `aru` and `aru_id` (all
+//! received up to, and who holds it down), `fcc` (messages multicast in the
+//! last rotation) and `rtr` (retransmission requests). On the token a
+//! member retransmits what others asked for and it holds, adds what it
+//! lacks to `rtr`, multicasts at most `max_messages` new messages (fewer if
+//! the rotation's total would pass `window_size`), updates `aru` and
+//! `fcc`, and passes the token on. It resends a token it passed every
+//! `token_retransmit` until it sees the ring move on.
 //!
-//! The token carries (Totem's fields): `ring_id`, `token_seq` (bumped at
-//! every pass, so a stale or duplicate token is ignored), `seq` (the
-//! highest sequence number assigned), `aru` and `aru_id` (all received up
-//! to, and who holds it down), `fcc` (messages multicast in the last
-//! rotation) and `rtr` (retransmission requests). On the token a member:
-//! retransmits what others asked for and it holds; adds what it lacks to
-//! `rtr`; multicasts at most `max_messages` new messages, fewer if the
-//! rotation's total would pass `window_size`; updates `aru` and `fcc`; and
-//! passes the token on. It resends a token it passed every
-//! `token_retransmit` until it sees the ring move on (a message newer than
-//! the token it passed, or the next token), so a lost token does not stop
-//! the ring.
+//! **Delivery.** Agreed messages are delivered in sequence order as soon as
+//! every earlier one is held. A safe message waits until this member
+//! knows every member holds it: the aru it passed at its last visit and
+//! the aru it receives now are both at or above the message (no member
+//! held the aru below it for a whole rotation). Later messages wait behind
+//! it, so agreed and safe share one total order.
 //!
-//! Not here: membership (forming a ring, detecting a failed member, the
-//! recovery of Totem's membership protocol) and safe delivery; the ring is
-//! fixed at creation. Messages are garbage collected once the `aru` seen on
-//! two successive visits covers them.
+//! **Membership** (`membership.rs`). A member that misses the token for
+//! `token_timeout`, or hears a join or a member of another ring, enters
+//! *gather*: it multicasts joins naming the members it hears (`procs`) and
+//! those it gave up on (`fails`), merging the sets of the joins it
+//! receives, until every member of `procs − fails` sent it a join with the
+//! same sets (consensus); a member silent for `consensus_timeout` is
+//! failed. The lowest member of the consensus then sends the *commit
+//! token* around the new ring, with a new ring id: on its first rotation
+//! every member records its old ring, its aru there and the highest
+//! message it holds of it; on the second every member learns all of it
+//! and enters *recovery*. In recovery the new ring's token circulates, and
+//! members resend, as new-ring messages that carry the old message, every
+//! old-ring message above the lowest aru of their old ring's survivors, so
+//! each survivor of an old ring ends with every message any of them held.
+//! Nothing new is ordered until the representative sees, on two successive
+//! visits, no message sent in between, no member with messages left to
+//! resend and the aru at the top: it marks the token *installed*, and each
+//! member, on the installed token, delivers its old ring's remaining
+//! messages (those it can in the old regular configuration, then a
+//! *transitional configuration* of the old ring's survivors, then the rest,
+//! skipping only messages no survivor held) and installs the new regular
+//! configuration. A member whose recovery fails (the token is lost again)
+//! keeps its old ring and what it recovered, and gathers again. The
+//! representative multicasts a merge-detect message every `merge_timeout`,
+//! so rings that can hear each other again merge.
+//!
+//! What is not Totem's: a message is garbage collected once it is safe and
+//! delivered here; a ring of one member orders its messages at once; the
+//! token circulates continuously on an idle ring (no token hold).
 
+mod log;
+mod membership;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use shoal_wire::ring::{decode, RingPacket, Token, NO_MEMBER};
+pub use shoal_wire::ring::RingId;
+use shoal_wire::ring::{decode, Data, RingPacket, Token, NO_MEMBER, TOKEN_INSTALLED};
 
 use crate::engine::SendError;
 use crate::{Destination, Engine, Instant, NodeId, Transmit};
+use log::{Log, Mode, Msg, Outgoing};
+use membership::{Forming, Gather};
 
-/// How far past this member's aru a sequence number may be: a member
-/// that far behind has lost the ring (membership's business), and a
-/// number beyond it is refused as forged, which keeps arithmetic and the
-/// held map bounded.
-const MAX_AHEAD: u64 = 1 << 32;
-
-/// Settings of a ring member.
+/// Settings of a ring member. The membership timings are Corosync's
+/// `totemsrp` defaults (`token`, `join`, `consensus`, `merge`), which
+/// Totem's paper leaves to the deployment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -52,12 +83,31 @@ pub struct Config {
     /// Messages one member multicasts per token visit, at most
     /// (Corosync's default 17).
     pub max_messages: u32,
-    /// How often a member resends the token it passed while it sees no
-    /// sign the ring moved on. Corosync derives 238 ms from its 1 s token
-    /// timeout; ours, 20 ms, is for a LAN without the membership protocol
-    /// that would otherwise notice a lost token.
+    /// How often a member resends the token (or commit token) it passed
+    /// while it sees no sign the ring moved on. Corosync derives 238 ms
+    /// from its 1 s token timeout; ours is 20 ms, so a token lost on a
+    /// LAN costs a few ms of a round instead of a quarter second, well
+    /// before `token_timeout` declares the ring broken. Must be below
+    /// `token_timeout`.
     #[serde(with = "crate::serde_ms")]
     pub token_retransmit: Duration,
+    /// No token for this long: the ring is broken, gather (Totem's token
+    /// loss timeout; Corosync's `token`, 1000 ms).
+    #[serde(with = "crate::serde_ms")]
+    pub token_timeout: Duration,
+    /// How often a gathering member multicasts its join again (Corosync's
+    /// `join`, 50 ms).
+    #[serde(with = "crate::serde_ms")]
+    pub join_timeout: Duration,
+    /// How long a gathering member waits for the others' agreement before
+    /// failing those it has not heard agree (Corosync's `consensus`,
+    /// 1.2 × token, 1200 ms).
+    #[serde(with = "crate::serde_ms")]
+    pub consensus_timeout: Duration,
+    /// How often the representative announces its ring so separated rings
+    /// that can hear each other merge (Corosync's `merge`, 200 ms).
+    #[serde(with = "crate::serde_ms")]
+    pub merge_timeout: Duration,
     /// Messages waiting for the token, at most.
     pub send_queue_max: usize,
     /// Largest message payload.
@@ -70,29 +120,67 @@ impl Default for Config {
             window_size: 50,
             max_messages: 17,
             token_retransmit: Duration::from_millis(20),
+            token_timeout: Duration::from_millis(1000),
+            join_timeout: Duration::from_millis(50),
+            consensus_timeout: Duration::from_millis(1200),
+            merge_timeout: Duration::from_millis(200),
             send_queue_max: 10_000,
             max_payload: 1400,
         }
     }
 }
 
-/// What a member delivers: every message of the ring, in `seq` order.
+/// The delivery guarantee of a message (Spread's AGREED and SAFE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Service {
+    /// Total order, delivered once every earlier message is held.
+    Agreed,
+    /// Total order, delivered once every member of the configuration is
+    /// known to hold it (or, at a ring change, in the transitional
+    /// configuration: every survivor holds it).
+    Safe,
+}
+
+/// What a member tells its application, in the order it happens
+/// (extended virtual synchrony: every message is delivered within a
+/// configuration, and a ring's end is announced by a transitional
+/// configuration before its last messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// A message of ring `ring_id`, in that ring's order (`seq`).
     Deliver {
+        ring_id: RingId,
         seq: u64,
         sender: NodeId,
+        service: Service,
+        /// Delivered in the transitional configuration: every member of it
+        /// holds the message, but not necessarily every member of the
+        /// ring (a safe message here lacks the regular guarantee).
+        transitional: bool,
         payload: Bytes,
+    },
+    /// Ring `ring_id` ended; `members` are its members that go on together
+    /// into the next ring. The ring's remaining messages follow.
+    Transitional {
+        ring_id: RingId,
+        members: Vec<NodeId>,
+    },
+    /// A ring is installed: its messages follow.
+    Regular {
+        ring_id: RingId,
+        members: Vec<NodeId>,
     },
 }
 
-/// Why a ring could not be formed. Nothing was created.
+/// Why a ring member could not be created. Nothing was created.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
-    #[error("a ring needs at least two members including this one")]
-    TooFewMembers,
+    #[error("this member is not in the member list")]
+    NotAMember,
     #[error("window_size and max_messages must be positive")]
     ZeroWindow,
+    #[error("token_retransmit must be positive and below token_timeout")]
+    BadTimers,
 }
 
 /// Counters of one member.
@@ -103,29 +191,70 @@ pub struct Stats {
     pub retransmissions: u64,
     pub multicasts: u64,
     pub bad_datagrams: u64,
+    /// Times this member entered gather.
+    pub gathers: u64,
+    /// Rings this member installed after the first.
+    pub rings_installed: u64,
+    /// Old-ring messages this member resent during recovery.
+    pub recovery_messages: u64,
+    /// Old-ring messages skipped at a ring change because no survivor held
+    /// them.
+    pub holes: u64,
 }
 
-/// One member of a ring.
+/// The membership state (Totem's operational, gather, commit, recovery).
+#[derive(Debug)]
+enum Phase {
+    Operational,
+    Gather(Gather),
+    Commit(Box<Forming>),
+    Recovery(Box<Forming>),
+}
+
+/// Timers, one deadline each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// Resend the token or commit token this member passed.
+    TokenRetransmit,
+    /// The token has not come back: the ring is broken.
+    TokenLoss,
+    /// Multicast the join again.
+    Join,
+    /// Fail the members that did not agree.
+    Consensus,
+    /// The representative announces its ring.
+    Merge,
+}
+const TIMERS: usize = 5;
+
+/// A token or commit token passed on, kept to resend.
+#[derive(Debug)]
+struct Passed {
+    to: NodeId,
+    bytes: Bytes,
+    ring: RingId,
+    /// A data message of `ring` above this shows the token moved on.
+    seq: u64,
+}
+
+/// One member of a site's ring.
 #[derive(Debug)]
 pub struct Ring {
     config: Config,
     me: NodeId,
-    members: Vec<NodeId>,
-    index: usize,
-    ring_id: u64,
     now: Instant,
-    queue: VecDeque<Bytes>,
-    /// Messages held, for delivery and retransmission.
-    held: BTreeMap<u64, (NodeId, Bytes)>,
-    /// Every message up to this one is held or delivered.
-    my_aru: u64,
-    delivered: u64,
-    last_token_seq: u64,
-    /// The token this member passed, and when to resend it.
-    passed: Option<(Token, Instant)>,
-    sent_last_visit: u32,
-    /// `aru` at this member's previous token visit.
-    previous_aru: u64,
+    /// The ring installed last.
+    cur: Log,
+    phase: Phase,
+    /// The highest ring sequence number seen.
+    ring_seq_max: u64,
+    /// Rings up to this sequence number were formed and abandoned here.
+    abandoned_upto: u64,
+    queue: VecDeque<Outgoing>,
+    /// A ring of one keeps its own token.
+    solo: Option<Token>,
+    passed: Option<Passed>,
+    timers: [Option<Instant>; TIMERS],
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
     next_local_id: u64,
@@ -133,217 +262,317 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// Member `me` of the ring `members` (ring order is ascending id). The
-    /// lowest member creates the first token.
+    /// Member `me` of an already agreed ring `members` with id `ring_id`
+    /// (ring order is ascending id; the lowest creates the first token),
+    /// as a site's configuration would start it. Its first event is the
+    /// ring's regular configuration.
     pub fn new(
         config: Config,
         me: NodeId,
         members: &[NodeId],
-        ring_id: u64,
+        ring_id: RingId,
         now: Instant,
     ) -> Result<Ring, RingError> {
-        let (members, index) =
-            crate::engine::member_list(me, members).ok_or(RingError::TooFewMembers)?;
-        if members.len() < 2 {
-            return Err(RingError::TooFewMembers);
+        let (members, _) = crate::engine::member_list(me, members).ok_or(RingError::NotAMember)?;
+        let mut ring = Ring::blank(config, me, Log::new(ring_id, members, me), now)?;
+        if ring.cur.is_rep() {
+            ring.on_token(ring.first_token(ring_id, TOKEN_INSTALLED));
         }
+        ring.after_install();
+        Ok(ring)
+    }
+
+    /// Member `me` starting alone: it installs a ring of itself and at
+    /// once gathers, so it joins whatever ring it hears.
+    pub fn start(config: Config, me: NodeId, now: Instant) -> Result<Ring, RingError> {
+        let id = RingId { seq: 0, rep: me.0 };
+        let mut ring = Ring::blank(config, me, Log::new(id, vec![me], me), now)?;
+        ring.after_install();
+        ring.solo = Some(ring.first_token(id, TOKEN_INSTALLED));
+        ring.enter_gather([]);
+        Ok(ring)
+    }
+
+    fn blank(config: Config, me: NodeId, cur: Log, now: Instant) -> Result<Ring, RingError> {
         if config.window_size == 0 || config.max_messages == 0 {
             return Err(RingError::ZeroWindow);
         }
-        let mut ring = Ring {
+        if config.token_retransmit.is_zero() || config.token_retransmit >= config.token_timeout {
+            return Err(RingError::BadTimers);
+        }
+        let ring_seq_max = cur.id.seq;
+        let members = cur.members.clone();
+        let mut events = VecDeque::new();
+        events.push_back(Event::Regular {
+            ring_id: cur.id,
+            members,
+        });
+        Ok(Ring {
             config,
             me,
-            members,
-            index,
-            ring_id,
             now,
+            cur,
+            phase: Phase::Operational,
+            ring_seq_max,
+            abandoned_upto: 0,
             queue: VecDeque::new(),
-            held: BTreeMap::new(),
-            my_aru: 0,
-            delivered: 0,
-            last_token_seq: 0,
+            solo: None,
             passed: None,
-            sent_last_visit: 0,
-            previous_aru: 0,
+            timers: [None; TIMERS],
             out: VecDeque::new(),
-            events: VecDeque::new(),
+            events,
             next_local_id: 0,
             stats: Stats::default(),
-        };
-        if index == 0 {
-            ring.on_token(Token {
-                ring_id,
-                token_seq: 1,
-                seq: 0,
-                aru: 0,
-                aru_id: NO_MEMBER,
-                fcc: 0,
-                rtr: Vec::new(),
-            });
+        })
+    }
+
+    fn first_token(&self, ring_id: RingId, flags: u8) -> Token {
+        Token {
+            ring_id,
+            token_seq: 1,
+            seq: 0,
+            aru: 0,
+            aru_id: NO_MEMBER,
+            fcc: 0,
+            retrans_id: NO_MEMBER,
+            flags,
+            rtr: Vec::new(),
         }
-        Ok(ring)
     }
 
     pub fn stats(&self) -> Stats {
         self.stats
     }
 
-    /// Messages held for delivery or retransmission.
+    /// Messages held of the installed ring, for delivery or retransmission.
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.cur.held.len()
     }
 
-    fn successor(&self) -> NodeId {
-        self.members[(self.index + 1) % self.members.len()]
+    /// The installed ring and its members.
+    pub fn ring(&self) -> (RingId, &[NodeId]) {
+        (self.cur.id, &self.cur.members)
     }
 
-    fn on_token(&mut self, mut t: Token) {
-        if t.ring_id != self.ring_id || t.token_seq <= self.last_token_seq {
-            return;
+    /// Whether the installed ring is ordering messages (not gathering,
+    /// committing or recovering).
+    pub fn is_operational(&self) -> bool {
+        matches!(self.phase, Phase::Operational)
+    }
+
+    /// Messages waiting for the token.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Queues a message with the given service.
+    pub fn multicast_service(
+        &mut self,
+        now: Instant,
+        service: Service,
+        payload: Bytes,
+    ) -> Result<u64, SendError> {
+        self.now = self.now.max(now);
+        if payload.len() > self.config.max_payload {
+            return Err(SendError::TooLarge {
+                len: payload.len(),
+                max: self.config.max_payload,
+            });
         }
-        if t.token_seq == u64::MAX || t.seq > self.my_aru + MAX_AHEAD {
-            // Sequence numbers no ring reaches: a forged token.
-            self.stats.bad_datagrams += 1;
-            return;
+        if self.queue.len() >= self.config.send_queue_max {
+            return Err(SendError::WindowFull);
         }
-        self.stats.tokens += 1;
-        self.last_token_seq = t.token_seq;
-        self.passed = None;
-        let retransmitted = self.answer_requests(&mut t);
-        self.request_missing(&mut t);
-        let budget = self
-            .config
-            .max_messages
-            .saturating_sub(retransmitted)
-            .min(self.config.window_size.saturating_sub(t.fcc));
-        let mut sent = 0;
-        while sent < budget {
-            let Some(payload) = self.queue.pop_front() else {
-                break;
-            };
-            t.seq += 1;
-            self.multicast_data(t.seq, self.me, payload.clone());
-            self.held.insert(t.seq, (self.me, payload));
-            sent += 1;
-        }
-        self.advance_aru();
-        self.update_aru(&mut t);
-        t.fcc = (t.fcc + sent + retransmitted).saturating_sub(self.sent_last_visit);
-        self.sent_last_visit = sent + retransmitted;
-        self.collect_garbage(t.aru);
-        t.token_seq += 1;
-        self.pass(t);
-        self.deliver();
-    }
-
-    /// Retransmits what the token asks for and this member holds; returns
-    /// how many.
-    fn answer_requests(&mut self, t: &mut Token) -> u32 {
-        let mut count = 0;
-        let mut still = Vec::new();
-        for &seq in &t.rtr {
-            match self.held.get(&seq) {
-                Some((sender, payload)) if count < self.config.max_messages => {
-                    let (sender, payload) = (*sender, payload.clone());
-                    self.multicast_data(seq, sender, payload);
-                    self.stats.retransmissions += 1;
-                    count += 1;
-                }
-                _ => still.push(seq),
-            }
-        }
-        t.rtr = still;
-        count
-    }
-
-    fn request_missing(&mut self, t: &mut Token) {
-        let asked: BTreeSet<u64> = t.rtr.iter().copied().collect();
-        for seq in self.my_aru + 1..=t.seq {
-            if t.rtr.len() >= 1000 {
-                break;
-            }
-            if !self.held.contains_key(&seq) && seq > self.delivered && !asked.contains(&seq) {
-                t.rtr.push(seq);
-            }
-        }
-    }
-
-    /// Totem's aru rule: lower it to mine, or raise it if I held it down.
-    fn update_aru(&mut self, t: &mut Token) {
-        let me = self.me.0;
-        if self.my_aru < t.aru || t.aru_id == me || t.aru_id == NO_MEMBER {
-            t.aru = self.my_aru;
-            t.aru_id = if self.my_aru >= t.seq { NO_MEMBER } else { me };
-        }
-    }
-
-    /// Forgets messages every member holds: below the aru of this visit
-    /// and of the last one, and delivered here.
-    fn collect_garbage(&mut self, aru: u64) {
-        let stable = aru.min(self.previous_aru).min(self.delivered);
-        self.previous_aru = aru;
-        self.held = self.held.split_off(&(stable + 1));
-    }
-
-    fn pass(&mut self, t: Token) {
-        let bytes = RingPacket::Token(t.clone()).encode();
-        self.out.push_back(Transmit {
-            destination: Destination::Node(self.successor()),
-            payload: Bytes::from(bytes),
+        self.queue.push_back(Outgoing {
+            service,
+            payload,
+            recovered: None,
         });
-        self.passed = Some((t, self.now + self.config.token_retransmit));
+        self.next_local_id += 1;
+        if let Some(t) = self.solo.take() {
+            self.on_token(t);
+        }
+        Ok(self.next_local_id)
     }
 
-    fn multicast_data(&mut self, seq: u64, sender: NodeId, payload: Bytes) {
-        let bytes = RingPacket::Data {
-            ring_id: self.ring_id,
-            seq,
-            sender: sender.0,
-            payload: &payload,
-        }
-        .encode();
-        self.stats.multicasts += 1;
+    fn set_timer(&mut self, timer: Timer, after: Duration) {
+        self.timers[timer as usize] = Some(self.now + after);
+    }
+
+    fn clear_timer(&mut self, timer: Timer) {
+        self.timers[timer as usize] = None;
+    }
+
+    fn multicast_packet(&mut self, packet: &RingPacket<'_>) {
         self.out.push_back(Transmit {
             destination: Destination::Multicast,
-            payload: Bytes::from(bytes),
+            payload: Bytes::from(packet.encode()),
         });
     }
 
-    fn on_data(&mut self, seq: u64, sender: u32, payload: &[u8]) {
-        if seq > self.my_aru + MAX_AHEAD {
+    /// Sends a token or commit token to `to` and keeps it to resend.
+    fn pass(&mut self, to: NodeId, packet: &RingPacket<'_>, ring: RingId, seq: u64) {
+        let bytes = Bytes::from(packet.encode());
+        self.out.push_back(Transmit {
+            destination: Destination::Node(to),
+            payload: bytes.clone(),
+        });
+        self.passed = Some(Passed {
+            to,
+            bytes,
+            ring,
+            seq,
+        });
+        self.set_timer(Timer::TokenRetransmit, self.config.token_retransmit);
+    }
+
+    fn pass_token(&mut self, t: Token, successor: NodeId) {
+        if successor == self.me {
+            self.solo = Some(t);
+            return;
+        }
+        let (ring, seq) = (t.ring_id, t.seq);
+        self.pass(successor, &RingPacket::Token(t), ring, seq);
+        self.set_timer(Timer::TokenLoss, self.config.token_timeout);
+    }
+
+    /// A token of the installed ring, or of the ring in recovery.
+    fn on_token(&mut self, mut t: Token) {
+        let log = match &self.phase {
+            Phase::Operational if t.ring_id == self.cur.id => &self.cur,
+            Phase::Recovery(f) if t.ring_id == f.log.id => &f.log,
+            _ => return,
+        };
+        if t.token_seq <= log.last_token_seq {
+            return;
+        }
+        if t.token_seq == u64::MAX || log.too_far(t.seq) {
             self.stats.bad_datagrams += 1;
             return;
         }
-        if let Some((t, _)) = &self.passed {
-            // A message the token's holder after me stamped: it moved on.
-            if seq > t.seq {
-                self.passed = None;
+        self.passed = None;
+        self.clear_timer(Timer::TokenRetransmit);
+        if let Phase::Recovery(f) = &self.phase {
+            if t.installed() {
+                self.install();
+            } else if f.log.is_rep() && f.ready_to_install(&t) {
+                t.flags |= TOKEN_INSTALLED;
+                self.install();
+            } else {
+                self.recovery_visit(t);
+                return;
             }
         }
-        if seq <= self.delivered || self.held.contains_key(&seq) {
+        self.cur.visit(
+            &self.config,
+            self.me,
+            &mut t,
+            &mut self.queue,
+            &mut self.out,
+            &mut self.stats,
+        );
+        let successor = self.cur.successor();
+        self.pass_token(t, successor);
+        self.cur.deliver(Mode::Regular, &mut self.events);
+    }
+
+    fn on_data(&mut self, d: Data<'_>) {
+        let sender = NodeId(d.sender);
+        if let Some(p) = &self.passed {
+            if d.ring_id == p.ring && d.seq > p.seq {
+                // A message the token's holder after me stamped: it moved on.
+                self.passed = None;
+                self.clear_timer(Timer::TokenRetransmit);
+            }
+        }
+        let msg = Msg {
+            sender,
+            service: if d.safe {
+                Service::Safe
+            } else {
+                Service::Agreed
+            },
+            payload: Bytes::copy_from_slice(d.payload),
+            recovered: d.recovered,
+        };
+        match &mut self.phase {
+            Phase::Operational | Phase::Gather(_) if d.ring_id == self.cur.id => {
+                if self.cur.too_far(d.seq) {
+                    self.stats.bad_datagrams += 1;
+                    return;
+                }
+                if self.cur.insert(d.seq, msg) {
+                    self.cur.deliver(Mode::Regular, &mut self.events);
+                }
+            }
+            Phase::Commit(f) | Phase::Recovery(f) if d.ring_id == f.log.id => {
+                if f.log.too_far(d.seq) {
+                    self.stats.bad_datagrams += 1;
+                    return;
+                }
+                if f.log.insert(d.seq, msg.clone()) {
+                    self.absorb(msg);
+                }
+            }
+            Phase::Operational if !self.cur.members.contains(&sender) => {
+                self.enter_gather([sender]);
+            }
+            _ => {}
+        }
+    }
+
+    /// A recovery message of this member's old ring: the old message is
+    /// held in the old ring's store, in the old ring's order.
+    fn absorb(&mut self, msg: Msg) {
+        let Some(r) = msg.recovered else {
+            return;
+        };
+        if r.ring_id != self.cur.id || self.cur.too_far(r.seq) {
             return;
         }
-        self.held
-            .insert(seq, (NodeId(sender), Bytes::copy_from_slice(payload)));
-        self.advance_aru();
-        self.deliver();
-    }
-
-    fn advance_aru(&mut self) {
-        while self.held.contains_key(&(self.my_aru + 1)) {
-            self.my_aru += 1;
+        let old = Msg {
+            sender: NodeId(r.sender),
+            service: if r.safe {
+                Service::Safe
+            } else {
+                Service::Agreed
+            },
+            payload: msg.payload,
+            recovered: None,
+        };
+        if self.cur.insert(r.seq, old) {
+            self.cur.deliver(Mode::Regular, &mut self.events);
         }
     }
 
-    fn deliver(&mut self) {
-        while self.delivered < self.my_aru {
-            self.delivered += 1;
-            let (sender, payload) = self.held[&self.delivered].clone();
-            self.events.push_back(Event::Deliver {
-                seq: self.delivered,
-                sender,
-                payload,
-            });
+    fn on_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::TokenRetransmit => {
+                if let Some(p) = &self.passed {
+                    self.stats.token_retransmissions += 1;
+                    self.out.push_back(Transmit {
+                        destination: Destination::Node(p.to),
+                        payload: p.bytes.clone(),
+                    });
+                    self.set_timer(Timer::TokenRetransmit, self.config.token_retransmit);
+                }
+            }
+            Timer::TokenLoss => {
+                if !matches!(self.phase, Phase::Gather(_)) {
+                    self.enter_gather([]);
+                }
+            }
+            Timer::Join => self.send_join(),
+            Timer::Consensus => self.on_consensus_timeout(),
+            Timer::Merge => {
+                if self.is_operational() && self.cur.is_rep() {
+                    let packet = RingPacket::MergeDetect {
+                        sender: self.me.0,
+                        ring_id: self.cur.id,
+                    };
+                    self.multicast_packet(&packet);
+                    self.set_timer(Timer::Merge, self.config.merge_timeout);
+                }
+            }
         }
     }
 }
@@ -359,42 +588,37 @@ impl Engine for Ring {
         self.now = self.now.max(now);
         match decode(datagram) {
             Ok(RingPacket::Token(t)) => self.on_token(t),
-            Ok(RingPacket::Data {
-                ring_id,
-                seq,
-                sender,
-                payload,
-            }) if ring_id == self.ring_id => self.on_data(seq, sender, payload),
-            _ => self.stats.bad_datagrams += 1,
+            Ok(RingPacket::Data(d)) => self.on_data(d),
+            Ok(RingPacket::Join(j)) => self.on_join(j),
+            Ok(RingPacket::MergeDetect { sender, ring_id }) => {
+                self.on_merge_detect(NodeId(sender), ring_id)
+            }
+            Ok(RingPacket::Commit(c)) => self.on_commit(c),
+            Err(_) => self.stats.bad_datagrams += 1,
         }
     }
 
     fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        let Some((t, at)) = self.passed.take() else {
-            return;
-        };
-        if at > self.now {
-            self.passed = Some((t, at));
-            return;
+        for (i, timer) in [
+            Timer::TokenRetransmit,
+            Timer::TokenLoss,
+            Timer::Join,
+            Timer::Consensus,
+            Timer::Merge,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if self.timers[i].is_some_and(|at| at <= self.now) {
+                self.timers[i] = None;
+                self.on_timer(timer);
+            }
         }
-        self.stats.token_retransmissions += 1;
-        self.pass(t);
     }
 
-    fn multicast(&mut self, _now: Instant, payload: Bytes) -> Result<u64, SendError> {
-        if payload.len() > self.config.max_payload {
-            return Err(SendError::TooLarge {
-                len: payload.len(),
-                max: self.config.max_payload,
-            });
-        }
-        if self.queue.len() >= self.config.send_queue_max {
-            return Err(SendError::WindowFull);
-        }
-        self.queue.push_back(payload);
-        self.next_local_id += 1;
-        Ok(self.next_local_id)
+    fn multicast(&mut self, now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        self.multicast_service(now, Service::Agreed, payload)
     }
 
     fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
@@ -406,6 +630,23 @@ impl Engine for Ring {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.passed.as_ref().map(|(_, at)| *at)
+        self.timers.iter().flatten().min().copied()
+    }
+}
+
+/// Sorted member list of a set.
+fn sorted(set: &BTreeSet<NodeId>) -> Vec<NodeId> {
+    set.iter().copied().collect()
+}
+
+#[cfg(test)]
+impl Ring {
+    pub(crate) fn phase_name(&self) -> String {
+        match &self.phase {
+            Phase::Operational => "op".into(),
+            Phase::Gather(g) => format!("gather {g:?}"),
+            Phase::Commit(f) => format!("commit {:?}", f.log.id),
+            Phase::Recovery(f) => format!("recovery {:?}", f.log.id),
+        }
     }
 }
