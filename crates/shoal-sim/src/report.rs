@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use shoal_core::Engine;
 use shoal_wire::Kind;
 
+use crate::metrics::AddTo;
 use crate::sim::Sim;
 
 /// Wall-clock cost of a run (not deterministic, never in the CSV files).
@@ -76,7 +77,7 @@ impl Report {
         (send_seconds, link_bytes): (f64, &[u64]),
         sender: usize,
     ) -> Report {
-        let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
+        let mut all = crate::metrics::latency_histogram();
         let mut nodes = String::from(
             "member,delivered,recovered,lost,dropped_asleep,dropped_backlog,datagrams_sent,bytes_sent",
         );
@@ -89,7 +90,7 @@ impl Report {
             delivered_min = delivered_min.min(m.delivered);
             lost += m.lost;
             recovered += m.recovered;
-            let _ = all.add(&m.latency_us);
+            m.latency_us.add_to(&mut all);
             let _ = write!(
                 nodes,
                 "{i},{},{},{},{},{},{},{}",
