@@ -3,6 +3,9 @@
 //! latency histogram over all receivers). Everything in these files is a
 //! function of the scenario and seed; wall-clock figures are kept apart
 //! (`Report::wall`) so two runs with one seed give byte-identical files.
+//! They go to `run.csv` beside them: what the run cost this machine (wall
+//! time, simulated events per second, the process's peak memory), which
+//! differs from run to run.
 
 use std::fmt::Write as _;
 use std::io;
@@ -34,6 +37,30 @@ impl Wall {
     pub fn events_per_second(&self) -> f64 {
         self.events as f64 / self.seconds.max(1e-9)
     }
+
+    /// `run.csv`: wall seconds, simulated events, events per wall second,
+    /// and the process's peak resident memory so far in MiB (`VmHWM`; empty
+    /// where `/proc` does not give it). Several runs in one process (a
+    /// figure's, or `shoal sim all`) share one peak: the largest so far.
+    pub fn run_csv(&self) -> String {
+        let peak =
+            peak_rss_bytes().map_or(String::new(), |b| format!("{:.1}", b as f64 / 1048576.0));
+        format!(
+            "wall_s,events,events_per_s,peak_rss_mib\n{:.3},{},{:.0},{peak}\n",
+            self.seconds,
+            self.events,
+            self.events_per_second()
+        )
+    }
+}
+
+/// The process's peak resident set size (`VmHWM` in `/proc/self/status`),
+/// in bytes; `None` where that file does not give it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -197,7 +224,8 @@ impl Report {
         std::fs::write(dir.join("summary.csv"), summary)?;
         std::fs::write(dir.join("nodes.csv"), &self.nodes_csv)?;
         std::fs::write(dir.join("links.csv"), &self.links_csv)?;
-        std::fs::write(dir.join("latency.csv"), &self.latency_csv)
+        std::fs::write(dir.join("latency.csv"), &self.latency_csv)?;
+        std::fs::write(dir.join("run.csv"), self.wall.run_csv())
     }
 }
 

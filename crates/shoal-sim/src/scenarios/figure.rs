@@ -170,6 +170,8 @@ impl Figure {
             std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
         };
         write("summary.csv", &self.summary_csv())?;
+        // What the runs cost (their wall times summed, not deterministic).
+        write("run.csv", &self.wall.run_csv())?;
         for (name, text) in &self.files {
             write(name, text)?;
         }
