@@ -281,3 +281,25 @@ fn latency_csv(h: &Histogram<u64>) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_csv_has_one_row_under_its_header() {
+        let wall = Wall {
+            seconds: 2.0,
+            events: 5_000,
+        };
+        let csv = wall.run_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "wall_s,events,events_per_s,peak_rss_mib");
+        let row: Vec<&str> = lines[1].split(',').collect();
+        assert_eq!(&row[..3], ["2.000", "5000", "2500"]);
+        // Linux gives the peak; elsewhere the column is empty.
+        if cfg!(target_os = "linux") {
+            assert!(row[3].parse::<f64>().unwrap() > 0.0, "{csv}");
+        }
+    }
+}
