@@ -26,6 +26,49 @@ pub fn member_list(me: NodeId, members: &[NodeId]) -> Option<(Vec<NodeId>, usize
     Some((members, index))
 }
 
+/// A member list in canonical form (ascending, no repeats), shared rather
+/// than copied: the engines of one view that only read the list hold one
+/// allocation between them (a simulated group of n members would otherwise
+/// hold n copies of n ids). Cloning is a reference-count increment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberList(std::sync::Arc<[NodeId]>);
+
+impl MemberList {
+    /// The canonical form of `members` (sorted, repeats removed).
+    pub fn new(members: &[NodeId]) -> MemberList {
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        MemberList(members.into())
+    }
+
+    /// Members `NodeId(0)..NodeId(n)`, the dense ids drivers hand out.
+    pub fn dense(n: u32) -> MemberList {
+        MemberList((0..n).map(NodeId).collect())
+    }
+
+    /// `node`'s position in the list. Dense ids (member i is `NodeId(i)`)
+    /// are the common case: one probe, then a binary search.
+    pub fn index_of(&self, node: NodeId) -> Option<usize> {
+        let dense = node.0 as usize;
+        if self.0.get(dense) == Some(&node) {
+            return Some(dense);
+        }
+        self.0.binary_search(&node).ok()
+    }
+
+    pub fn as_slice(&self) -> &[NodeId] {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for MemberList {
+    type Target = [NodeId];
+    fn deref(&self) -> &[NodeId] {
+        &self.0
+    }
+}
+
 /// Where a datagram goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {

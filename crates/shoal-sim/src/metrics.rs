@@ -3,6 +3,9 @@
 //! promise it, in FIFO order per source (a `Lost` range counts as
 //! delivered-as-lost at its place in the order).
 
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
 use hdrhistogram::Histogram;
 use shoal_core::pbcast::Event;
 use shoal_core::{traditional, vsync};
@@ -122,16 +125,20 @@ pub struct HostMetrics {
     /// (source, first, last, time ns) of every `Lost` event.
     pub lost_ranges: Vec<(u32, u64, u64, u64)>,
     /// Delivery latency of others' messages, in microseconds.
-    pub latency_us: Histogram<u64>,
+    pub latency_us: Latency,
     /// When set, deliveries are also counted per bin of this many ns.
     pub throughput_bin_ns: Option<u64>,
     /// Deliveries per bin (see `throughput_bin_ns`).
     pub deliveries_per_bin: Vec<u32>,
-    /// Per source: the next sequence number FIFO order expects.
-    expected: Vec<u64>,
+    /// Sources are members `0..sources`; events of others are not checked.
+    sources: u32,
+    /// Per source delivered from: the next sequence number FIFO order
+    /// expects (0 for a source not in the map).
+    expected: BTreeMap<u32, u64>,
     /// `None`: FIFO order is checked. `Some`: unordered delivery, checked
-    /// for exactly-once with a bit per (source, sequence number).
-    seen: Option<Vec<Vec<u64>>>,
+    /// for exactly-once with a bit per (source, sequence number), for the
+    /// sources delivered from.
+    seen: Option<BTreeMap<u32, Vec<u64>>>,
 }
 
 impl HostMetrics {
@@ -149,10 +156,11 @@ impl HostMetrics {
             dropped_receive_loss: 0,
             dropped_backlog: 0,
             lost_ranges: Vec::new(),
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds"),
+            latency_us: Latency::default(),
             throughput_bin_ns: None,
             deliveries_per_bin: Vec::new(),
-            expected: vec![0; sources],
+            sources: u32::try_from(sources).expect("fewer than 2^32 members"),
+            expected: BTreeMap::new(),
             seen: None,
         }
     }
@@ -179,7 +187,7 @@ impl HostMetrics {
 
     /// Checks exactly-once delivery only, not order (SRM, unordered pbcast).
     pub fn unordered(mut self) -> HostMetrics {
-        self.seen = Some(vec![Vec::new(); self.expected.len()]);
+        self.seen = Some(BTreeMap::new());
         self
     }
 
@@ -232,15 +240,18 @@ impl HostMetrics {
                 (source, first, last)
             }
         };
+        if source >= self.sources {
+            return None;
+        }
         if let Some(seen) = &mut self.seen {
-            let bits = seen.get_mut(source as usize)?;
+            let bits = seen.entry(source).or_default();
             return mark_once(bits, first, last).map(|seq| Violation {
                 host,
                 source,
                 what: format!("{seq} delivered twice ({event:?})"),
             });
         }
-        let expected = self.expected.get_mut(source as usize)?;
+        let expected = self.expected.entry(source).or_insert(0);
         let violation = (first != *expected).then(|| Violation {
             host,
             source,
@@ -253,9 +264,10 @@ impl HostMetrics {
     /// Sequence numbers below `count` of `source` neither delivered nor
     /// declared lost here; empty unless `Sim::check_unordered` was on.
     pub fn undelivered(&self, source: u32, count: u64) -> Vec<u64> {
-        let Some(bits) = self.seen.as_ref().and_then(|s| s.get(source as usize)) else {
+        let Some(seen) = self.seen.as_ref().filter(|_| source < self.sources) else {
             return Vec::new();
         };
+        let bits = seen.get(&source).map_or(&[][..], |b| &b[..]);
         let marked = |seq: u64| {
             bits.get((seq / 64) as usize)
                 .is_some_and(|word| word & (1 << (seq % 64)) != 0)
@@ -270,6 +282,114 @@ impl HostMetrics {
         let sent = u64::from_be_bytes(*stamp);
         let us = now_ns.saturating_sub(sent) / 1_000;
         self.latency_us.saturating_record(us.max(1));
+    }
+}
+
+/// Latencies recorded as an hdrhistogram of 1 µs to an hour at two
+/// significant digits records them, but holding only the buckets in use: a
+/// member's latencies fill a few dozen of the histogram's 3,328 buckets, and
+/// a simulation of 10^5 members cannot hold 26 KB of counts for each. Every
+/// figure read from it (quantiles, min, max, and a histogram built from it)
+/// equals the one the full histogram gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// (lowest value of a bucket in use, count), ascending.
+    buckets: Vec<(u32, u32)>,
+    total: u64,
+}
+
+/// Values above this are recorded as this.
+const LATENCY_MAX_US: u64 = 3_600_000_000;
+
+/// A histogram with the bounds of every latency histogram here: its
+/// bucket arithmetic (the counts are never used).
+fn latency_layout() -> &'static Histogram<u8> {
+    static LAYOUT: OnceLock<Histogram<u8>> = OnceLock::new();
+    LAYOUT.get_or_init(|| Histogram::new_with_bounds(1, LATENCY_MAX_US, 2).expect("valid bounds"))
+}
+
+/// An empty histogram with the bounds of a [`Latency`].
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_US, 2).expect("valid bounds")
+}
+
+impl Latency {
+    /// Records `us`, clamped to the histogram's range (an hour).
+    pub fn saturating_record(&mut self, us: u64) {
+        let lowest = latency_layout().lowest_equivalent(us.min(LATENCY_MAX_US));
+        let lowest = u32::try_from(lowest).expect("an hour in µs fits in 32 bits");
+        match self.buckets.binary_search_by_key(&lowest, |b| b.0) {
+            Ok(i) => self.buckets[i].1 += 1,
+            Err(i) => self.buckets.insert(i, (lowest, 1)),
+        }
+        self.total += 1;
+    }
+
+    /// Values recorded.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// As `Histogram::value_at_quantile`.
+    pub fn value_at_quantile(&self, quantile: f64) -> u64 {
+        let quantile = quantile.min(1.0);
+        let target = ((quantile * self.total as f64).ceil() as u64).max(1);
+        let mut sum = 0;
+        for &(lowest, count) in &self.buckets {
+            sum += u64::from(count);
+            if sum >= target {
+                let layout = latency_layout();
+                return if quantile == 0.0 {
+                    u64::from(lowest)
+                } else {
+                    layout.highest_equivalent(u64::from(lowest))
+                };
+            }
+        }
+        0
+    }
+
+    /// As `Histogram::min`: the lowest value's bucket start, 0 if empty.
+    pub fn min(&self) -> u64 {
+        self.buckets.first().map_or(0, |b| u64::from(b.0))
+    }
+
+    /// As `Histogram::max`: the highest value's bucket end, 0 if empty.
+    pub fn max(&self) -> u64 {
+        self.buckets
+            .last()
+            .map_or(0, |b| latency_layout().highest_equivalent(u64::from(b.0)))
+    }
+
+    /// The full histogram.
+    pub fn histogram(&self) -> Histogram<u64> {
+        let mut h = latency_histogram();
+        self.add_to(&mut h);
+        h
+    }
+}
+
+/// Latencies that can be merged into a histogram of the bounds of
+/// [`latency_histogram`]: a histogram, or a member's [`Latency`].
+pub trait AddTo {
+    fn add_to(&self, histogram: &mut Histogram<u64>);
+}
+
+impl AddTo for Histogram<u64> {
+    fn add_to(&self, histogram: &mut Histogram<u64>) {
+        let _ = histogram.add(self);
+    }
+}
+
+impl AddTo for Latency {
+    fn add_to(&self, histogram: &mut Histogram<u64>) {
+        for &(lowest, count) in &self.buckets {
+            let _ = histogram.record_n(u64::from(lowest), u64::from(count));
+        }
     }
 }
 
@@ -297,5 +417,68 @@ pub(crate) fn count_kinds(mut datagram: &[u8], counts: &mut [u64; KIND_COUNT]) {
             return;
         };
         datagram = rest;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_xoshiro::Xoshiro256PlusPlus;
+
+    use super::*;
+
+    /// Every figure read from a `Latency` is the one a full histogram of
+    /// the same values gives.
+    #[test]
+    fn a_sparse_latency_reads_as_the_full_histogram() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
+        for spread in [10u64, 1_000, 100_000, 10_000_000, 5_000_000_000] {
+            let mut sparse = Latency::default();
+            let mut full = latency_histogram();
+            assert_eq!(sparse.value_at_quantile(0.5), full.value_at_quantile(0.5));
+            assert_eq!((sparse.min(), sparse.max()), (full.min(), full.max()));
+            for _ in 0..5_000 {
+                let us = rng.random_range(1..=spread);
+                sparse.saturating_record(us);
+                full.saturating_record(us.min(LATENCY_MAX_US));
+            }
+            for q in [0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0] {
+                assert_eq!(
+                    sparse.value_at_quantile(q),
+                    full.value_at_quantile(q),
+                    "q {q}"
+                );
+            }
+            assert_eq!((sparse.min(), sparse.max()), (full.min(), full.max()));
+            assert_eq!(sparse.len(), full.len());
+            let rebuilt = sparse.histogram();
+            assert_eq!(rebuilt.mean(), full.mean());
+            assert_eq!((rebuilt.min(), rebuilt.max()), (full.min(), full.max()));
+            let mut merged = latency_histogram();
+            sparse.add_to(&mut merged);
+            full.add_to(&mut merged);
+            assert_eq!(merged.len(), 2 * full.len());
+            assert_eq!(merged.value_at_quantile(0.9), full.value_at_quantile(0.9));
+        }
+    }
+
+    /// Only the sources a member delivers from take room; a source past the
+    /// group is not checked, as before.
+    #[test]
+    fn the_delivery_checker_keeps_sources_delivered_from() {
+        let mut m = HostMetrics::new(1_000_000);
+        let deliver = |seq| Event::Deliver {
+            source: shoal_core::NodeId(999_999),
+            seq,
+            payload: bytes::Bytes::new(),
+            recovered: false,
+        };
+        assert_eq!(m.on_event(0, 0, &deliver(0)), None);
+        assert!(m.on_event(0, 0, &deliver(2)).is_some());
+        assert_eq!(m.expected.len(), 1);
+        let mut u = HostMetrics::new(4).unordered();
+        assert_eq!(u.on_event(0, 0, &deliver(0)), None);
+        assert_eq!(u.undelivered(2, 2), vec![0, 1]);
+        assert_eq!(u.undelivered(9, 2), Vec::<u64>::new());
     }
 }

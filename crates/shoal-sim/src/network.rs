@@ -170,18 +170,167 @@ impl Link {
     }
 }
 
-/// Links and routes. Routes are computed lazily by breadth-first search and
-/// cached: per destination for unicast, per source for multicast trees.
+/// Links and routes.
 pub struct Network {
     pub links: Vec<Link>,
     /// Per node: (neighbour, directed link index).
     adjacency: Vec<Vec<(usize, usize)>>,
     /// Nodes hosting a member.
     is_host: Vec<bool>,
-    /// Per destination: per node, the link to take next.
-    next_hop: Vec<Option<Vec<u32>>>,
-    /// Per source: per node, the links to forward a multicast on.
-    tree: Vec<Option<Vec<Vec<u32>>>>,
+    routes: Routes,
+}
+
+/// How routes are found. In a tree (every topology but the overlays is one)
+/// the one path between two nodes follows from the tree's shape, held in
+/// O(nodes); in any other graph they are computed lazily by breadth-first
+/// search and cached, per destination for unicast and per source for
+/// multicast, which costs O(nodes) per destination or source used.
+enum Routes {
+    Tree(TreeRoutes),
+    Graph {
+        /// Per destination: per node, the link to take next.
+        next_hop: Vec<Option<Vec<u32>>>,
+        /// Per source: per node, the links to forward a multicast on.
+        tree: Vec<Option<Vec<Vec<u32>>>>,
+    },
+}
+
+/// A tree's shape, rooted at node 0: a subtree is a range of preorder
+/// numbers, so whether a destination lies below a node, and below which
+/// child, takes a comparison and a binary search.
+struct TreeRoutes {
+    /// Per node: its parent (the root: itself) and the link up to it.
+    parent: Vec<u32>,
+    up: Vec<u32>,
+    /// Per node: its preorder number, and one past its subtree's last.
+    enter: Vec<u32>,
+    exit: Vec<u32>,
+    /// Node v's children are `children[child_start[v]..child_start[v + 1]]`,
+    /// each (preorder number, link down to it), ascending.
+    child_start: Vec<u32>,
+    children: Vec<(u32, u32)>,
+    /// Per node: members hosted in its subtree.
+    hosts_below: Vec<u32>,
+    hosts: u32,
+}
+
+impl TreeRoutes {
+    /// The routes of the graph, if it is a tree (connected, nodes - 1 links).
+    fn new(
+        adjacency: &[Vec<(usize, usize)>],
+        is_host: &[bool],
+        links: usize,
+    ) -> Option<TreeRoutes> {
+        let n = adjacency.len();
+        if n == 0 || links != 2 * (n - 1) {
+            return None;
+        }
+        let mut parent = vec![NONE; n];
+        let mut up = vec![NONE; n];
+        let mut order = Vec::with_capacity(n);
+        let mut queue = VecDeque::from([0usize]);
+        parent[0] = 0;
+        while let Some(v) = queue.pop_front() {
+            order.push(v);
+            for &(u, link) in &adjacency[v] {
+                if parent[u] == NONE {
+                    parent[u] = v as u32;
+                    // Links come in pairs: 2k and 2k + 1 are the two ways.
+                    up[u] = (link ^ 1) as u32;
+                    queue.push_back(u);
+                }
+            }
+        }
+        if order.len() != n {
+            return None;
+        }
+        let mut hosts_below: Vec<u32> = is_host.iter().map(|&h| u32::from(h)).collect();
+        for &v in order.iter().rev().filter(|&&v| v != 0) {
+            hosts_below[parent[v] as usize] += hosts_below[v];
+        }
+        // Preorder numbers by an explicit depth-first walk.
+        let mut enter = vec![0; n];
+        let mut exit = vec![0; n];
+        let mut next = 0u32;
+        let mut stack = vec![(0usize, false)];
+        while let Some((v, done)) = stack.pop() {
+            if done {
+                exit[v] = next;
+                continue;
+            }
+            enter[v] = next;
+            next += 1;
+            stack.push((v, true));
+            for &(u, _) in adjacency[v].iter().rev() {
+                if u != 0 && parent[u] as usize == v {
+                    stack.push((u, false));
+                }
+            }
+        }
+        let mut child_start = Vec::with_capacity(n + 1);
+        let mut children = Vec::with_capacity(n - 1);
+        for (v, neighbours) in adjacency.iter().enumerate() {
+            child_start.push(children.len() as u32);
+            let first = children.len();
+            for &(u, link) in neighbours {
+                if u != 0 && parent[u] as usize == v {
+                    children.push((enter[u], link as u32));
+                }
+            }
+            children[first..].sort_unstable();
+        }
+        child_start.push(children.len() as u32);
+        let hosts = hosts_below[0];
+        Some(TreeRoutes {
+            parent,
+            up,
+            enter,
+            exit,
+            child_start,
+            children,
+            hosts_below,
+            hosts,
+        })
+    }
+
+    fn children(&self, v: usize) -> &[(u32, u32)] {
+        &self.children[self.child_start[v] as usize..self.child_start[v + 1] as usize]
+    }
+
+    fn route(&self, at: usize, dst: usize) -> Option<usize> {
+        if at == dst {
+            return None;
+        }
+        let target = self.enter[dst];
+        if self.enter[at] < target && target < self.exit[at] {
+            let children = self.children(at);
+            let i = children.partition_point(|&(enter, _)| enter <= target);
+            return Some(children[i - 1].1 as usize);
+        }
+        Some(self.up[at] as usize)
+    }
+
+    /// The links on which `at` forwards a multicast from `source`: every
+    /// link but the one towards the source whose far side hosts a member,
+    /// ordered by the node at the far end.
+    fn multicast_links(&self, links: &[Link], source: usize, at: usize) -> Vec<u32> {
+        let toward_source = self.route(at, source).map(|l| links[l].to);
+        let mut out: Vec<(usize, u32)> = Vec::new();
+        if at != 0 {
+            let p = self.parent[at] as usize;
+            if Some(p) != toward_source && self.hosts > self.hosts_below[at] {
+                out.push((p, self.up[at]));
+            }
+        }
+        for &(_, link) in self.children(at) {
+            let c = links[link as usize].to;
+            if Some(c) != toward_source && self.hosts_below[c] > 0 {
+                out.push((c, link));
+            }
+        }
+        out.sort_unstable();
+        out.into_iter().map(|(_, link)| link).collect()
+    }
 }
 
 const NONE: u32 = u32::MAX;
@@ -211,13 +360,31 @@ impl Network {
         for &h in hosts {
             is_host[h] = true;
         }
+        let routes = match TreeRoutes::new(&adjacency, &is_host, links.len()) {
+            Some(tree) => Routes::Tree(tree),
+            None => Routes::Graph {
+                next_hop: vec![None; topology.nodes],
+                tree: vec![None; topology.nodes],
+            },
+        };
         Network {
             links,
             adjacency,
             is_host,
+            routes,
+        }
+    }
+
+    /// As [`Network::new`], routing by breadth-first search whatever the
+    /// shape (to check the tree routes against).
+    #[cfg(test)]
+    fn with_graph_routes(topology: &Topology, hosts: &[usize]) -> Network {
+        let mut network = Network::new(topology, hosts);
+        network.routes = Routes::Graph {
             next_hop: vec![None; topology.nodes],
             tree: vec![None; topology.nodes],
-        }
+        };
+        network
     }
 
     /// Starts counting packets per kind on the links from `from` to `to`.
@@ -229,28 +396,9 @@ impl Network {
         }
     }
 
-    /// BFS parents from `root`: (parent node, link from parent to node).
-    fn bfs(&self, root: usize) -> (Vec<usize>, Vec<u32>) {
-        let n = self.adjacency.len();
-        let mut parent = vec![usize::MAX; n];
-        let mut via = vec![NONE; n];
-        let mut queue = VecDeque::from([root]);
-        parent[root] = root;
-        while let Some(v) = queue.pop_front() {
-            for &(u, link) in &self.adjacency[v] {
-                if parent[u] == usize::MAX {
-                    parent[u] = v;
-                    via[u] = link as u32;
-                    queue.push_back(u);
-                }
-            }
-        }
-        (parent, via)
-    }
-
     /// Hops from `root` to every node (`u32::MAX` if unreachable).
     pub fn hops_from(&self, root: usize) -> Vec<u32> {
-        let (parent, _) = self.bfs(root);
+        let (parent, _) = bfs(&self.adjacency, root);
         (0..parent.len())
             .map(|v| {
                 if parent[v] == usize::MAX {
@@ -264,48 +412,73 @@ impl Network {
 
     /// The link `at` takes towards `dst`, if `dst` is reachable.
     pub fn route(&mut self, at: usize, dst: usize) -> Option<usize> {
-        if self.next_hop[dst].is_none() {
-            // BFS from the destination: each node's parent link, reversed.
-            let (_, via) = self.bfs(dst);
-            let reverse = via
-                .iter()
-                .map(|&l| if l == NONE { NONE } else { l ^ 1 })
-                .collect();
-            self.next_hop[dst] = Some(reverse);
-        }
-        let hop = self.next_hop[dst].as_ref().expect("computed")[at];
-        (hop != NONE).then_some(hop as usize)
-    }
-
-    /// Links on which `at` forwards a multicast from `source`: the tree's
-    /// child links whose subtree holds a member.
-    pub fn multicast_links(&mut self, source: usize, at: usize) -> &[u32] {
-        if self.tree[source].is_none() {
-            let tree = self.build_tree(source);
-            self.tree[source] = Some(tree);
-        }
-        &self.tree[source].as_ref().expect("built")[at]
-    }
-
-    fn build_tree(&self, source: usize) -> Vec<Vec<u32>> {
-        let n = self.adjacency.len();
-        let (parent, via) = self.bfs(source);
-        let mut order: Vec<usize> = (0..n).filter(|v| parent[*v] != usize::MAX).collect();
-        order.sort_by_key(|v| depth(&parent, *v));
-        let mut useful = self.is_host.clone();
-        for &v in order.iter().rev() {
-            if v != source && useful[v] {
-                useful[parent[v]] = true;
+        match &mut self.routes {
+            Routes::Tree(tree) => tree.route(at, dst),
+            Routes::Graph { next_hop, .. } => {
+                let hops = next_hop[dst].get_or_insert_with(|| {
+                    // BFS from the destination: each node's parent link, reversed.
+                    let (_, via) = bfs(&self.adjacency, dst);
+                    via.iter()
+                        .map(|&l| if l == NONE { NONE } else { l ^ 1 })
+                        .collect()
+                });
+                let hop = hops[at];
+                (hop != NONE).then_some(hop as usize)
             }
         }
-        let mut children = vec![Vec::new(); n];
-        for &v in &order {
-            if v != source && useful[v] {
-                children[parent[v]].push(via[v]);
+    }
+
+    /// Links on which `at` forwards a multicast from `source`: the
+    /// shortest-path tree's child links whose subtree holds a member, in
+    /// the order of the nodes they lead to.
+    pub fn multicast_links(&mut self, source: usize, at: usize) -> Vec<u32> {
+        match &mut self.routes {
+            Routes::Tree(tree) => tree.multicast_links(&self.links, source, at),
+            Routes::Graph { tree, .. } => tree[source]
+                .get_or_insert_with(|| build_tree(&self.adjacency, &self.is_host, source))[at]
+                .clone(),
+        }
+    }
+}
+
+/// BFS parents from `root`: (parent node, link from parent to node).
+fn bfs(adjacency: &[Vec<(usize, usize)>], root: usize) -> (Vec<usize>, Vec<u32>) {
+    let n = adjacency.len();
+    let mut parent = vec![usize::MAX; n];
+    let mut via = vec![NONE; n];
+    let mut queue = VecDeque::from([root]);
+    parent[root] = root;
+    while let Some(v) = queue.pop_front() {
+        for &(u, link) in &adjacency[v] {
+            if parent[u] == usize::MAX {
+                parent[u] = v;
+                via[u] = link as u32;
+                queue.push_back(u);
             }
         }
-        children
     }
+    (parent, via)
+}
+
+/// Per node, the links on which it forwards a multicast from `source`.
+fn build_tree(adjacency: &[Vec<(usize, usize)>], is_host: &[bool], source: usize) -> Vec<Vec<u32>> {
+    let n = adjacency.len();
+    let (parent, via) = bfs(adjacency, source);
+    let mut order: Vec<usize> = (0..n).filter(|v| parent[*v] != usize::MAX).collect();
+    order.sort_by_key(|v| depth(&parent, *v));
+    let mut useful = is_host.to_vec();
+    for &v in order.iter().rev() {
+        if v != source && useful[v] {
+            useful[parent[v]] = true;
+        }
+    }
+    let mut children = vec![Vec::new(); n];
+    for &v in &order {
+        if v != source && useful[v] {
+            children[parent[v]].push(via[v]);
+        }
+    }
+    children
 }
 
 fn depth(parent: &[usize], mut v: usize) -> usize {
@@ -388,13 +561,59 @@ mod tests {
         let mut reached = vec![0; t.nodes];
         let mut frontier = vec![0usize];
         while let Some(v) = frontier.pop() {
-            for &l in net.multicast_links(0, v).to_vec().iter() {
+            for &l in net.multicast_links(0, v).iter() {
                 let to = net.links[l as usize].to;
                 reached[to] += 1;
                 frontier.push(to);
             }
         }
         assert_eq!(reached, vec![0, 1, 0, 1, 1, 0, 0]);
+    }
+
+    /// Tree routes (from the tree's shape) are the routes breadth-first
+    /// search finds, unicast and multicast, link for link and in order.
+    #[test]
+    fn tree_routes_are_the_breadth_first_routes() {
+        let spec = LinkSpec::paper(0.0);
+        let topologies = [
+            Topology::tree(3, 3, spec),
+            Topology::tree_of(40, 4, spec),
+            Topology::star(6, spec),
+            Topology::chain(5, spec),
+            Topology::two_clusters(3, 4, spec, spec),
+        ];
+        for t in &topologies {
+            let all: Vec<usize> = (0..t.nodes).collect();
+            let some: Vec<usize> = (0..t.nodes).filter(|v| v % 3 == 1).collect();
+            for hosts in [&all, &some] {
+                let mut tree = Network::new(t, hosts);
+                assert!(matches!(tree.routes, Routes::Tree(_)));
+                let mut graph = Network::with_graph_routes(t, hosts);
+                for a in 0..t.nodes {
+                    for b in 0..t.nodes {
+                        assert_eq!(tree.route(a, b), graph.route(a, b), "route {a}->{b}");
+                        assert_eq!(
+                            tree.multicast_links(a, b),
+                            graph.multicast_links(a, b),
+                            "multicast from {a} at {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_graph_with_a_cycle_is_routed_by_search() {
+        let spec = LinkSpec::paper(0.0);
+        let ring = Topology {
+            nodes: 4,
+            links: vec![(0, 1, spec), (1, 2, spec), (2, 3, spec), (3, 0, spec)],
+        };
+        let mut net = Network::new(&ring, &[0, 1, 2, 3]);
+        assert!(matches!(net.routes, Routes::Graph { .. }));
+        let link = net.route(0, 3).unwrap();
+        assert_eq!((net.links[link].from, net.links[link].to), (0, 3));
     }
 
     #[test]

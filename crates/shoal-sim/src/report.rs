@@ -3,6 +3,9 @@
 //! latency histogram over all receivers). Everything in these files is a
 //! function of the scenario and seed; wall-clock figures are kept apart
 //! (`Report::wall`) so two runs with one seed give byte-identical files.
+//! They go to `run.csv` beside them: what the run cost this machine (wall
+//! time, simulated events per second, the process's peak memory), which
+//! differs from run to run.
 
 use std::fmt::Write as _;
 use std::io;
@@ -12,6 +15,7 @@ use hdrhistogram::Histogram;
 use shoal_core::Engine;
 use shoal_wire::Kind;
 
+use crate::metrics::AddTo;
 use crate::sim::Sim;
 
 /// Wall-clock cost of a run (not deterministic, never in the CSV files).
@@ -33,6 +37,30 @@ impl Wall {
     pub fn events_per_second(&self) -> f64 {
         self.events as f64 / self.seconds.max(1e-9)
     }
+
+    /// `run.csv`: wall seconds, simulated events, events per wall second,
+    /// and the process's peak resident memory so far in MiB (`VmHWM`; empty
+    /// where `/proc` does not give it). Several runs in one process (a
+    /// figure's, or `shoal sim all`) share one peak: the largest so far.
+    pub fn run_csv(&self) -> String {
+        let peak =
+            peak_rss_bytes().map_or(String::new(), |b| format!("{:.1}", b as f64 / 1048576.0));
+        format!(
+            "wall_s,events,events_per_s,peak_rss_mib\n{:.3},{},{:.0},{peak}\n",
+            self.seconds,
+            self.events,
+            self.events_per_second()
+        )
+    }
+}
+
+/// The process's peak resident set size (`VmHWM` in `/proc/self/status`),
+/// in bytes; `None` where that file does not give it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -76,7 +104,7 @@ impl Report {
         (send_seconds, link_bytes): (f64, &[u64]),
         sender: usize,
     ) -> Report {
-        let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
+        let mut all = crate::metrics::latency_histogram();
         let mut nodes = String::from(
             "member,delivered,recovered,lost,dropped_asleep,dropped_backlog,datagrams_sent,bytes_sent",
         );
@@ -89,7 +117,7 @@ impl Report {
             delivered_min = delivered_min.min(m.delivered);
             lost += m.lost;
             recovered += m.recovered;
-            let _ = all.add(&m.latency_us);
+            m.latency_us.add_to(&mut all);
             let _ = write!(
                 nodes,
                 "{i},{},{},{},{},{},{},{}",
@@ -196,7 +224,8 @@ impl Report {
         std::fs::write(dir.join("summary.csv"), summary)?;
         std::fs::write(dir.join("nodes.csv"), &self.nodes_csv)?;
         std::fs::write(dir.join("links.csv"), &self.links_csv)?;
-        std::fs::write(dir.join("latency.csv"), &self.latency_csv)
+        std::fs::write(dir.join("latency.csv"), &self.latency_csv)?;
+        std::fs::write(dir.join("run.csv"), self.wall.run_csv())
     }
 }
 
@@ -251,4 +280,26 @@ fn latency_csv(h: &Histogram<u64>) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_csv_has_one_row_under_its_header() {
+        let wall = Wall {
+            seconds: 2.0,
+            events: 5_000,
+        };
+        let csv = wall.run_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "wall_s,events,events_per_s,peak_rss_mib");
+        let row: Vec<&str> = lines[1].split(',').collect();
+        assert_eq!(&row[..3], ["2.000", "5000", "2500"]);
+        // Linux gives the peak; elsewhere the column is empty.
+        if cfg!(target_os = "linux") {
+            assert!(row[3].parse::<f64>().unwrap() > 0.0, "{csv}");
+        }
+    }
 }

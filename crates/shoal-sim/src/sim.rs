@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use shoal_core::engine::SendError;
+use shoal_core::engine::{MemberList, SendError};
 use shoal_core::{Destination, Engine, Instant, NodeId};
 
 use crate::metrics::{HostMetrics, Violation};
@@ -178,7 +178,20 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         seed: u64,
         build: impl Fn(NodeId, &[NodeId]) -> E,
     ) -> Sim<E> {
-        let members: Vec<NodeId> = (0..nodes.len() as u32).map(NodeId).collect();
+        Sim::with_members(topology, nodes, seed, |me, members| build(me, members))
+    }
+
+    /// As [`Sim::new`], handing every engine the same shared member list,
+    /// for engines that can keep it instead of a copy (a group of n members
+    /// would otherwise hold n² ids).
+    pub fn with_members(
+        topology: &Topology,
+        nodes: &[usize],
+        seed: u64,
+        build: impl Fn(NodeId, &MemberList) -> E,
+    ) -> Sim<E> {
+        let count = u32::try_from(nodes.len()).expect("fewer than 2^32 hosts");
+        let members = MemberList::dense(count);
         let mut host_at = vec![None; topology.nodes];
         let hosts = nodes
             .iter()
@@ -684,7 +697,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 None => at,
             },
             None => {
-                let links = self.network.multicast_links(node, node).to_vec();
+                let links = self.network.multicast_links(node, node);
                 let mut taken = at;
                 for link in links {
                     let sent = self.send_first_hop(link as usize, packet.clone(), at);
@@ -717,10 +730,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     }
 
     fn forward_multicast(&mut self, at: usize, packet: Packet) {
-        let links = self
-            .network
-            .multicast_links(packet.from_node as usize, at)
-            .to_vec();
+        let links = self.network.multicast_links(packet.from_node as usize, at);
         for link in links {
             self.send_on(link as usize, packet.clone());
         }

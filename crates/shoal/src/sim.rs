@@ -23,7 +23,8 @@ pub struct SimArgs {
     /// Seed of every random choice; the same seed gives the same files.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Directory for summary.csv, nodes.csv, links.csv and latency.csv.
+    /// Directory for summary.csv, nodes.csv, links.csv and latency.csv, and
+    /// run.csv (wall time, events/s and peak memory of the run).
     #[arg(long, default_value = "out/sim")]
     pub out: PathBuf,
     /// pbcast-star: members around the router [default: 50].
@@ -184,6 +185,9 @@ fn print_summary(report: &Report, args: &SimArgs) {
         wall.seconds,
         wall.events_per_second() / 1e6
     );
+    if let Some(peak) = shoal_sim::report::peak_rss_bytes() {
+        println!("{:>18}  {:.0} MiB", "peak memory", peak as f64 / 1048576.0);
+    }
     for v in report.violations.iter().take(10) {
         println!("violation: {v}");
     }

@@ -102,24 +102,22 @@ pub(super) struct SourceLog {
 
 impl Default for SourceLog {
     fn default() -> Self {
+        SourceLog::empty(true)
+    }
+}
+
+impl SourceLog {
+    /// An empty log: `anchored`, it starts at sequence number 0; otherwise
+    /// wherever the first received message is.
+    pub const fn empty(anchored: bool) -> SourceLog {
         SourceLog {
-            anchored: true,
+            anchored,
             base: 0,
             slots: VecDeque::new(),
             cursor: 0,
             held: 0,
             missing: 0,
             unreported: 0,
-        }
-    }
-}
-
-impl SourceLog {
-    /// A log that starts wherever the first received message is.
-    pub fn unanchored() -> SourceLog {
-        SourceLog {
-            anchored: false,
-            ..SourceLog::default()
         }
     }
 

@@ -33,6 +33,7 @@
 mod config;
 mod log;
 mod outbox;
+mod sources;
 
 pub use config::{Config, ConfigError, Delivery, GossipMode, MulticastRepair, MIN_DATAGRAM_SIZE};
 
@@ -44,7 +45,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use shoal_wire::{Packet, SeqRange, SourceRanges};
 
-use crate::engine::{member_list, Destination, Engine, NodeId, SendError, Transmit};
+use crate::engine::{Destination, Engine, MemberList, NodeId, SendError, Transmit};
 
 /// What one digest makes a member solicit of one source: first asks, and
 /// asks again.
@@ -53,6 +54,7 @@ use crate::ranges::RangeBuilder;
 use crate::time::Instant;
 use log::{Inserted, Ready, SourceLog};
 use outbox::{Control, Outbox};
+use sources::{Logs, Progress, Progresses};
 
 /// What a pbcast member tells its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,27 +104,23 @@ pub struct Stats {
 /// the memory a forged or corrupt sequence number can claim.
 const LOG_EXTENSION_MAX: u64 = 1 << 20;
 
-/// Flow-control progress heard from one member.
-#[derive(Debug, Clone, Copy)]
-struct Progress {
-    next: u64,
-    heard: Instant,
-}
-
 /// One pbcast member.
 pub struct Pbcast {
     me: NodeId,
     my_index: usize,
-    /// Sorted, deduplicated; indexes `logs` and `progress`.
-    members: Vec<NodeId>,
+    /// Sorted, deduplicated (shared with the other engines of the view);
+    /// its positions index `logs` and `progress`.
+    members: MemberList,
     config: Config,
     rng: Xoshiro256PlusPlus,
-    logs: Vec<SourceLog>,
+    /// Logs of the sources this member has heard of.
+    logs: Logs,
     /// Sources whose log is not idle, and those with gaps: in a large group
     /// most members never send, and a round or a digest must not cost O(n).
     busy: BTreeSet<usize>,
     gappy: BTreeSet<usize>,
-    progress: Vec<Progress>,
+    /// Flow-control progress of the members that reported some.
+    progress: Progresses,
     outbox: Outbox,
     events: VecDeque<Event>,
     stats: Stats,
@@ -258,27 +256,35 @@ impl Pbcast {
         seed: u64,
         now: Instant,
     ) -> Result<Pbcast, ConfigError> {
+        Pbcast::with_members(me, MemberList::new(members), config, seed, now)
+    }
+
+    /// As [`Pbcast::new`], sharing `members` with whoever else holds it (a
+    /// simulator's thousands of engines of one view): the engine keeps no
+    /// state per member until that member sends or reports to it.
+    pub fn with_members(
+        me: NodeId,
+        members: MemberList,
+        config: Config,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Pbcast, ConfigError> {
         config.validate()?;
-        let (members, my_index) = member_list(me, members).ok_or(ConfigError::NotAMember(me.0))?;
+        let my_index = members.index_of(me).ok_or(ConfigError::NotAMember(me.0))?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         // Rounds are not synchronised across members (P001 §B).
         let first_round = now + config.gossip_interval.mul_f64(rng.random::<f64>());
-        let n = members.len();
+        let mut logs = Logs::new(true);
+        logs.insert(my_index, SourceLog::default());
         Ok(Pbcast {
             me,
             my_index,
             members,
             rng,
-            logs: (0..n).map(|_| SourceLog::default()).collect(),
+            logs,
             busy: BTreeSet::new(),
             gappy: BTreeSet::new(),
-            progress: vec![
-                Progress {
-                    next: 0,
-                    heard: now
-                };
-                n
-            ],
+            progress: Progresses::new(now),
             outbox: Outbox::default(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -308,11 +314,11 @@ impl Pbcast {
         now: Instant,
     ) -> Result<Pbcast, ConfigError> {
         let mut engine = Pbcast::new(me, members, config, seed, now)?;
-        for (i, log) in engine.logs.iter_mut().enumerate() {
-            if i != engine.my_index {
-                *log = SourceLog::unanchored();
-            }
-        }
+        // Every other source's log starts unanchored; this member's own
+        // log (created at construction) stays anchored at 0.
+        let own = std::mem::take(engine.logs.entry(engine.my_index));
+        engine.logs = Logs::new(false);
+        engine.logs.insert(engine.my_index, own);
         Ok(engine)
     }
 
@@ -321,47 +327,44 @@ impl Pbcast {
     /// (they are new senders); removed members' messages are forgotten.
     /// Gossip weights are reset to uniform.
     pub fn set_members(&mut self, now: Instant, members: &[NodeId]) -> Result<(), ConfigError> {
-        let (members, my_index) =
-            member_list(self.me, members).ok_or(ConfigError::NotAMember(self.me.0))?;
-        let old_index: Vec<Option<usize>> = members
-            .iter()
-            .map(|m| self.members.binary_search(m).ok())
-            .collect();
-        let new_index: Vec<Option<usize>> = self
+        let members = MemberList::new(members);
+        let my_index = members
+            .index_of(self.me)
+            .ok_or(ConfigError::NotAMember(self.me.0))?;
+        let old = std::mem::replace(&mut self.members, members);
+        let new_index = |source: usize| self.members.index_of(old[source]);
+        self.logs.remap(new_index);
+        self.progress.remap(new_index);
+        // Members new to this view: a log from 0 (they are new senders) and
+        // progress heard now. Members that stay without an entry keep the
+        // empty log and the progress they had.
+        let joined = self
             .members
             .iter()
-            .map(|m| members.binary_search(m).ok())
-            .collect();
-        let mut old_logs: Vec<Option<SourceLog>> = std::mem::take(&mut self.logs)
-            .into_iter()
-            .map(Some)
-            .collect();
-        self.logs = old_index
-            .iter()
-            .map(|old| old.and_then(|i| old_logs[i].take()).unwrap_or_default())
-            .collect();
-        self.progress = old_index
-            .iter()
-            .map(|old| {
-                old.map_or(
-                    Progress {
-                        next: 0,
-                        heard: now,
-                    },
-                    |i| self.progress[i],
-                )
-            })
-            .collect();
-        let remap = |(source, seq): Key| new_index[source].map(|n| (n, seq));
+            .enumerate()
+            .filter(|(_, m)| old.index_of(**m).is_none())
+            .map(|(i, _)| i);
+        for i in joined {
+            if !self.logs.absent_anchored() {
+                self.logs.insert(i, SourceLog::default());
+            }
+            self.progress.insert(
+                i,
+                Progress {
+                    next: 0,
+                    heard: now,
+                },
+            );
+        }
+        let remap = |(source, seq): Key| new_index(source).map(|n| (n, seq));
         self.solicitations = remap_keys(std::mem::take(&mut self.solicitations), remap);
         self.multicast_recently = remap_keys(std::mem::take(&mut self.multicast_recently), remap);
         self.repair_bits = remap_keys(std::mem::take(&mut self.repair_bits), remap);
         self.outbox.retransmits.retain_mut(|r| {
-            let moved = new_index[r.source as usize];
+            let moved = new_index(r.source as usize);
             r.source = moved.unwrap_or(0) as u32;
             moved.is_some()
         });
-        self.members = members;
         self.my_index = my_index;
         self.gossip_weights = None;
         self.retrack_all();
@@ -393,19 +396,15 @@ impl Pbcast {
         let Some(window) = self.config.send_window else {
             return true;
         };
-        let next = self.logs[self.my_index].end();
+        let next = self.logs.get(self.my_index).end();
         next - self.slowest_recent_progress(now).min(next) < u64::from(window.get())
     }
 
     /// Lowest progress reported by a member heard from recently.
     fn slowest_recent_progress(&self, now: Instant) -> u64 {
-        let silence = self.config.flow_silence_timeout;
+        let others = self.members.len() - 1;
         self.progress
-            .iter()
-            .enumerate()
-            .filter(|(i, p)| *i != self.my_index && p.heard + silence > now)
-            .map(|(_, p)| p.next)
-            .min()
+            .slowest_recent(others, now, self.config.flow_silence_timeout)
             .unwrap_or(u64::MAX)
     }
 
@@ -436,29 +435,36 @@ impl Pbcast {
 
     /// Messages held in the buffer (all sources), for memory metrics.
     pub fn buffered(&self) -> usize {
-        self.logs.iter().map(SourceLog::held).sum()
+        self.logs.iter().map(|(_, log)| log.held()).sum()
     }
 
     /// Whether this member buffers message `seq` of `source` (and could
     /// retransmit it); for diagnostics and tests.
     pub fn holds(&self, source: NodeId, seq: u64) -> bool {
         self.index_of(source)
-            .is_some_and(|i| self.logs[i].holds(seq))
+            .is_some_and(|i| self.logs.get(i).holds(seq))
     }
 
     /// Checks internal invariants; panics when one is broken (tests and the
     /// simulator call this).
     pub fn check_invariants(&self) {
-        for (source, log) in self.logs.iter().enumerate() {
+        for (source, log) in self.logs.iter() {
             log.check_invariants();
             assert_eq!(self.busy.contains(&source), !log.is_idle(), "busy set");
             assert_eq!(self.gappy.contains(&source), log.has_missing(), "gappy set");
+        }
+        // A source without a log is idle and has no gaps.
+        for source in self.busy.iter().chain(&self.gappy) {
+            assert!(
+                self.logs.iter().any(|(s, _)| s == *source),
+                "tracked without a log"
+            );
         }
     }
 
     /// Keeps `busy` and `gappy` in step with one source's log.
     fn track(&mut self, source: usize) {
-        let log = &self.logs[source];
+        let log = self.logs.get(source);
         if log.is_idle() {
             self.busy.remove(&source);
         } else {
@@ -474,20 +480,14 @@ impl Pbcast {
     fn retrack_all(&mut self) {
         self.busy.clear();
         self.gappy.clear();
-        for source in 0..self.logs.len() {
+        let sources: Vec<usize> = self.logs.iter().map(|(source, _)| source).collect();
+        for source in sources {
             self.track(source);
         }
     }
 
     fn index_of(&self, node: NodeId) -> Option<usize> {
-        // Dense ids (member i is NodeId(i)) are the common case: one probe
-        // instead of a binary search through a member list that, across
-        // thousands of simulated engines, is rarely in cache.
-        let dense = node.0 as usize;
-        if self.members.get(dense) == Some(&node) {
-            return Some(dense);
-        }
-        self.members.binary_search(&node).ok()
+        self.members.index_of(node)
     }
 
     /// Time never runs backwards inside the engine.
@@ -618,7 +618,7 @@ impl Pbcast {
             Packet::Solicit { wanted, again } => self.on_solicit(now, from, &wanted, &again),
             Packet::Status { source, next } => {
                 if source == self.me.0 {
-                    let p = &mut self.progress[from];
+                    let p = self.progress.entry(from);
                     p.next = p.next.max(next);
                     p.heard = now;
                 }
@@ -649,7 +649,7 @@ impl Pbcast {
         payload: Bytes,
         via: Via,
     ) -> bool {
-        let log = &mut self.logs[source];
+        let log = self.logs.entry(source);
         let inserted = log.insert(seq, payload, now, via.repaired_by(), LOG_EXTENSION_MAX);
         self.track(source);
         match inserted {
@@ -681,7 +681,7 @@ impl Pbcast {
     /// Hands deliverable messages of `source` to the application.
     fn deliver_ready(&mut self, source: usize, arrived: Option<u64>) {
         let node = self.members[source];
-        let log = &mut self.logs[source];
+        let log = self.logs.entry(source);
         match self.config.delivery {
             Delivery::Fifo => {
                 while let Some(ready) = log.take_next_fifo() {
@@ -702,13 +702,13 @@ impl Pbcast {
         if self.config.send_window.is_none() || source == self.my_index {
             return;
         }
-        if self.logs[source].unreported >= self.config.status_every.get() {
+        if self.logs.get(source).unreported >= self.config.status_every.get() {
             self.queue_status(source);
         }
     }
 
     fn queue_status(&mut self, source: usize) {
-        let log = &mut self.logs[source];
+        let log = self.logs.entry(source);
         log.unreported = 0;
         self.outbox.control.push_back(Control::Status {
             to: self.members[source],
@@ -758,7 +758,9 @@ impl Pbcast {
                 .map(|r| r.last)
                 .max();
             if let Some(highest) = highest {
-                self.logs[source].learn_up_to(highest, now, LOG_EXTENSION_MAX);
+                self.logs
+                    .entry(source)
+                    .learn_up_to(highest, now, LOG_EXTENSION_MAX);
                 self.track(source);
             }
             if self.config.mode != GossipMode::Push {
@@ -772,7 +774,7 @@ impl Pbcast {
             }
         }
         for &source in &self.gappy {
-            let log = &mut self.logs[source];
+            let log = self.logs.entry(source);
             match adverts.binary_search_by_key(&source, |a| a.source) {
                 Ok(i) => log.note_digest(&adverts[i].held, &adverts[i].lacking),
                 Err(_) => log.note_digest(&[], &[]),
@@ -796,10 +798,10 @@ impl Pbcast {
         ranges: &[SeqRange],
     ) -> Option<Pulled> {
         let retry = self.solicit_retry();
-        let log = &mut self.logs[source];
-        if !log.has_missing() {
+        if !self.logs.get(source).has_missing() {
             return None;
         }
+        let log = self.logs.entry(source);
         let max = self.config.retransmits_per_round_max as usize;
         let (mut first, mut again) = (RangeBuilder::default(), RangeBuilder::default());
         // Only the multicast-repair variants tell repeats apart; plain
@@ -835,7 +837,7 @@ impl Pbcast {
     fn push(&mut self, now: Instant, to: usize, advert: &Advert) {
         let budget = self.retransmit_budget as usize;
         let source = advert.source;
-        let seqs = self.logs[source].young_missing_at_peer(
+        let seqs = self.logs.get(source).young_missing_at_peer(
             &advert.held,
             &advert.lacking,
             &advert.awaited,
@@ -881,12 +883,12 @@ impl Pbcast {
         range: SeqRange,
         first_ask: bool,
     ) {
-        let log = &self.logs[source];
+        let log = self.logs.get(source);
         let Some(last) = log.end().checked_sub(1).map(|end| range.last.min(end)) else {
             return;
         };
         for seq in range.first.max(log.base())..=last {
-            if !self.logs[source].holds(seq) {
+            if !self.logs.get(source).holds(seq) {
                 continue;
             }
             let Some(destination) = self.repair_destination(now, to, (source, seq), first_ask)
@@ -1013,7 +1015,7 @@ impl Pbcast {
         let lost_wait = self.config.gossip_interval * self.config.lost_after_rounds.get();
         let busy: Vec<usize> = self.busy.iter().copied().collect();
         for source in busy {
-            self.logs[source].collect_garbage(now, gc_period);
+            self.logs.entry(source).collect_garbage(now, gc_period);
             self.give_up_dead_gaps(now, source, lost_wait);
             self.track(source);
         }
@@ -1036,7 +1038,7 @@ impl Pbcast {
         let to = self.index_of(target).expect("a member");
         let mut awaited = Vec::new();
         for &source in &self.gappy {
-            let ranges = self.logs[source].invite(now, hold, to);
+            let ranges = self.logs.entry(source).invite(now, hold, to);
             if !ranges.is_empty() {
                 awaited.push(SourceRanges {
                     source: self.members[source].0,
@@ -1073,15 +1075,17 @@ impl Pbcast {
         let evidence = self.config.lost_evidence_min;
         match self.config.delivery {
             Delivery::Fifo => {
-                while let Some(range) =
-                    self.logs[source].declare_lost_at_cursor(now, wait, evidence)
+                while let Some(range) = self
+                    .logs
+                    .entry(source)
+                    .declare_lost_at_cursor(now, wait, evidence)
                 {
                     self.report_lost(source, range);
                     self.deliver_ready(source, None);
                 }
             }
             Delivery::Unordered => {
-                for range in self.logs[source].declare_lost(now, wait, evidence) {
+                for range in self.logs.entry(source).declare_lost(now, wait, evidence) {
                     self.report_lost(source, range);
                 }
             }
@@ -1119,10 +1123,14 @@ impl Pbcast {
     }
 
     fn on_status_timer(&mut self) {
-        for source in 0..self.logs.len() {
-            if source != self.my_index && self.logs[source].unreported > 0 {
-                self.queue_status(source);
-            }
+        let unreported: Vec<usize> = self
+            .logs
+            .iter()
+            .filter(|(source, log)| *source != self.my_index && log.unreported > 0)
+            .map(|(source, _)| source)
+            .collect();
+        for source in unreported {
+            self.queue_status(source);
         }
     }
 
@@ -1163,7 +1171,7 @@ impl Pbcast {
         self.gappy
             .iter()
             .filter_map(|&source| {
-                let ranges = self.logs[source].missing_edges();
+                let ranges = self.logs.get(source).missing_edges();
                 (!ranges.is_empty()).then(|| SourceRanges {
                     source: self.members[source].0,
                     ranges,
@@ -1217,7 +1225,7 @@ impl Pbcast {
         let max_ranges = usize::from(self.config.digest_ranges_max);
         let mut digest = Vec::new();
         for &source in &self.busy {
-            let (node, log) = (&self.members[source], &self.logs[source]);
+            let (node, log) = (&self.members[source], self.logs.get(source));
             if log.held() == 0 {
                 continue;
             }
@@ -1327,10 +1335,11 @@ impl Engine for Pbcast {
             return Err(SendError::WindowFull);
         }
         let me = self.my_index;
-        let seq = self.logs[me].end();
-        self.logs[me].insert(seq, payload, now, None, 1);
+        let seq = self.logs.get(me).end();
+        let log = self.logs.entry(me);
+        log.insert(seq, payload, now, None, 1);
+        log.unreported = 0;
         self.track(me);
-        self.logs[me].unreported = 0;
         self.stats.originated += 1;
         self.outbox.fresh.push_back(seq);
         self.deliver_ready(me, Some(seq));

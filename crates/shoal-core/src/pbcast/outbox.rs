@@ -154,7 +154,7 @@ fn pack_retransmits(engine: &mut Pbcast, destination: Destination, buf: &mut Vec
         }
         let (source, seq, pushed) = (front.source as usize, front.seq, front.pushed);
         // Collected since it was queued: nothing to send.
-        let Some(payload) = engine.logs[source].payload(seq).cloned() else {
+        let Some(payload) = engine.logs.get(source).payload(seq).cloned() else {
             engine.outbox.retransmits.pop_front();
             continue;
         };
@@ -190,7 +190,7 @@ fn pack_relays(engine: &mut Pbcast, to: NodeId) -> Transmit {
             break;
         }
         let (source, seq) = (front.source as usize, front.seq);
-        let Some(payload) = engine.logs[source].payload(seq).cloned() else {
+        let Some(payload) = engine.logs.get(source).payload(seq).cloned() else {
             engine.outbox.relays.pop_front();
             continue;
         };
@@ -232,7 +232,7 @@ fn pack_fresh(engine: &mut Pbcast) -> Option<Transmit> {
     let me = engine.my_index;
     let mut packets = 0u64;
     while let Some(&seq) = engine.outbox.fresh.front() {
-        let Some(payload) = engine.logs[me].payload(seq).cloned() else {
+        let Some(payload) = engine.logs.get(me).payload(seq).cloned() else {
             engine.outbox.fresh.pop_front();
             continue;
         };

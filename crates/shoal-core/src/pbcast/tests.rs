@@ -923,3 +923,95 @@ fn a_push_on_its_way_is_awaited_not_pushed_again() {
         "duplicates at the member that missed the burst: {held} with the hold, {unheld} without"
     );
 }
+
+/// A member of a huge group holds state only for the members it hears
+/// from: its own log and the log of the one source sending.
+#[test]
+fn a_member_of_a_large_group_keeps_state_only_for_active_sources() {
+    let members = MemberList::dense(1_000_000);
+    let mut e =
+        Pbcast::with_members(NodeId(7), members.clone(), paper_config(), 1, Instant::ZERO).unwrap();
+    let data = Packet::Data {
+        seq: 0,
+        payload: b"x",
+    }
+    .to_vec(123_456)
+    .unwrap();
+    e.handle_datagram(Instant::ZERO, NodeId(123_456), &data);
+    let sources: Vec<usize> = e.logs.iter().map(|(source, _)| source).collect();
+    assert_eq!(sources, vec![7, 123_456]);
+    assert!(matches!(
+        e.poll_event(),
+        Some(Event::Deliver { seq: 0, .. })
+    ));
+    // The member list is the caller's, not a copy.
+    assert!(std::ptr::eq(e.members().as_ptr(), members.as_ptr()));
+    e.check_invariants();
+}
+
+/// Flow control counts members never heard from as at 0 until they fall
+/// silent, as if each had reported 0 when the engine was created.
+#[test]
+fn members_never_heard_from_hold_the_window_until_silent() {
+    let config = Config {
+        send_window: NonZeroU32::new(2),
+        ..paper_config()
+    };
+    let silence = config.flow_silence_timeout;
+    let members: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let mut e = Pbcast::new(NodeId(0), &members, config, 1, Instant::ZERO).unwrap();
+    let now = Instant::ZERO;
+    e.multicast(now, Bytes::from_static(b"a")).unwrap();
+    e.multicast(now, Bytes::from_static(b"b")).unwrap();
+    assert_eq!(
+        e.multicast(now, Bytes::from_static(b"c")),
+        Err(SendError::WindowFull)
+    );
+    // Member 1 reports it has both; member 2, never heard from, holds the
+    // window.
+    let heard = now + silence / 2;
+    let status = Packet::Status { source: 0, next: 2 }.to_vec(1).unwrap();
+    e.handle_datagram(heard, NodeId(1), &status);
+    assert!(!e.can_send(heard));
+    // Once member 2 has been silent for the timeout, member 1 alone counts.
+    let later = now + silence;
+    assert!(e.can_send(later));
+    e.multicast(later, Bytes::from_static(b"c")).unwrap();
+    e.multicast(later, Bytes::from_static(b"d")).unwrap();
+    assert!(!e.can_send(later));
+    // And once member 1 is silent too, nobody holds it.
+    assert!(e.can_send(heard + silence));
+}
+
+/// A joiner's view change: members new to the view are new senders, their
+/// logs anchored at 0, while the members it joined keep unanchored logs.
+#[test]
+fn a_joiner_anchors_members_new_to_a_later_view_at_zero() {
+    let members: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let mut joiner =
+        Pbcast::new_joining(NodeId(2), &members, paper_config(), 1, Instant::ZERO).unwrap();
+    let four: Vec<NodeId> = (0..4).map(NodeId).collect();
+    joiner.set_members(Instant::ZERO, &four).unwrap();
+    // Member 3's message 1 arrives first: message 0 is missing.
+    let data = Packet::Data {
+        seq: 1,
+        payload: b"y",
+    }
+    .to_vec(3)
+    .unwrap();
+    joiner.handle_datagram(Instant::ZERO, NodeId(3), &data);
+    assert_eq!(joiner.poll_event(), None);
+    // Member 0's message 5 is the first the joiner sees of it: delivered.
+    let data = Packet::Data {
+        seq: 5,
+        payload: b"x",
+    }
+    .to_vec(0)
+    .unwrap();
+    joiner.handle_datagram(Instant::ZERO, NodeId(0), &data);
+    assert!(matches!(
+        joiner.poll_event(),
+        Some(Event::Deliver { seq: 5, .. })
+    ));
+    joiner.check_invariants();
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use shoal_plot::{histogram, line_chart, Chart, Series};
 
+use crate::metrics::AddTo;
 use crate::report::{Report, Wall};
 
 /// How big a run: the paper's size, or reduced for CI and a first look.
@@ -169,6 +170,8 @@ impl Figure {
             std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
         };
         write("summary.csv", &self.summary_csv())?;
+        // What the runs cost (their wall times summed, not deterministic).
+        write("run.csv", &self.wall.run_csv())?;
         for (name, text) in &self.files {
             write(name, text)?;
         }
@@ -311,10 +314,10 @@ pub fn histograms_csv(series: &[Series]) -> String {
 }
 
 /// Merges histograms.
-pub fn merged<'a>(hs: impl IntoIterator<Item = &'a Histogram<u64>>) -> Histogram<u64> {
-    let mut all = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("bounds");
+pub fn merged<'a, H: AddTo + 'a>(hs: impl IntoIterator<Item = &'a H>) -> Histogram<u64> {
+    let mut all = crate::metrics::latency_histogram();
     for h in hs {
-        let _ = all.add(h);
+        h.add_to(&mut all);
     }
     all
 }

@@ -45,7 +45,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant as WallInstant;
 
-use hdrhistogram::Histogram;
 use shoal_core::pbcast::{Config, Delivery};
 use shoal_wire::KIND_COUNT;
 
@@ -235,7 +234,7 @@ pub(crate) struct Run<'a> {
 pub(crate) struct Finished {
     pub report: Report,
     /// Per member: the latency histogram (µs) of messages it received.
-    pub latency_us: Vec<Histogram<u64>>,
+    pub latency_us: Vec<crate::metrics::Latency>,
     /// Per watched link: packets per kind.
     pub link_kinds: Vec<[u64; KIND_COUNT]>,
     /// Simulated seconds of sending.
@@ -279,7 +278,7 @@ impl<'a> Run<'a> {
         };
         let (seed, protocol, delivery) = (self.seed, self.protocol, self.delivery);
         let hierarchy = self.hierarchy.as_ref();
-        let mut sim = Sim::new(self.topology, self.hosts, seed, |me, members| {
+        let mut sim = Sim::with_members(self.topology, self.hosts, seed, |me, members| {
             AnyEngine::build(
                 protocol,
                 delivery,

@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_core::engine::SendError;
+use shoal_core::engine::{MemberList, SendError};
 use shoal_core::pbcast::{self, hierarchical_weights, Delivery, MulticastRepair, Pbcast};
 use shoal_core::srm::{self, Srm};
 use shoal_core::{Engine, Instant, NodeId, Transmit};
@@ -167,7 +167,7 @@ impl AnyEngine {
         protocol: Protocol,
         delivery: Delivery,
         me: NodeId,
-        members: &[NodeId],
+        members: &MemberList,
         seed: u64,
         hierarchy: Option<&Hierarchy>,
     ) -> AnyEngine {
@@ -176,8 +176,8 @@ impl AnyEngine {
             return AnyEngine::Srm(Box::new(srm));
         }
         let config = protocol.pbcast_config(delivery).expect("a pbcast protocol");
-        let mut engine =
-            Pbcast::new(me, members, config, seed, Instant::ZERO).expect("valid pbcast config");
+        let mut engine = Pbcast::with_members(me, members.clone(), config, seed, Instant::ZERO)
+            .expect("valid pbcast config");
         if protocol.is_hierarchical() {
             let h = hierarchy.expect("hierarchical gossip needs a hierarchy");
             let distances: Vec<(NodeId, u32)> = members
