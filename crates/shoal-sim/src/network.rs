@@ -72,7 +72,9 @@ impl Topology {
     /// root (P001 Fig 1: "trees of 20-80 nodes, depth 4"). Level sizes grow
     /// geometrically, 1, r, r², ... with r chosen so they add up to `nodes`
     /// (rounded through their running sums, each level at least one node),
-    /// and each level's nodes share out the next level's evenly, in order.
+    /// and each level's nodes share out the next level's evenly, dealt
+    /// round-robin so the extras spread across the root's subtrees (at
+    /// n = 100: 38, 35 and 26 nodes under the root's three children).
     /// So the shape changes smoothly with `nodes`: a tree filled
     /// breadth-first with a whole branching factor instead jumps from
     /// branching 2 to 3 between 31 and 32 nodes, and at 40 nodes is only 3
@@ -87,7 +89,7 @@ impl Topology {
             let (above, level) = (pair[0], pair[1]);
             let start = first + above;
             for j in 0..level {
-                links.push((first + j * above / level, start + j, spec));
+                links.push((first + j % above, start + j, spec));
             }
             first = start;
         }

@@ -371,6 +371,13 @@ impl<'a> Run<'a> {
             (send_seconds, &link_bytes),
             self.sender,
         );
+        // The settings a probe may have changed, so a file says how it was
+        // made (`paper_pbcast` reads them from the environment).
+        if let Some(config) = protocol.pbcast_config(delivery) {
+            let ms = |d: Duration| format!("{}", d.as_millis());
+            report.put("solicit_retry_max_ms", ms(config.solicit_retry_max));
+            report.put("push_hold_max_ms", ms(config.push_hold_max));
+        }
         report.put(
             "sender_link_busiest_way",
             format!(

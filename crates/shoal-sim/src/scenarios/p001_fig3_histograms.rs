@@ -144,6 +144,12 @@ pub fn run(scale: Scale) -> Figure {
                 "figure_part".into(),
                 if i < top.len() { "top" } else { "bottom" }.into(),
             ));
+            let bps = if i < top.len() {
+                1.5e6
+            } else {
+                large_tree_bps()
+            };
+            row.push(("link_bps".into(), format!("{bps}")));
             let h = merged(&r.latency_us);
             row.push((
                 "over_200ms".into(),
