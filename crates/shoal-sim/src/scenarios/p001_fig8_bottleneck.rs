@@ -199,13 +199,15 @@ mod tests {
         f.incomplete.iter().filter(|r| r.contains(&column)).count()
     }
 
-    /// SRM's requests plus repairs per member rise from n = 20 to 60 by
-    /// more than twice their level at 20, and still rise to 100; returns
-    /// the overhead at 100.
+    /// SRM's requests plus repairs per member rise faster than linearly
+    /// in n (P001: "the rate of growth of requests and repairs rises very
+    /// sharply"): they rise from n = 20 to 60, and rise more from 60 to 100
+    /// than from 20 to 60 (the sizes are evenly spaced, so that is a
+    /// convex curve). Returns the overhead at 100.
     fn assert_srm_grows_superlinearly(f: &Figure) -> f64 {
         let srm = |n| overhead(f, "srm", n);
         let (a, b, c) = (srm(20), srm(60), srm(100));
-        assert!(c - b > 0.0 && b - a > 2.0 * a, "SRM 20/60/100: {a} {b} {c}");
+        assert!(a < b && c - b > b - a, "SRM 20/60/100: {a} {b} {c}");
         c
     }
 
