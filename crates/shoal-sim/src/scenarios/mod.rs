@@ -403,7 +403,8 @@ impl<'a> Run<'a> {
 
 /// The busiest one-way direction of the sender's links over the sending
 /// period, as a fraction of that direction's capacity (0 to 1; 1 is a
-/// saturated direction). `sender_link_util`, P001's measure, adds both
+/// saturated direction; bytes count when they enter the queue, so a full
+/// queue at the end of sending reads a little above 1). `sender_link_util`, P001's measure, adds both
 /// directions over one direction's capacity, so it runs from 0 to 2 and
 /// does not say by itself whether a direction is full.
 fn busiest_way<E: shoal_core::Engine<Event: crate::metrics::SimEvent>>(
