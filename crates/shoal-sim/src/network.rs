@@ -68,12 +68,39 @@ impl Topology {
         }
     }
 
-    /// A tree of exactly `nodes` nodes and at most `depth` levels below
-    /// the root, filled breadth-first with the smallest branching factor
-    /// that fits (P001 Fig 1: "trees of 20-80 nodes, depth 4").
+    /// A tree of exactly `nodes` nodes and exactly `depth` levels below the
+    /// root (P001 Fig 1: "trees of 20-80 nodes, depth 4"). Level sizes grow
+    /// geometrically, 1, r, r², ... with r chosen so they add up to `nodes`
+    /// (rounded through their running sums, each level at least one node),
+    /// and each level's nodes share out the next level's evenly, dealt
+    /// round-robin so the extras spread across the root's subtrees (at
+    /// n = 100: 38, 35 and 26 nodes under the root's three children).
+    /// So the shape changes smoothly with `nodes`: a tree filled
+    /// breadth-first with a whole branching factor instead jumps from
+    /// branching 2 to 3 between 31 and 32 nodes, and at 40 nodes is only 3
+    /// levels deep. Numbered breadth-first from the root (node 0).
     pub fn tree_of(nodes: usize, depth: u32, spec: LinkSpec) -> Topology {
-        let capacity = |b: usize| (0..=depth).map(|d| b.pow(d)).sum::<usize>();
-        let branching = (1..).find(|&b| capacity(b) >= nodes).expect("some b fits");
+        let depth = depth as usize;
+        assert!(nodes > depth, "a tree {depth} levels deep needs more nodes");
+        let sizes = graded_levels(nodes, depth);
+        let mut links = Vec::with_capacity(nodes - 1);
+        let mut first = 0; // first node of the level above
+        for pair in sizes.windows(2) {
+            let (above, level) = (pair[0], pair[1]);
+            let start = first + above;
+            for j in 0..level {
+                links.push((first + j % above, start + j, spec));
+            }
+            first = start;
+        }
+        Topology { nodes, links }
+    }
+
+    /// A tree of `nodes` nodes filled breadth-first, every node with
+    /// `branching` children until the nodes run out (node v's parent is
+    /// (v - 1) / branching). Its depth is whatever the count gives.
+    pub fn tree_breadth_first(nodes: usize, branching: usize, spec: LinkSpec) -> Topology {
+        let branching = branching.max(1);
         let links = (1..nodes).map(|v| ((v - 1) / branching, v, spec)).collect();
         Topology { nodes, links }
     }
@@ -98,6 +125,37 @@ impl Topology {
             links: (1..n).map(|i| (i - 1, i, spec)).collect(),
         }
     }
+}
+
+/// The sizes of levels 0..=depth of [`Topology::tree_of`]: 1, r, r², ...
+/// through rounded running sums, adding up to `nodes`, each at least 1.
+fn graded_levels(nodes: usize, depth: usize) -> Vec<usize> {
+    let total = |r: f64| (0..=depth).map(|k| r.powi(k as i32)).sum::<f64>();
+    let (mut low, mut high) = (0.0_f64, nodes as f64);
+    for _ in 0..100 {
+        let mid = (low + high) / 2.0;
+        if total(mid) < nodes as f64 {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    let r = (low + high) / 2.0;
+    let mut sizes = Vec::with_capacity(depth + 1);
+    let (mut running, mut placed) = (0.0, 0);
+    for k in 0..=depth {
+        running += r.powi(k as i32);
+        let upto = if k == depth {
+            nodes
+        } else {
+            (running.round() as usize)
+                .max(placed + 1)
+                .min(nodes - (depth - k))
+        };
+        sizes.push(upto - placed);
+        placed = upto;
+    }
+    sizes
 }
 
 /// One direction of a link, with its queue and counters.
@@ -503,13 +561,46 @@ mod tests {
 
     #[test]
     fn tree_of_has_the_size_and_depth_asked() {
-        for n in [20, 40, 80] {
-            let t = Topology::tree_of(n, 4, LinkSpec::paper(0.0));
-            assert_eq!((t.nodes, t.links.len()), (n, n - 1));
-            let net = Network::new(&t, &[0]);
-            let deepest = net.hops_from(0).into_iter().max().unwrap();
-            assert!((3..=4).contains(&deepest), "n={n} depth {deepest}");
+        for n in [5, 20, 30, 40, 80, 100, 500] {
+            for depth in [4, 6] {
+                if n <= depth {
+                    continue;
+                }
+                let t = Topology::tree_of(n, depth as u32, LinkSpec::paper(0.0));
+                assert_eq!((t.nodes, t.links.len()), (n, n - 1));
+                let hops = Network::new(&t, &[0]).hops_from(0);
+                assert_eq!(hops.iter().max(), Some(&(depth as u32)), "n={n}");
+                let mut per_level = vec![0; depth + 1];
+                for &h in &hops {
+                    per_level[h as usize] += 1;
+                }
+                assert!(per_level.windows(2).all(|w| w[0] <= w[1]), "{per_level:?}");
+            }
         }
+    }
+
+    /// The dense trees of P001 Figs 1, 3 and 8 (20-100 nodes, depth 4) get
+    /// deeper on average as they grow, with no dip where a whole branching
+    /// factor would jump (a breadth-first tree with branching 3 has 40
+    /// nodes in 3 levels, shallower than 30 nodes with branching 2).
+    #[test]
+    fn dense_trees_deepen_smoothly_with_size() {
+        let mean_depth = |n: usize| {
+            let t = Topology::tree_of(n, 4, LinkSpec::paper(0.0));
+            let hops = Network::new(&t, &[0]).hops_from(0);
+            hops.iter().sum::<u32>() as f64 / n as f64
+        };
+        let sizes: Vec<usize> = (20..=100).step_by(10).collect();
+        for w in sizes.windows(2) {
+            assert!(mean_depth(w[1]) > mean_depth(w[0]), "{w:?}");
+        }
+        let breadth_first = |n: usize| {
+            let t =
+                Topology::tree_breadth_first(n, if n < 32 { 2 } else { 3 }, LinkSpec::paper(0.0));
+            let hops = Network::new(&t, &[0]).hops_from(0);
+            hops.iter().sum::<u32>() as f64 / n as f64
+        };
+        assert!(breadth_first(40) < breadth_first(30), "the dip this avoids");
     }
 
     #[test]

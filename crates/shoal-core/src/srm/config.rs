@@ -40,6 +40,9 @@ pub struct Config {
     pub adaptive: Option<Adaptive>,
 }
 
+/// The ns-2 base class's constants (`Agent/SRM`: C1 = C2 = 2, D1 = D2 = 1),
+/// for a group of unknown size. P001 ran `Agent/SRM/Fixed`, which sets
+/// D1 = D2 = log10 G: use [`Config::fixed`] for that.
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -96,10 +99,23 @@ impl Default for Adaptive {
 }
 
 impl Config {
+    /// SRM with fixed timers as P001 ran it, ns-2's `Agent/SRM/Fixed`:
+    /// C1 = C2 = 2 and D1 = D2 = log10 G (notes, Appendix A), backoff ×2.
+    /// The wider repair window of a larger group gives more holders time
+    /// to hear a first repair and suppress their own.
+    pub fn fixed(group_size: usize) -> Config {
+        let log_g = log10_group(group_size);
+        Config {
+            d1: log_g,
+            d2: log_g,
+            ..Config::default()
+        }
+    }
+
     /// Adaptive SRM as ns-2 starts it: C1 = C2 = 2, D1 = D2 = log10 G,
     /// backoff ×3.
     pub fn adaptive(group_size: usize) -> Config {
-        let log_g = (group_size.max(2) as f64).log10();
+        let log_g = log10_group(group_size);
         Config {
             d1: log_g,
             d2: log_g,
@@ -136,6 +152,11 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// log10 G, with G at least 2 so the repair window stays positive.
+fn log10_group(group_size: usize) -> f64 {
+    (group_size.max(2) as f64).log10()
 }
 
 /// A setting out of its allowed range.

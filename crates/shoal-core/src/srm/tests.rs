@@ -146,3 +146,18 @@ fn bad_config_is_refused() {
     let err = Srm::new(NodeId(0), &[NodeId(0)], config, 1, Instant::ZERO).err();
     assert_eq!(err, Some(ConfigError::NotPositive("c1")));
 }
+
+#[test]
+fn fixed_timers_widen_the_repair_window_with_the_group_as_ns2_does() {
+    // ns-2's Agent/SRM/Fixed: D1 = D2 = log10 G; the request timer keeps
+    // C1 = C2 = 2 and the ×2 backoff.
+    let c = Config::fixed(100);
+    assert_eq!((c.c1, c.c2, c.backoff_factor), (2.0, 2.0, 2.0));
+    assert!((c.d1 - 2.0).abs() < 1e-12 && (c.d2 - 2.0).abs() < 1e-12);
+    assert!(c.adaptive.is_none());
+    // The smallest groups keep a positive window.
+    for g in [0, 1, 2] {
+        assert_eq!(Config::fixed(g).validate(), Ok(()));
+        assert!(Config::fixed(g).d1 > 0.0);
+    }
+}

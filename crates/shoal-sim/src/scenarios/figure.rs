@@ -132,6 +132,30 @@ impl Figure {
         }
     }
 
+    /// Adds `part`, one reading of a figure that runs several: its rows
+    /// with the column `column` = `value`, its extra files prefixed
+    /// `value-`, its plots (which the part names itself), its incomplete
+    /// runs and its notes under a heading.
+    pub fn absorb(&mut self, part: Figure, column: &str, value: &str, heading: &str) {
+        for mut row in part.rows {
+            row.push((column.into(), value.into()));
+            self.rows.push(row);
+        }
+        for (file, text) in part.files {
+            self.files.push((format!("{value}-{file}"), text));
+        }
+        self.plots.extend(part.plots);
+        let tagged = part
+            .incomplete
+            .into_iter()
+            .map(|r| format!("{column}={value} {r}"));
+        self.incomplete.extend(tagged);
+        self.wall.seconds += part.wall.seconds;
+        self.wall.events += part.wall.events;
+        self.notes.push(heading.into());
+        self.notes.extend(part.notes);
+    }
+
     pub fn complete(&self) -> bool {
         self.incomplete.is_empty()
     }

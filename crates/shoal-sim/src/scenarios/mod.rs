@@ -235,7 +235,9 @@ pub(crate) struct Finished {
     pub report: Report,
     /// Per member: the latency histogram (µs) of messages it received.
     pub latency_us: Vec<crate::metrics::Latency>,
-    /// Per watched link: packets per kind.
+    /// Per watched link: packets per kind offered to it while the sender
+    /// was sending (the drain left out, as for link utilisation), so that
+    /// a count divided by `send_seconds` is a rate.
     pub link_kinds: Vec<[u64; KIND_COUNT]>,
     /// Simulated seconds of sending.
     pub send_seconds: f64,
@@ -319,6 +321,18 @@ impl<'a> Run<'a> {
         // would otherwise dilute it, or (when repair backlogs outlast the
         // sending) inflate it past the link's capacity.
         let link_bytes = sim.link_bytes();
+        let link_kinds = self
+            .watch
+            .iter()
+            .map(|&(from, to)| {
+                sim.network()
+                    .links
+                    .iter()
+                    .find(|l| l.from == from && l.to == to)
+                    .and_then(|l| l.kinds.as_deref().copied())
+                    .unwrap_or([0; KIND_COUNT])
+            })
+            .collect();
         sim.run_until(end);
         // SRM is reliable: a member keeps asking, at its backed-off
         // interval, until the repair comes. A message still missing after
@@ -356,20 +370,22 @@ impl<'a> Run<'a> {
             (send_seconds, &link_bytes),
             self.sender,
         );
+        // The settings a probe may have changed, so a file says how it was
+        // made (`paper_pbcast` reads them from the environment).
+        if let Some(config) = protocol.pbcast_config(delivery) {
+            let ms = |d: Duration| format!("{}", d.as_millis());
+            report.put("solicit_retry_max_ms", ms(config.solicit_retry_max));
+            report.put("push_hold_max_ms", ms(config.push_hold_max));
+        }
+        report.put(
+            "sender_link_busiest_way",
+            format!(
+                "{:.4}",
+                busiest_way(&sim, self.sender, send_seconds, &link_bytes)
+            ),
+        );
         report.wall = Wall::since(started, sim.events);
         let latency_us = sim.hosts().map(|(_, m)| m.latency_us.clone()).collect();
-        let link_kinds = self
-            .watch
-            .iter()
-            .map(|&(from, to)| {
-                sim.network()
-                    .links
-                    .iter()
-                    .find(|l| l.from == from && l.to == to)
-                    .and_then(|l| l.kinds.as_deref().copied())
-                    .unwrap_or([0; KIND_COUNT])
-            })
-            .collect();
         let bins = sim
             .hosts()
             .map(|(_, m)| m.deliveries_per_bin.clone())
@@ -382,6 +398,31 @@ impl<'a> Run<'a> {
             bins,
         }
     }
+}
+
+/// The busiest one-way direction of the sender's links over the sending
+/// period, as a fraction of that direction's capacity (0 to 1; 1 is a
+/// saturated direction; bytes count when they enter the queue, so a full
+/// queue at the end of sending reads a little above 1). `sender_link_util`, P001's measure, adds both
+/// directions over one direction's capacity, so it runs from 0 to 2 and
+/// does not say by itself whether a direction is full.
+fn busiest_way<E: shoal_core::Engine<Event: crate::metrics::SimEvent>>(
+    sim: &Sim<E>,
+    sender: usize,
+    send_seconds: f64,
+    link_bytes: &[u64],
+) -> f64 {
+    let node = sim.host_node(sender);
+    let network = sim.network();
+    let mut busiest: f64 = 0.0;
+    for (i, link) in network.links.iter().enumerate() {
+        if link.from != node && link.to != node {
+            continue;
+        }
+        let capacity = link.spec.bandwidth_bps * send_seconds;
+        busiest = busiest.max(link_bytes[i] as f64 * 8.0 / capacity.max(1e-9));
+    }
+    busiest
 }
 
 /// SRM's drain after the last message: past the longest backed-off
@@ -592,9 +633,15 @@ pub(crate) fn overhead_plots(figure: &mut Figure, what: &str) {
     );
     figure.plot_by_group_size(
         &format!("{name}-link.svg"),
-        &format!("{what}: sender's link utilisation"),
+        &format!("{what}: sender's link, bytes in + out (P001's measure)"),
         "sender_link_util",
-        "fraction of 1.5 Mbit/s",
+        "bytes in + out / one way's capacity (max 2)",
+    );
+    figure.plot_by_group_size(
+        &format!("{name}-link-busiest-way.svg"),
+        &format!("{what}: sender's link, busiest direction"),
+        "sender_link_busiest_way",
+        "fraction of that direction's capacity",
     );
 }
 
@@ -602,11 +649,12 @@ pub(crate) fn overhead_plots(figure: &mut Figure, what: &str) {
 pub(crate) fn overhead_notes(figure: &mut Figure, protocols: &[Protocol], largest: usize) {
     for p in protocols {
         let line = format!(
-            "n={largest} {:<14} requests/s {:>7.2}  repairs/s {:>7.2}  sender link {:>5.1}%",
+            "n={largest} {:<14} requests/s {:>7.2}  repairs/s {:>7.2}  sender link in+out {:>5.1}%  busiest way {:>5.1}%",
             p.name(),
             figure.mean("requests_per_s", p.name(), largest),
             figure.mean("repairs_per_s", p.name(), largest),
             100.0 * figure.mean("sender_link_util", p.name(), largest),
+            100.0 * figure.mean("sender_link_busiest_way", p.name(), largest),
         );
         figure.notes.push(line);
     }

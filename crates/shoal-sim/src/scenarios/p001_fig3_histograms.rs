@@ -98,13 +98,14 @@ pub fn run(scale: Scale) -> Figure {
             let (_, protocol, delivery, nodes, members) = (*config).clone();
             jobs.push(Box::new(move || {
                 // Dense trees as in Fig 1 (depth 4); the large tree as in
-                // Fig 2 (depth 6).
-                let depth = if members == nodes { 4 } else { 6 };
+                // Fig 2 (branching 3, here 6 levels deep).
                 let mut link = LinkSpec::paper(LOSS);
-                if members != nodes {
+                let topology = if members == nodes {
+                    Topology::tree_of(nodes, 4, link)
+                } else {
                     link.bandwidth_bps = large_tree_bps();
-                }
-                let topology = Topology::tree_of(nodes, depth, link);
+                    Topology::tree_breadth_first(nodes, 3, link)
+                };
                 let hosts = if members == nodes {
                     (0..nodes).collect()
                 } else {
@@ -143,6 +144,12 @@ pub fn run(scale: Scale) -> Figure {
                 "figure_part".into(),
                 if i < top.len() { "top" } else { "bottom" }.into(),
             ));
+            let bps = if i < top.len() {
+                1.5e6
+            } else {
+                large_tree_bps()
+            };
+            row.push(("link_bps".into(), format!("{bps}")));
             let h = merged(&r.latency_us);
             row.push((
                 "over_200ms".into(),

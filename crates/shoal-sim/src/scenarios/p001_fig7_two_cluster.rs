@@ -4,6 +4,14 @@
 //! them. The sender is in one cluster; latency is measured at the receivers
 //! in the other. pbcast without FIFO, pbcast-grb with FIFO, SRM and adaptive
 //! SRM, as in the paper.
+//!
+//! P001 gives no link speeds or delays for this network, but §E compares
+//! SRM's worst delays here with "75ms source-to-destination network
+//! latencies". The figure runs two readings: LANs joined by a 0.1 ms link
+//! (`*-lan-*`, the sender 0.3 ms from the far cluster), and the same with
+//! the link between the clusters 75 ms long (`*-path75-*`). SRM's timers
+//! are multiples of the measured distance, pbcast's rounds are not, so the
+//! path's length decides how far SRM's tail reaches in seconds.
 
 use shoal_core::pbcast::Delivery;
 
@@ -37,11 +45,33 @@ const CONFIGS: [(Protocol, Delivery, &str); 4] = [
 const BIN_MS: f64 = 100.0;
 const LAST_MS: f64 = 5000.0;
 
+/// The readings: (tag, one-way delay of the link between the clusters).
+pub const BRIDGES: [(&str, u64); 2] = [("lan", 100_000), ("path75", 75_000_000)];
+
+/// Both readings; `summary.csv` tells them apart by `reading`.
 pub fn run(scale: Scale) -> Figure {
     let mut figure = Figure::new(NAME);
+    for (tag, delay_ns) in BRIDGES {
+        let heading = format!(
+            "link between the clusters {} ms long:",
+            delay_ns as f64 / 1e6
+        );
+        figure.absorb(run_with(scale, tag, delay_ns), "reading", tag, &heading);
+    }
+    figure
+}
+
+/// One reading: the link between the clusters `bridge_delay_ns` long,
+/// plots named `{NAME}-{tag}.svg`.
+pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
+    let mut figure = Figure::new(&format!("{NAME}-{tag}"));
     let per_cluster = 40;
     let seconds = scale.pick(60.0, 10.0);
-    let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), lan(0.5));
+    let bridge = LinkSpec {
+        delay_ns: bridge_delay_ns,
+        ..lan(0.5)
+    };
+    let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), bridge);
     let hosts: Vec<usize> = (2..topology.nodes).collect();
     let far: Vec<usize> = (per_cluster..2 * per_cluster).collect();
     let mut jobs: Vec<Box<dyn FnOnce() -> _ + Send + '_>> = Vec::new();
@@ -99,9 +129,13 @@ pub fn run(scale: Scale) -> Figure {
     figure
         .files
         .push(("latency.csv".into(), histograms_csv(&series)));
+    let title = format!(
+        "two clusters, 50% loss on a {} ms link between them: latency in the far cluster",
+        bridge_delay_ns as f64 / 1e6
+    );
     figure.plots.push(Plot {
-        file: format!("{NAME}.svg"),
-        title: "two clusters, 50% loss between them: latency in the far cluster".into(),
+        file: format!("{}.svg", figure.name),
+        title,
         x_label: "latency (ms; last bin: 5 s or more)".into(),
         y_label: "fraction of messages".into(),
         log_y: true,
@@ -130,7 +164,8 @@ mod tests {
     /// tail beyond 1 s (P001 §E).
     #[test]
     fn pbcast_stays_under_a_second_and_srm_has_a_tail() {
-        let f = run(Scale::quick(1));
+        let (tag, delay_ns) = BRIDGES[0];
+        let f = run_with(Scale::quick(1), tag, delay_ns);
         assert!(f.complete(), "{:?}", f.incomplete);
         let worst = |column: &str, p: &str| {
             let v = f.values(column, &[("protocol", p)]);

@@ -14,7 +14,8 @@ use shoal_core::{Engine, Instant, NodeId, Transmit};
 /// A protocol of P001's comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Protocol {
-    /// SRM with fixed timers (C1 = C2 = 2, D1 = D2 = 1).
+    /// SRM with fixed timers, ns-2's `Agent/SRM/Fixed` (C1 = C2 = 2,
+    /// D1 = D2 = log10 G; `srm::Config::fixed`).
     Srm,
     /// SRM with adaptive timers (notes, Appendix A).
     SrmAdaptive,
@@ -107,7 +108,7 @@ impl Protocol {
     /// the pbcast family).
     pub fn srm_config(self, group_size: usize) -> Option<srm::Config> {
         match self {
-            Protocol::Srm => Some(srm::Config::default()),
+            Protocol::Srm => Some(srm::Config::fixed(group_size)),
             Protocol::SrmAdaptive => Some(srm::Config::adaptive(group_size)),
             _ => None,
         }
