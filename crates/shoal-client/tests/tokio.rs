@@ -287,7 +287,7 @@ async fn garbage_is_a_protocol_error() {
     let daemon = FakeDaemon::unix(|mut peer| {
         peer.accept("#a#h");
         // A frame of an unknown type.
-        peer.send_raw(&[0, 0, 0, 2, 1, 200]);
+        peer.send_raw(&[0, 0, 0, 2, 2, 200]);
         assert_eq!(peer.try_read_frame(), None);
     });
     bounded(async {
