@@ -819,10 +819,11 @@ fn tcp_clients_need_the_token() {
 
 /// A daemon stopped (SIGSTOP) past its committee timeout is evicted; when
 /// it runs again it rejoins under its next incarnation and keeps its client,
-/// who hears a network membership with itself alone, then the merged one,
-/// and whose messages reach everyone again.
+/// who hears a transitional membership with itself alone, then the merged
+/// one, and whose messages reach everyone again. (Until the joining daemon
+/// waited for one member's whole table, the checker found one view id with
+/// two member lists in some runs; 4 runs of 4 are clean since.)
 #[test]
-#[ignore = "checker finds view-membership (some runs): after the rejoin one view id of g lists [e0,e1,e2] at e0 and e1 but [e1,e2] at e2"]
 fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
     let (dir, mut daemons, mut clients, sockets) = committee_of_three("evict", "e");
     daemons[2].signal("-STOP");
@@ -897,7 +898,6 @@ fn what_a_client_writes_while_its_daemon_is_stopped_is_not_lost_silently() {
 /// deliver the same agreed sequence, every message of theirs included, and
 /// the resumed daemon rejoins with its client.
 #[test]
-#[ignore = "checker finds view-membership (some runs): after the resumed primary rejoins, one view id of g lists [p0,p1,p2] at p0 and p1 but [p1,p2] at p2"]
 fn a_primary_daemon_stopped_past_its_timeout_resumes_without_splitting_the_order() {
     let (dir, mut daemons, mut clients, sockets) = committee_of_three("primary-stop", "p");
     let primary = (0..3)
