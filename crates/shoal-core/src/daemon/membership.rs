@@ -517,15 +517,8 @@ impl Membership {
     /// an eviction shows them.
     fn leave_lost_group(&mut self, now: Instant) {
         self.stats.partitions += 1;
-        let me = self.inner.node_id();
-        self.unsequenced_at_removal = self.inner.awaiting_ids();
-        let event = Event::Removed {
-            view: self.inner.view_id(),
-            reason: RemovedReason::Dropped,
-        };
-        self.events.push_back(MembershipEvent { me, event });
         let members: Vec<NodeId> = self.inner.members().to_vec();
-        self.start_over(now, members, None);
+        self.drop_out(now, members, None);
     }
 
     /// When a member takes its group as lost ([`Config::partition_grace`]).
@@ -539,6 +532,13 @@ impl Membership {
     /// module docs, "Merging"). Clients see what an eviction shows them.
     fn merge_into(&mut self, now: Instant, contact: NodeId) {
         self.stats.merges += 1;
+        self.drop_out(now, vec![contact], Some(contact));
+    }
+
+    /// Leaves the group on this daemon's own decision, as an eviction
+    /// would: what vsync had not sequenced is noted, the engine hears
+    /// `Removed { Dropped }`, and a joiner starts under the next incarnation.
+    fn drop_out(&mut self, now: Instant, contacts: Vec<NodeId>, contact: Option<NodeId>) {
         let me = self.inner.node_id();
         self.unsequenced_at_removal = self.inner.awaiting_ids();
         let event = Event::Removed {
@@ -546,7 +546,7 @@ impl Membership {
             reason: RemovedReason::Dropped,
         };
         self.events.push_back(MembershipEvent { me, event });
-        self.start_over(now, vec![contact], Some(contact));
+        self.start_over(now, contacts, contact);
     }
 
     /// A vsync joiner under the next incarnation asking `contacts`.

@@ -102,6 +102,28 @@ pub fn regular_view_id(epoch: u64, changes: u64, owner: u32) -> u64 {
     (epoch & EPOCH_MASK) << 32 | (changes & CHANGES_MASK) << 8 | u64::from(owner & 0xFF)
 }
 
+/// `entries` in parts of at most `room` bytes as `len` counts them (a part
+/// holds at least one entry; there is always one part, maybe empty).
+fn in_parts<T>(entries: Vec<T>, room: usize, len: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut parts: Vec<Vec<T>> = vec![Vec::new()];
+    let mut size = 0;
+    for entry in entries {
+        let n = len(&entry);
+        if !parts.last().is_some_and(Vec::is_empty) && size + n > room {
+            parts.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        parts.last_mut().expect("non-empty").push(entry);
+    }
+    parts
+}
+
+/// Encoded bytes of a name and a list of names (`shoal_wire::groups`).
+fn name_and_list_len(name: &str, list: &[&str]) -> usize {
+    2 + name.len() + 2 + list.iter().map(|x| 2 + x.len()).sum::<usize>()
+}
+
 const EPOCH_MASK: u64 = 0xFFFF_FFFF;
 const CHANGES_MASK: u64 = 0xFF_FFFF;
 
@@ -275,9 +297,6 @@ pub struct Sessions {
     received: BTreeMap<NodeId, u64>,
     shutting_down: bool,
     goodbye_delivered: bool,
-    /// The highest global sequence number delivered (for the view id of a
-    /// network event at eviction, which only this daemon's clients see).
-    last_gseq: u64,
     /// Snapshots being applied (their parts may interleave with other
     /// daemons' in the total order): per daemon, the members its snapshot
     /// replaces, to announce the groups it changes.
@@ -320,7 +339,6 @@ impl Sessions {
             received: BTreeMap::new(),
             shutting_down: false,
             goodbye_delivered: false,
-            last_gseq: 0,
             snapshot_before: BTreeMap::new(),
             quorum: true,
             stats: SessionStats::default(),
@@ -837,7 +855,6 @@ impl Sessions {
                 self.in_flight = self.in_flight.saturating_sub(1);
             }
         }
-        self.last_gseq = self.last_gseq.max(gseq);
         let items = match groups::decode(&payload) {
             Ok(items) => items,
             Err(e) => {
@@ -896,7 +913,13 @@ impl Sessions {
     }
 
     fn apply_batch(&mut self, sender: NodeId, gseq: u64, items: Vec<Item<'_>>) {
-        for (index, item) in items.into_iter().enumerate() {
+        self.apply_items(sender, gseq, items, 0);
+    }
+
+    /// Applies the items of batch `gseq` after the first `skip`, each at
+    /// its position in the order.
+    fn apply_items(&mut self, sender: NodeId, gseq: u64, items: Vec<Item<'_>>, skip: u32) {
+        for (index, item) in items.into_iter().enumerate().skip(skip as usize) {
             self.position = (gseq, index as u32 + 1);
             self.apply(sender, item);
         }
@@ -1494,21 +1517,21 @@ impl Sessions {
             }
         }
         let settled: Vec<u32> = self.settled.iter().map(|d| d.0).collect();
-        let room = self.batch_max.saturating_sub(2 + 24 + 4 * settled.len());
-        let mut parts: Vec<Vec<(u32, &str, Vec<&str>)>> = vec![Vec::new()];
-        let mut size = 0;
-        for ((daemon, client), groups) in by_client {
-            let len = 4 + 2 + client.len() + 2 + groups.iter().map(|g| 2 + g.len()).sum::<usize>();
-            if !parts.last().expect("non-empty").is_empty() && size + len > room {
-                parts.push(Vec::new());
-                size = 0;
-            }
-            size += len;
-            parts
-                .last_mut()
-                .expect("non-empty")
-                .push((daemon.0, client, groups));
-        }
+        let empty = Item::Table {
+            joiner: joiner.0,
+            as_of,
+            view_ids: (self.epoch, self.changes, self.owner),
+            first: true,
+            last: true,
+            settled: settled.clone(),
+            entries: Vec::new(),
+        };
+        let room = self.batch_max.saturating_sub(2 + empty.encoded_len());
+        let entries: Vec<(u32, &str, Vec<&str>)> = by_client
+            .into_iter()
+            .map(|((daemon, client), groups)| (daemon.0, client, groups))
+            .collect();
+        let parts = in_parts(entries, room, |(_, c, g)| 4 + name_and_list_len(c, g));
         let n = parts.len();
         let items: Vec<Item<'_>> = parts
             .into_iter()
@@ -1659,14 +1682,8 @@ impl Sessions {
 
     /// Applies the items of a batch after the one at `index` (1-based).
     fn replay_after(&mut self, sender: NodeId, gseq: u64, payload: &[u8], index: u32) {
-        let Ok(items) = groups::decode(payload) else {
-            return;
-        };
-        for (i, item) in items.into_iter().enumerate() {
-            if i as u32 + 1 > index {
-                self.position = (gseq, i as u32 + 1);
-                self.apply(sender, item);
-            }
+        if let Ok(items) = groups::decode(payload) {
+            self.apply_items(sender, gseq, items, index);
         }
     }
 
@@ -1676,21 +1693,18 @@ impl Sessions {
             .values()
             .map(|s| (s.private_group.clone(), s.groups.iter().cloned().collect()))
             .collect();
-        // Parts that each fit a batch (a part holds at least one client).
-        let mut parts: Vec<Vec<(&str, Vec<&str>)>> = vec![Vec::new()];
-        let mut size = 0;
-        let room = self.batch_max.saturating_sub(2 + 6);
-        for (c, g) in &owned {
-            let entry = (c.as_str(), g.iter().map(String::as_str).collect::<Vec<_>>());
-            let len = 2 + c.len() + 2 + g.iter().map(|x| 2 + x.len()).sum::<usize>();
-            let part = parts.last_mut().expect("non-empty");
-            if !part.is_empty() && size + len > room {
-                parts.push(Vec::new());
-                size = 0;
-            }
-            size += len;
-            parts.last_mut().expect("non-empty").push(entry);
-        }
+        let entries: Vec<(&str, Vec<&str>)> = owned
+            .iter()
+            .map(|(c, g)| (c.as_str(), g.iter().map(String::as_str).collect()))
+            .collect();
+        let empty = Item::Snapshot {
+            epoch: 0,
+            first: true,
+            last: true,
+            clients: Vec::new(),
+        };
+        let room = self.batch_max.saturating_sub(2 + empty.encoded_len());
+        let parts = in_parts(entries, room, |(c, g)| name_and_list_len(c, g));
         let n = parts.len();
         for (i, clients) in parts.into_iter().enumerate() {
             self.push_item(&Item::Snapshot {

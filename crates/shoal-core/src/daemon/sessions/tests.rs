@@ -104,6 +104,7 @@ impl Cluster {
         let Some(batch) = self.cores[d].take_batch() else {
             return false;
         };
+        assert!(batch.len() <= BATCH_MAX, "a batch of {} bytes", batch.len());
         let gseq = self.gseq;
         self.gseq += 1;
         for c in 0..self.cores.len() {
@@ -857,4 +858,24 @@ fn self_discard_skips_only_the_sending_connection_and_the_type_goes_everywhere()
         typed(&c.take(0, 1)),
         vec![(a.clone(), 9, b"y".to_vec()), (a, 9, b"y".to_vec())]
     );
+}
+
+/// A joining daemon gets the whole table in parts that each fit a batch
+/// (the harness refuses a larger batch), however many members there are.
+#[test]
+fn a_large_table_reaches_a_joining_daemon_in_parts_that_fit_a_batch() {
+    let mut c = Cluster::new(3);
+    for i in 0..60 {
+        let session = 100 + i;
+        c.connect(0, session, &format!("client-with-a-long-name-{i:03}"));
+        c.frame(0, session, join(&format!("group-{}", i % 7)));
+    }
+    c.settle();
+    c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
+    c.install(&[0, 1], &[]);
+    c.install(&[0, 1, 2], &[2]);
+    c.settle();
+    assert!(c.cores[2].ready());
+    assert_eq!(c.cores[2].groups(), 7);
+    assert_eq!(c.cores[2].table, c.cores[0].table);
 }
