@@ -733,7 +733,15 @@ impl<'a> Analysis<'a> {
             Some(p) if view.transitional && !subset(&view.members, p) => {
                 Some("a transitional view with members not in the regular view before it")
             }
-            Some(p) if !view.transitional && p.transitional && !subset(&p.members, view) => {
+            // A view without the client itself says it left the group (it
+            // moves into no next configuration), which it may do right
+            // after a transitional view.
+            Some(p)
+                if !view.transitional
+                    && p.transitional
+                    && view.has(c)
+                    && !subset(&p.members, view) =>
+            {
                 Some("a regular view lacking members of the transitional view before it")
             }
             _ => None,

@@ -479,6 +479,24 @@ fn transitional() {
     );
 }
 
+/// a and b were cut off from c; b left the group meanwhile. Each goes
+/// through its own transitional view, gets there what the old view still
+/// held for it (a's message, which c never saw), and b then hears that it
+/// left: a view without itself, which may follow a transitional view.
+#[test]
+fn a_client_may_leave_right_after_its_transitional_view() {
+    let mut h = view_all("g", 1, &["a", "b", "c"]);
+    h.push(s("a", 1, Safe, &["g"]));
+    h.push(v("a", "g", 2, &["a"]).transitional());
+    h.push(v("b", "g", 3, &["b"]).transitional());
+    h.push(d("a", "a", 1, Safe, &["g"]));
+    h.push(d("b", "a", 1, Safe, &["g"]));
+    h.push(v("c", "g", 4, &["c"]));
+    h.extend(view_all("g", 5, &["a", "c"]));
+    h.push(v("b", "g", 5, &["a", "c"]));
+    expect(h, &[]);
+}
+
 #[test]
 fn silent_loss() {
     let mut h = view_all("g", 1, &["a", "b", "c"]);

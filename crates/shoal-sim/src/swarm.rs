@@ -1230,6 +1230,18 @@ mod tests {
         assert_ok(15);
     }
 
+    /// A daemon asleep past its eviction: what it had of the old order and
+    /// had not delivered (held behind a safe message, or its own messages
+    /// sequenced but not come back) was dropped, so its clients never got
+    /// their own messages; and a client that left a group while cut off
+    /// was never told, so its views claimed it stayed with members whose
+    /// messages it missed. Both now go through the clients' transitional
+    /// views.
+    #[test]
+    fn a_daemon_cut_off_hands_its_clients_what_the_old_order_held() {
+        assert_ok(16);
+    }
+
     /// A daemon that stopped and restarted founded a group of its own and
     /// never merged with the others.
     #[test]

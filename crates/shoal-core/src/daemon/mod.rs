@@ -514,15 +514,19 @@ impl Daemon {
                 // What the old cluster sequenced may still be delivered
                 // there after this daemon's removal: sending it again from
                 // the new incarnation duplicated messages (the swarm found
-                // it). It is counted as possibly lost until clients can be
-                // told (`batches_maybe_lost`). What it never sequenced (and
-                // the refused batch, which never left) goes after the rejoin.
+                // it). Its messages come back to this daemon's clients in
+                // their transitional views (`batches_maybe_lost` counts
+                // them: others may or may not have delivered them). What it
+                // never sequenced (and the refused batch, which never left)
+                // goes after the rejoin.
                 let unsequenced = self.membership.unsequenced_at_removal();
                 let (again, sequenced): (Vec<_>, Vec<_>) = self
                     .in_flight
                     .drain(..)
                     .partition(|(id, _)| unsequenced.contains(id));
                 self.stats.batches_maybe_lost += sequenced.len() as u64;
+                let sequenced = sequenced.into_iter().map(|(_, b)| b).collect();
+                self.sessions.keep_for_transitional(ev.me, sequenced);
                 let mut again: Vec<Bytes> = again.into_iter().map(|(_, b)| b).collect();
                 again.extend(self.refused.take());
                 self.stats.batches_resent += again.len() as u64;

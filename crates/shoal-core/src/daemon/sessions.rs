@@ -82,6 +82,29 @@ struct Partial {
 
 /// A batch of the total order held back: it carries a `safe` message that
 /// not every daemon of the view has acknowledged yet, or it comes after one.
+/// What a daemon cut off from the daemons' group keeps for its clients
+/// until it is back: per group, the local clients its last regular view
+/// listed, and the ids of their transitional views (extended virtual
+/// synchrony), one for those who move on into the group's next regular
+/// view and one for those who left the group meanwhile. Both ids are this
+/// daemon's own: no other daemon uses its slot in a view id of this epoch
+/// for a transitional view; they follow every regular view this daemon
+/// announced, and the next (a new epoch) follows them.
+struct CutOff {
+    stay_id: u64,
+    leave_id: u64,
+    groups: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The clients of one group that were cut off, once the daemon is back.
+#[derive(Default)]
+struct Moving {
+    /// Members of the group's next regular view.
+    stay: Vec<String>,
+    /// Left the group while cut off (still connected).
+    leave: Vec<String>,
+}
+
 struct HeldBatch {
     sender: NodeId,
     gseq: u64,
@@ -269,12 +292,16 @@ pub struct Sessions {
     /// The epoch each joining daemon's snapshot carried (its first part).
     snapshot_epoch: BTreeMap<NodeId, u64>,
     /// While cut off from the daemons' group (evicted, partitioned, merging)
-    /// and until its clients hear their next regular view of each group:
-    /// the id of their transitional view, and per group the local clients
-    /// its last regular view listed. Extended virtual synchrony's
-    /// transitional view (those of them still members when the next
-    /// regular view is known) goes just before that view.
-    cut_off: Option<(u64, BTreeMap<String, BTreeSet<String>>)>,
+    /// and until its clients hear their next regular views ([`CutOff`]).
+    cut_off: Option<CutOff>,
+    /// Batches this daemon had in the old total order and had not applied
+    /// when it was cut off (held back behind a `safe` message, or its own,
+    /// sequenced but not delivered back): their messages go to the local
+    /// clients moving on, in their transitional views (EVS), in order.
+    cut_off_batches: Vec<(NodeId, Bytes)>,
+    /// While those go: per group, the local clients of its transitional
+    /// view, who receive them instead of the table's members.
+    transitional_recipients: Option<BTreeMap<String, Vec<String>>>,
     sessions: BTreeMap<SessionId, Session>,
     by_name: HashMap<String, SessionId>,
     /// Every group of the cluster and its members.
@@ -325,6 +352,8 @@ impl Sessions {
             owner: 0,
             snapshot_epoch: BTreeMap::new(),
             cut_off: None,
+            cut_off_batches: Vec::new(),
+            transitional_recipients: None,
             sessions: BTreeMap::new(),
             by_name: HashMap::new(),
             table: BTreeMap::new(),
@@ -1195,6 +1224,13 @@ impl Sessions {
         };
         let mut recipients = Vec::new();
         for g in groups {
+            if let Some(moving) = &self.transitional_recipients {
+                if !g.starts_with('#') {
+                    let clients = moving.get(*g).into_iter().flatten();
+                    recipients.extend(clients.filter_map(|c| self.by_name.get(c).copied()));
+                    continue;
+                }
+            }
             if g.starts_with('#') {
                 // A client's private group (`#name#daemon`): only the daemon
                 // it is connected to has it.
@@ -1347,7 +1383,6 @@ impl Sessions {
             .filter(|m| m.daemon == me)
             .filter_map(|m| self.by_name.get(&m.client).copied())
             .collect();
-        self.transitional_before(group, &members, me);
         for session in local {
             self.send(session, frame.clone());
         }
@@ -1361,39 +1396,84 @@ impl Sessions {
         }
     }
 
-    /// Before the first regular view of `group` after this daemon was cut
-    /// off: the transitional view, to the local clients its last regular
-    /// view listed that are members still (EVS: the members that move
-    /// together from the old regular view to the new one).
-    fn transitional_before(&mut self, group: &str, members: &[Member], me: NodeId) {
-        let Some((view_id, groups)) = &mut self.cut_off else {
-            return;
+    /// Back after a cut: each group's transitional views, one to the
+    /// clients of its last regular view that move on into the table just
+    /// installed, one to those that left the group meanwhile (EVS: the
+    /// members that go together from the old regular view to the next).
+    fn transitional_views(&mut self, me: NodeId) -> BTreeMap<String, Moving> {
+        let Some(cut) = self.cut_off.take() else {
+            return BTreeMap::new();
         };
-        let Some(before) = groups.remove(group) else {
-            return;
-        };
-        let view_id = *view_id;
-        if groups.is_empty() {
-            self.cut_off = None;
+        let mut moving = BTreeMap::new();
+        for (group, before) in cut.groups {
+            let connected = before.into_iter().filter(|c| self.by_name.contains_key(c));
+            let (stay, leave): (Vec<String>, Vec<String>) = connected.partition(|c| {
+                self.table.get(&group).is_some_and(|m| {
+                    m.contains(&Member {
+                        daemon: me,
+                        client: c.clone(),
+                    })
+                })
+            });
+            self.send_transitional(&group, cut.stay_id, &stay);
+            self.send_transitional(&group, cut.leave_id, &leave);
+            moving.insert(group, Moving { stay, leave });
         }
-        let moving: Vec<String> = members
-            .iter()
-            .filter(|m| m.daemon == me && before.contains(&m.client))
-            .map(|m| m.client.clone())
-            .collect();
+        moving
+    }
+
+    fn send_transitional(&mut self, group: &str, view_id: u64, clients: &[String]) {
         let frame = Frame::Membership {
             group: group.to_string(),
             view_id,
             reason: Reason::Network,
             transitional: true,
             quorum: false,
-            members: moving.clone(),
+            members: clients.to_vec(),
         };
-        for client in &moving {
+        for client in clients {
             if let Some(session) = self.by_name.get(client).copied() {
                 self.send(session, frame.clone());
             }
         }
+    }
+
+    /// What this daemon held of the old total order when it was cut off
+    /// goes, in order, to the clients moving on, in their transitional
+    /// views: others in the old view delivered those messages (or, where
+    /// the old view ended first, nobody else did, which EVS allows across a
+    /// transitional view); and a client's own messages come back to it.
+    /// Only messages: group changes in them are the old view's, which the
+    /// installed table already reflects.
+    fn deliver_cut_off_batches(&mut self, moving: &BTreeMap<String, Moving>) {
+        let batches = std::mem::take(&mut self.cut_off_batches);
+        if !moving.is_empty() {
+            let recipients = moving
+                .iter()
+                .map(|(g, m)| (g.clone(), m.stay.iter().chain(&m.leave).cloned().collect()))
+                .collect();
+            self.transitional_recipients = Some(recipients);
+            for (sender, payload) in &batches {
+                let Ok(items) = groups::decode(payload) else {
+                    continue;
+                };
+                for item in items {
+                    if matches!(item, Item::Message { .. } | Item::Fragment { .. }) {
+                        self.apply(*sender, item);
+                    }
+                }
+            }
+            self.transitional_recipients = None;
+        }
+        self.partials.clear();
+    }
+
+    /// The daemon's own batches the old total order had sequenced and that
+    /// had not come back to it when it was cut off
+    /// ([`Sessions::deliver_cut_off_batches`]), in order.
+    pub fn keep_for_transitional(&mut self, sender: NodeId, batches: Vec<Bytes>) {
+        self.cut_off_batches
+            .extend(batches.into_iter().map(|b| (sender, b)));
     }
 
     fn view(&mut self, me: NodeId, view: View) {
@@ -1655,6 +1735,13 @@ impl Sessions {
             .filter(|(_, members)| members.iter().any(|m| m.daemon == me))
             .map(|(g, _)| g.clone())
             .collect();
+        // Extended virtual synchrony's order for clients cut off: the
+        // transitional view of each group they move on in (or, for a group
+        // they left meanwhile, the view that says so), what the old order
+        // still had for them, then the next regular views.
+        let moving = self.transitional_views(me);
+        self.deliver_cut_off_batches(&moving);
+        self.left_while_cut_off(&moving, view_id);
         for group in mine {
             self.stats.group_changes += 1;
             self.announce(&group, view_id, Reason::Network, None);
@@ -1678,6 +1765,39 @@ impl Sessions {
             }
         }
         self.replaying = false;
+    }
+
+    /// The rejoined daemon's clients are all in the table now (its snapshot
+    /// carries the groups each client is in, its joins and leaves made
+    /// while cut off included). A client whose last regular view of a group
+    /// listed it, and which left that group while cut off, hears that it
+    /// left: the group's membership without it. Its leave, ordered after the
+    /// snapshot, changes nothing, so no other view would tell it; and a view
+    /// that still listed it would claim it stayed with members whose
+    /// messages it missed.
+    fn left_while_cut_off(&mut self, moving: &BTreeMap<String, Moving>, view_id: u64) {
+        for (group, m) in moving.iter().filter(|(_, m)| !m.leave.is_empty()) {
+            let mut names: Vec<String> = self
+                .table
+                .get(group)
+                .map(|m| m.iter().map(|m| m.client.clone()).collect())
+                .unwrap_or_default();
+            names.sort();
+            names.dedup();
+            let frame = Frame::Membership {
+                group: group.clone(),
+                view_id,
+                reason: Reason::Leave,
+                transitional: false,
+                quorum: self.quorum,
+                members: names,
+            };
+            for client in &m.leave {
+                if let Some(session) = self.by_name.get(client).copied() {
+                    self.send(session, frame.clone());
+                }
+            }
+        }
     }
 
     /// Applies the items of a batch after the one at `index` (1-based).
@@ -1739,7 +1859,16 @@ impl Sessions {
         self.awaiting_table.clear();
         self.daemons.clear();
         self.table.clear();
-        self.partials.clear();
+        let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
+        if rejoining {
+            // Fragments of the old order may complete in what was held.
+            let held = std::mem::take(&mut self.held);
+            self.cut_off_batches
+                .extend(held.into_iter().map(|b| (b.sender, b.payload)));
+        } else {
+            self.partials.clear();
+            self.cut_off_batches.clear();
+        }
         if reason == RemovedReason::Dropped && !self.shutting_down {
             // What clients sent waits for the rejoin (it was never ordered);
             // what only made sense in the old cluster goes.
@@ -1786,17 +1915,19 @@ impl Sessions {
             // last regular views are those recorded the first time.
             return;
         }
-        // The transitional view's id is this daemon's own: no other daemon
-        // uses its slot in a view id of this epoch for a transitional view;
-        // it follows every regular view this daemon announced, and the next
-        // (a new epoch) follows it.
         self.count_change();
-        let view_id = regular_view_id(self.epoch, self.changes, slot);
+        let stay_id = regular_view_id(self.epoch, self.changes, slot);
+        self.count_change();
+        let leave_id = regular_view_id(self.epoch, self.changes, slot);
         let groups = local
             .into_iter()
             .map(|(g, clients)| (g, clients.into_iter().collect()))
             .collect();
-        self.cut_off = Some((view_id, groups));
+        self.cut_off = Some(CutOff {
+            stay_id,
+            leave_id,
+            groups,
+        });
     }
 
     /// Graceful shutdown, first step: tell the other daemons (a GOODBYE in
