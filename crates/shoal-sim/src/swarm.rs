@@ -1242,6 +1242,16 @@ mod tests {
         assert_ok(16);
     }
 
+    /// A joiner's table sent again at a view change (its first sender
+    /// gone) was as of the view's point but without the view's effects,
+    /// which the joiner does not replay: it kept the gone daemons' clients
+    /// and counted one change fewer, so one view id named two member
+    /// lists. The table now goes after the view's effects.
+    #[test]
+    fn a_table_sent_again_at_a_view_change_carries_the_view() {
+        assert_ok(109);
+    }
+
     /// A daemon that stopped and restarted founded a group of its own and
     /// never merged with the others.
     #[test]

@@ -1477,6 +1477,13 @@ impl Sessions {
     }
 
     fn view(&mut self, me: NodeId, view: View) {
+        let me_first = view.first;
+        let gone: BTreeSet<NodeId> = self
+            .daemons
+            .iter()
+            .copied()
+            .filter(|d| !view.members.contains(d))
+            .collect();
         // Every daemon moving into this view delivered the old view's
         // batches: what was held for `safe` is stable among them.
         while !self.held.is_empty() {
@@ -1486,13 +1493,6 @@ impl Sessions {
         // Batches sent before a view change may come back in it or not at
         // all: stop waiting for them (`in_flight` only paces batching).
         self.in_flight = 0;
-        let me_first = view.first;
-        let gone: BTreeSet<NodeId> = self
-            .daemons
-            .iter()
-            .copied()
-            .filter(|d| !view.members.contains(d))
-            .collect();
         self.position = (view.gseq, 0);
         if me_first {
             // This daemon's first view. Alone, it founded the group and
@@ -1521,19 +1521,20 @@ impl Sessions {
         }
         self.settled.retain(|d| view.members.contains(d));
         self.awaiting_table.retain(|d| view.members.contains(d));
-        if !gone.is_empty() && self.designated() == self.me {
-            // The member that was to send a joiner its table may be gone
-            // with its batch: the table goes again, as of this view.
-            for joiner in self.awaiting_table.clone() {
-                self.send_table(joiner, self.position);
-            }
-        }
         if !gone.is_empty() {
             self.count_change();
             let view_id = self.view_id();
             self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
             self.partials.retain(|(d, _), _| !gone.contains(d));
             self.snapshot_before.retain(|d, _| !gone.contains(d));
+        }
+        if !gone.is_empty() && self.designated() == self.me {
+            // The member that was to send a joiner its table may be gone
+            // with its batch: the table goes again, as of this view (with
+            // its effects: the joiner applies only what comes after it).
+            for joiner in self.awaiting_table.clone() {
+                self.send_table(joiner, self.position);
+            }
         }
         self.daemons = view.members;
     }
