@@ -283,6 +283,7 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
         .collect();
     let started = std::time::Instant::now();
     let mut incomplete = Vec::new();
+    let mut per_figure = Vec::new();
     for (name, run) in chosen {
         let dir = if args.scenario == "all" {
             args.out.join(name)
@@ -296,6 +297,9 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
             .write(&dir)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.display()))?;
         print_figure(&figure, &dir);
+        if !figure.incomplete.is_empty() {
+            per_figure.push(format!("{name} {}", figure.incomplete.len()));
+        }
         incomplete.extend(figure.incomplete.iter().map(|r| format!("{name}: {r}")));
     }
     println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
@@ -310,7 +314,11 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
                 incomplete.len() - LISTED
             );
         }
-        bail!("{} runs did not deliver every message", incomplete.len());
+        bail!(
+            "{} runs did not deliver every message ({})",
+            incomplete.len(),
+            per_figure.join(", ")
+        );
     }
     Ok(())
 }

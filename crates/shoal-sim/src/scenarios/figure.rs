@@ -142,14 +142,7 @@ impl Figure {
         self.wall.seconds += report.wall.seconds;
         self.wall.events += report.wall.events;
         if !report.complete {
-            let id: Vec<String> = report
-                .summary
-                .iter()
-                .take(5)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let why = report.violations.first().cloned().unwrap_or_default();
-            self.incomplete.push(format!("{} {why}", id.join(" ")));
+            self.incomplete.push(incomplete_line(report));
         }
     }
 
@@ -323,6 +316,37 @@ impl Figure {
             series,
         });
     }
+}
+
+/// An incomplete run in a line: its first five summary columns, then its
+/// first violation, or else how far delivery got (`delivered_min` against
+/// the messages sent, and the deliveries declared lost; an SRM run with
+/// none lost stopped while a repair was still to come).
+pub fn incomplete_line(report: &Report) -> String {
+    let get = |column: &str| {
+        report
+            .summary
+            .iter()
+            .find(|(k, _)| k == column)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    let id: Vec<String> = report
+        .summary
+        .iter()
+        .take(5)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let why = match report.violations.first() {
+        Some(v) => v.clone(),
+        None => format!(
+            "delivered_min={} messages={} originated={} lost={}",
+            get("delivered_min"),
+            get("messages"),
+            get("originated"),
+            get("lost")
+        ),
+    };
+    format!("{} {why}", id.join(" "))
 }
 
 /// Latency histogram as fractions per `bin_ms` bin up to `last_ms`; the last

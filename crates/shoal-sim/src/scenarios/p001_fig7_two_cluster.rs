@@ -15,7 +15,7 @@
 
 use shoal_core::pbcast::Delivery;
 
-use super::figure::{histograms_csv, latency_fractions, merged, Plot, PlotKind};
+use super::figure::{histograms_csv, incomplete_line, latency_fractions, merged, Plot, PlotKind};
 use super::p001::{fraction_at_least, head, lan, Run};
 use super::{run_parallel, Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
@@ -144,9 +144,7 @@ pub fn run_with(scale: Scale, bridge: Bridge) -> Figure {
             figure.wall.seconds += r.report.wall.seconds;
             figure.wall.events += r.report.wall.events;
             if !r.report.complete {
-                figure
-                    .incomplete
-                    .push(format!("{label} {:?}", r.report.violations.first()));
+                figure.incomplete.push(incomplete_line(&r.report));
             }
             far_latency.push(h);
         }
