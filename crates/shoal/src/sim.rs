@@ -412,3 +412,87 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn args(words: &[&str]) -> SimArgs {
+        let mut all = vec!["shoal"];
+        all.extend(words);
+        Cli::try_parse_from(all).expect("parses").sim
+    }
+
+    #[test]
+    fn figure_inputs_become_the_scales_inputs_and_params() {
+        let a = args(&[
+            "p001-fig8-bottleneck",
+            "--bottleneck-loss",
+            "0.0025",
+            "--solicit-retry-max-ms",
+            "200",
+        ]);
+        let inputs = inputs(&a).expect("in range");
+        assert_eq!(inputs.bottleneck_loss, 0.0025);
+        assert_eq!(
+            inputs.solicit_retry_max,
+            Some(std::time::Duration::from_millis(200))
+        );
+        assert_eq!(inputs.push_hold_max, None);
+        let params = Scale {
+            inputs,
+            ..Scale::quick(1)
+        }
+        .params();
+        let get = |name: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("bottleneck_loss"), Some("0.0025"));
+        assert_eq!(get("solicit_retry_max_ms"), Some("200"));
+        assert_eq!(get("push_hold_max_ms"), Some("default"));
+        assert_eq!(get("quick"), Some("true"));
+    }
+
+    /// A bad value or an option the scenario does not read stops the run
+    /// with the option's name, before anything is simulated or written.
+    #[test]
+    fn bad_or_misplaced_inputs_are_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("shoal-sim-args-{}", std::process::id()));
+        let out = dir.to_str().expect("utf-8");
+        let cases: [(&[&str], &str); 4] = [
+            (
+                &["p001-fig8-bottleneck", "--bottleneck-loss", "1.5"],
+                "--bottleneck-loss must be",
+            ),
+            (
+                &["p001-fig1-star", "--solicit-retry-max-ms", "5"],
+                "--solicit-retry-max-ms must be at least",
+            ),
+            (
+                &["p001-fig3-histograms", "--large-tree-bps", "0"],
+                "--large-tree-bps must be",
+            ),
+            (
+                &["pbcast-star", "--push-hold-max-ms", "0"],
+                "--push-hold-max-ms does not apply to pbcast-star",
+            ),
+        ];
+        for (words, expected) in cases {
+            let mut words = words.to_vec();
+            words.extend(["--out", out]);
+            let err = run(args(&words)).expect_err("refused");
+            assert!(err.to_string().contains(expected), "{words:?}: {err}");
+            assert!(!dir.exists(), "{words:?} wrote {out}");
+        }
+    }
+}

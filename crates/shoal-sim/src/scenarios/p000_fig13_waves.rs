@@ -30,7 +30,7 @@ use shoal_core::{Instant, NodeId};
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{cost, head, perturb, real_hosts, HOST_NS};
+use super::p000::{cost, head, perturb, real_hosts, Window, HOST_NS};
 use super::{member_seed, ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, Sim, Topology};
@@ -137,7 +137,10 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
         &mut sim,
         perturbed,
         p,
-        (perturb_from, end - perturb_from),
+        Window {
+            start_s: perturb_from,
+            seconds: end - perturb_from,
+        },
         seed,
     );
     let traced = [LEADER, HEALTHY, perturbed];

@@ -35,7 +35,7 @@ pub(crate) fn drain_ns(config: &Config) -> u64 {
     config.gossip_interval.as_nanos() as u64 * rounds
 }
 
-/// A member asleep for a while (P001's perturbed member).
+/// A member asleep for a while.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sleep {
     /// Index into the run's hosts.
