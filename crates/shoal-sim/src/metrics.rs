@@ -185,6 +185,12 @@ impl HostMetrics {
         f64::from(delivered) / (bins.len() as f64 * bin_s).max(1e-9)
     }
 
+    /// FIFO order expects `source`'s deliveries here to start at `seq` (a
+    /// member that joins later starts where its first view does).
+    pub fn expect_from(&mut self, source: u32, seq: u64) {
+        self.expected.insert(source, seq);
+    }
+
     /// Checks exactly-once delivery only, not order (SRM, unordered pbcast).
     pub fn unordered(mut self) -> HostMetrics {
         self.seen = Some(BTreeMap::new());

@@ -295,6 +295,12 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         }
     }
 
+    /// `host`'s FIFO check expects `source`'s deliveries to start at `seq`
+    /// (for a host that joins the group later).
+    pub fn expect_from(&mut self, host: usize, source: u32, seq: u64) {
+        self.hosts[host].metrics.expect_from(source, seq);
+    }
+
     /// `host` drops everything and runs no timers in [from, until). Several
     /// sleeps may be given; overlapping or adjacent ones merge.
     pub fn sleep(&mut self, host: usize, from_ns: u64, until_ns: u64) {

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use shoal_sim::scenarios::{figure, pbcast_star, pbcast_tree, Figure, Scale, FIGURES, NAMES};
+use shoal_sim::scenarios::{
+    figure, pbcast_star, pbcast_tree, Figure, Inputs, Scale, FIGURES, NAMES,
+};
 use shoal_sim::Report;
 
 /// Arguments of `shoal sim`.
@@ -54,9 +56,32 @@ pub struct SimArgs {
     /// swarm: the seeds to run, `A..B` (B excluded) [default: 1..101].
     #[arg(long)]
     pub range: Option<String>,
-    /// swarm: threads to run seeds on [default: 2].
+    /// swarm: threads to run seeds on [default: 2]; paper figures: threads
+    /// for a figure's independent runs [default: one per core]. The files
+    /// do not depend on it.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Paper figures: print diagnostics to stderr (each member's packet
+    /// counts; Fig 8's root-link packets per kind). Files are unchanged.
+    #[arg(long)]
+    pub debug: bool,
+    /// P001 figures, a probe: let pbcast's solicitation retry stretch to
+    /// the measured repair round trip, up to this many ms (at least the
+    /// 20 ms retry) [default: pbcast's, the retry fixed at 20 ms].
+    #[arg(long)]
+    pub solicit_retry_max_ms: Option<u64>,
+    /// P001 figures, a probe: pbcast's push_hold_max in ms (0: every
+    /// digest invites every gap) [default: pbcast's, 200 ms].
+    #[arg(long)]
+    pub push_hold_max_ms: Option<u64>,
+    /// p001-fig3-histograms: link speed of the large tree, bits/s (P001
+    /// gives none) [default: 10e6].
+    #[arg(long)]
+    pub large_tree_bps: Option<f64>,
+    /// p001-fig8-bottleneck: the loss probability, at the receivers in one
+    /// reading and on every link in the other [default: 0.01, P001's].
+    #[arg(long)]
+    pub bottleneck_loss: Option<f64>,
     /// swarm: daemons per cluster instead of the seed's draw (2 to 9).
     #[arg(long)]
     pub daemons: Option<usize>,
@@ -71,15 +96,19 @@ pub struct SimArgs {
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     check_ranges(&args)?;
     if args.scenario == "swarm" {
+        let mut figure_only = input_options(&args).to_vec();
+        figure_only.push(("--debug", args.debug));
+        refuse(&args, &figure_only)?;
         return run_swarm(&args);
     }
     if args.scenario == "all" || figure(&args.scenario).is_some() {
         return run_figures(&args);
     }
-    refuse(
-        &args,
-        &[("--quick", args.quick), ("--seeds", args.seeds.is_some())],
-    )?;
+    let mut figure_only = vec![("--quick", args.quick), ("--seeds", args.seeds.is_some())];
+    figure_only.extend(input_options(&args));
+    figure_only.push(("--debug", args.debug));
+    figure_only.push(("--threads", args.threads.is_some()));
+    refuse(&args, &figure_only)?;
     let report = match args.scenario.as_str() {
         "pbcast-star" => {
             refuse(
@@ -194,6 +223,33 @@ fn print_summary(report: &Report, args: &SimArgs) {
     println!("files in {}", args.out.display());
 }
 
+/// The options that set [`Inputs`], and whether each was given.
+fn input_options(args: &SimArgs) -> [(&'static str, bool); 4] {
+    [
+        (
+            "--solicit-retry-max-ms",
+            args.solicit_retry_max_ms.is_some(),
+        ),
+        ("--push-hold-max-ms", args.push_hold_max_ms.is_some()),
+        ("--large-tree-bps", args.large_tree_bps.is_some()),
+        ("--bottleneck-loss", args.bottleneck_loss.is_some()),
+    ]
+}
+
+/// The figures' open inputs from the options, checked.
+fn inputs(args: &SimArgs) -> anyhow::Result<Inputs> {
+    let d = Inputs::default();
+    let ms = |v: Option<u64>| v.map(std::time::Duration::from_millis);
+    let inputs = Inputs {
+        solicit_retry_max: ms(args.solicit_retry_max_ms),
+        push_hold_max: ms(args.push_hold_max_ms),
+        large_tree_bps: args.large_tree_bps.unwrap_or(d.large_tree_bps),
+        bottleneck_loss: args.bottleneck_loss.unwrap_or(d.bottleneck_loss),
+    };
+    inputs.check()?;
+    Ok(inputs)
+}
+
 /// Runs one paper figure, or all of them (each into `--out`/NAME).
 fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
     let single_run_options = [
@@ -212,6 +268,9 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
     } else {
         Scale::full(args.seed)
     };
+    scale.inputs = inputs(args)?;
+    shoal_sim::scenarios::set_threads(args.threads.unwrap_or(0));
+    shoal_sim::scenarios::set_debug(args.debug);
     if let Some(seeds) = args.seeds {
         if seeds == 0 {
             bail!("--seeds must be at least 1");
@@ -224,17 +283,23 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
         .collect();
     let started = std::time::Instant::now();
     let mut incomplete = Vec::new();
+    let mut per_figure = Vec::new();
     for (name, run) in chosen {
         let dir = if args.scenario == "all" {
             args.out.join(name)
         } else {
             args.out.clone()
         };
-        let figure = run(scale);
+        let mut figure = run(scale);
+        figure.params = vec![("scenario".into(), name.to_string())];
+        figure.params.extend(scale.params());
         figure
             .write(&dir)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.display()))?;
         print_figure(&figure, &dir);
+        if !figure.incomplete.is_empty() {
+            per_figure.push(format!("{name} {}", figure.incomplete.len()));
+        }
         incomplete.extend(figure.incomplete.iter().map(|r| format!("{name}: {r}")));
     }
     println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
@@ -249,7 +314,11 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
                 incomplete.len() - LISTED
             );
         }
-        bail!("{} runs did not deliver every message", incomplete.len());
+        bail!(
+            "{} runs did not deliver every message ({})",
+            incomplete.len(),
+            per_figure.join(", ")
+        );
     }
     Ok(())
 }
@@ -342,4 +411,88 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         bail!("{failed} of {} seeds failed", outcomes.len());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn args(words: &[&str]) -> SimArgs {
+        let mut all = vec!["shoal"];
+        all.extend(words);
+        Cli::try_parse_from(all).expect("parses").sim
+    }
+
+    #[test]
+    fn figure_inputs_become_the_scales_inputs_and_params() {
+        let a = args(&[
+            "p001-fig8-bottleneck",
+            "--bottleneck-loss",
+            "0.0025",
+            "--solicit-retry-max-ms",
+            "200",
+        ]);
+        let inputs = inputs(&a).expect("in range");
+        assert_eq!(inputs.bottleneck_loss, 0.0025);
+        assert_eq!(
+            inputs.solicit_retry_max,
+            Some(std::time::Duration::from_millis(200))
+        );
+        assert_eq!(inputs.push_hold_max, None);
+        let params = Scale {
+            inputs,
+            ..Scale::quick(1)
+        }
+        .params();
+        let get = |name: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("bottleneck_loss"), Some("0.0025"));
+        assert_eq!(get("solicit_retry_max_ms"), Some("200"));
+        assert_eq!(get("push_hold_max_ms"), Some("default"));
+        assert_eq!(get("quick"), Some("true"));
+    }
+
+    /// A bad value or an option the scenario does not read stops the run
+    /// with the option's name, before anything is simulated or written.
+    #[test]
+    fn bad_or_misplaced_inputs_are_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("shoal-sim-args-{}", std::process::id()));
+        let out = dir.to_str().expect("utf-8");
+        let cases: [(&[&str], &str); 4] = [
+            (
+                &["p001-fig8-bottleneck", "--bottleneck-loss", "1.5"],
+                "--bottleneck-loss must be",
+            ),
+            (
+                &["p001-fig1-star", "--solicit-retry-max-ms", "5"],
+                "--solicit-retry-max-ms must be at least",
+            ),
+            (
+                &["p001-fig3-histograms", "--large-tree-bps", "0"],
+                "--large-tree-bps must be",
+            ),
+            (
+                &["pbcast-star", "--push-hold-max-ms", "0"],
+                "--push-hold-max-ms does not apply to pbcast-star",
+            ),
+        ];
+        for (words, expected) in cases {
+            let mut words = words.to_vec();
+            words.extend(["--out", out]);
+            let err = run(args(&words)).expect_err("refused");
+            assert!(err.to_string().contains(expected), "{words:?}: {err}");
+            assert!(!dir.exists(), "{words:?} wrote {out}");
+        }
+    }
 }

@@ -10,17 +10,21 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use shoal_plot::{histogram, line_chart, Chart, Series};
 
+use super::inputs::Inputs;
 use crate::metrics::AddTo;
 use crate::report::{Report, Wall};
 
-/// How big a run: the paper's size, or reduced for CI and a first look.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How big a run (the paper's size, or reduced for CI and a first look),
+/// and the inputs the papers leave open.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scale {
     pub quick: bool,
     /// Seeds per configuration (the paper: 5).
     pub seeds: u64,
     /// First seed.
     pub seed: u64,
+    /// The open inputs (their defaults are the figures' readings).
+    pub inputs: Inputs,
 }
 
 impl Scale {
@@ -29,6 +33,7 @@ impl Scale {
             quick: false,
             seeds: 5,
             seed,
+            inputs: Inputs::default(),
         }
     }
 
@@ -37,11 +42,24 @@ impl Scale {
             quick: true,
             seeds: 2,
             seed,
+            inputs: Inputs::default(),
         }
     }
 
     pub fn seeds(&self) -> impl Iterator<Item = u64> {
         self.seed..self.seed + self.seeds
+    }
+
+    /// What made a figure at this scale, as (name, value): the scale and
+    /// every input (`params.csv`).
+    pub fn params(&self) -> Vec<(String, String)> {
+        let mut params = vec![
+            ("quick".into(), self.quick.to_string()),
+            ("seeds".into(), self.seeds.to_string()),
+            ("seed".into(), self.seed.to_string()),
+        ];
+        params.extend(self.inputs.params());
+        params
     }
 
     /// `full` at paper scale, `quick` otherwise.
@@ -105,6 +123,9 @@ pub struct Figure {
     pub wall: Wall,
     /// Lines for the terminal: the figure's headline numbers.
     pub notes: Vec<String>,
+    /// How the figure was made, as (name, value): `params.csv` when not
+    /// empty (`shoal sim` sets it from [`Scale::params`]).
+    pub params: Vec<(String, String)>,
 }
 
 impl Figure {
@@ -121,14 +142,7 @@ impl Figure {
         self.wall.seconds += report.wall.seconds;
         self.wall.events += report.wall.events;
         if !report.complete {
-            let id: Vec<String> = report
-                .summary
-                .iter()
-                .take(5)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let why = report.violations.first().cloned().unwrap_or_default();
-            self.incomplete.push(format!("{} {why}", id.join(" ")));
+            self.incomplete.push(incomplete_line(report));
         }
     }
 
@@ -194,6 +208,13 @@ impl Figure {
             std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
         };
         write("summary.csv", &self.summary_csv())?;
+        if !self.params.is_empty() {
+            let mut params = String::from("name,value\n");
+            for (name, value) in &self.params {
+                params.push_str(&format!("{name},{value}\n"));
+            }
+            write("params.csv", &params)?;
+        }
         // What the runs cost (their wall times summed, not deterministic).
         write("run.csv", &self.wall.run_csv())?;
         for (name, text) in &self.files {
@@ -295,6 +316,37 @@ impl Figure {
             series,
         });
     }
+}
+
+/// An incomplete run in a line: its first five summary columns, then its
+/// first violation, or else how far delivery got (`delivered_min` against
+/// the messages sent, and the deliveries declared lost; an SRM run with
+/// none lost stopped while a repair was still to come).
+pub fn incomplete_line(report: &Report) -> String {
+    let get = |column: &str| {
+        report
+            .summary
+            .iter()
+            .find(|(k, _)| k == column)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    let id: Vec<String> = report
+        .summary
+        .iter()
+        .take(5)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let why = match report.violations.first() {
+        Some(v) => v.clone(),
+        None => format!(
+            "delivered_min={} messages={} originated={} lost={}",
+            get("delivered_min"),
+            get("messages"),
+            get("originated"),
+            get("lost")
+        ),
+    };
+    format!("{} {why}", id.join(" "))
 }
 
 /// Latency histogram as fractions per `bin_ms` bin up to `last_ms`; the last

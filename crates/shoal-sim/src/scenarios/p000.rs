@@ -64,19 +64,26 @@ pub fn vsync_group(n: usize, config: &vsync::Config, seed: u64, bin_s: f64) -> S
     sim
 }
 
-/// P000's perturbation: from `start_s` for `seconds`, `host` sleeps through
-/// each 100 ms slot with probability `p`.
+/// A stretch of simulated time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub start_s: f64,
+    pub seconds: f64,
+}
+
+/// P000's perturbation: during `window`, `host` sleeps through each 100 ms
+/// slot with probability `p`.
 pub fn perturb<E: Engine<Event: SimEvent>>(
     sim: &mut Sim<E>,
     host: usize,
     p: f64,
-    (start_s, seconds): (f64, f64),
+    window: Window,
     seed: u64,
 ) {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xF1_u64);
-    for slot in 0..(seconds / 0.1) as u64 {
+    for slot in 0..(window.seconds / 0.1) as u64 {
         if rng.random::<f64>() < p {
-            let from = ns(start_s) + slot * ns(0.1);
+            let from = ns(window.start_s) + slot * ns(0.1);
             sim.sleep(host, from, from + ns(0.1));
         }
     }

@@ -39,15 +39,40 @@ pub const SIZE: u32 = 64;
 const FIRST_RATE: f64 = 50.0;
 const RATE_MAX: f64 = 12_800.0;
 
-/// (report, delivered rate at the observer, longest pause in ms, removed).
-type Outcome = (Report, f64, f64, u64);
+/// One run at one offered rate.
+struct Outcome {
+    report: Report,
+    /// Deliveries per second at the observer (neither sender nor leader).
+    delivered_rate: f64,
+    /// The observer's longest stretch without a delivery, in ms.
+    longest_pause_ms: f64,
+    /// Members the leader's final view no longer has.
+    removed: u64,
+}
 
-/// The first phases compared: (protocol name, `relay_fanout`).
-const FIRST_PHASES: [(&str, u32); 2] = [("vsync-pbcast-flat", 0), ("vsync-pbcast-tree16", 16)];
+/// A first phase: the protocol's name in the files, and pbcast's
+/// `relay_fanout` (0: the sender sends every member a copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FirstPhase {
+    name: &'static str,
+    relay_fanout: u32,
+}
 
-fn one(n: usize, rate: f64, seconds: f64, seed: u64, (protocol, fanout): (&str, u32)) -> Outcome {
+/// The first phases compared.
+const FIRST_PHASES: [FirstPhase; 2] = [
+    FirstPhase {
+        name: "vsync-pbcast-flat",
+        relay_fanout: 0,
+    },
+    FirstPhase {
+        name: "vsync-pbcast-tree16",
+        relay_fanout: 16,
+    },
+];
+
+fn one(n: usize, rate: f64, seconds: f64, seed: u64, phase: FirstPhase) -> Outcome {
     let started = std::time::Instant::now();
-    let config = config(fanout);
+    let config = config(phase.relay_fanout);
     let mut sim = vsync_group(n, &config, seed, BIN_S);
     let (start, sender, observer) = (0.5, 1, 2);
     let messages = (rate * seconds) as u64;
@@ -69,7 +94,7 @@ fn one(n: usize, rate: f64, seconds: f64, seed: u64, (protocol, fanout): (&str, 
     // Members the leader's final view no longer has.
     let (leader, _) = sim.hosts().next().expect("n >= 1");
     let removed = n.saturating_sub(leader.members().len()) as u64;
-    let mut head = head(NAME, protocol, n, seed);
+    let mut head = head(NAME, phase.name, n, seed);
     head.push(("offered".into(), format!("{rate:.0}")));
     head.push(("message_bytes".into(), SIZE.to_string()));
     head.push((
@@ -81,7 +106,12 @@ fn one(n: usize, rate: f64, seconds: f64, seed: u64, (protocol, fanout): (&str, 
     report.put("longest_pause_ms", format!("{longest_pause:.0}"));
     report.put("members_out", removed);
     report.wall = Wall::since(started, sim.events);
-    (report, delivered_rate, longest_pause, removed)
+    Outcome {
+        report,
+        delivered_rate,
+        longest_pause_ms: longest_pause,
+        removed,
+    }
 }
 
 /// Settings for a first phase: the default vsync stack with datagrams
@@ -97,7 +127,7 @@ fn config(relay_fanout: u32) -> vsync::Config {
 
 /// The group carried `rate`: nobody dropped, 95% of it delivered.
 fn carried(rate: f64, outcome: &Outcome) -> bool {
-    outcome.3 == 0 && outcome.1 >= 0.95 * rate
+    outcome.removed == 0 && outcome.delivered_rate >= 0.95 * rate
 }
 
 /// The search for one size and first phase: from 50/s, double while the
@@ -105,7 +135,7 @@ fn carried(rate: f64, outcome: &Outcome) -> bool {
 /// midpoint (×√2) of the last carried and the first not carried. Every
 /// run made, in order. The highest carried rate is within a factor √2 of
 /// the limit (below it, if carrying is monotone in the rate).
-fn search(n: usize, seconds: f64, seed: u64, phase: (&str, u32)) -> Vec<(f64, Outcome)> {
+fn search(n: usize, seconds: f64, seed: u64, phase: FirstPhase) -> Vec<(f64, Outcome)> {
     let mut runs = Vec::new();
     let mut rate = FIRST_RATE;
     loop {
@@ -154,11 +184,11 @@ pub fn run(scale: Scale) -> Figure {
     for phase in FIRST_PHASES {
         let (stable_points, pause_points) =
             summarise(&mut figure, sizes, &configs, &results, phase);
-        stable_series.push(Series::new(phase.0, stable_points));
-        pause_series.push(Series::new(phase.0, pause_points));
+        stable_series.push(Series::new(phase.name, stable_points));
+        pause_series.push(Series::new(phase.name, pause_points));
     }
-    for (r, ..) in &results {
-        figure.add_run(r);
+    for outcome in &results {
+        figure.add_run(&outcome.report);
     }
     figure.incomplete.clear();
     figure.plots.push(Plot::lines(
@@ -185,9 +215,9 @@ type Points = Vec<(f64, f64)>;
 fn summarise(
     figure: &mut Figure,
     sizes: &[usize],
-    configs: &[(usize, f64, u64, (&str, u32))],
+    configs: &[(usize, f64, u64, FirstPhase)],
     results: &[Outcome],
-    phase: (&str, u32),
+    phase: FirstPhase,
 ) -> (Points, Points) {
     let mut stable_points = Vec::new();
     let mut pause_points = Vec::new();
@@ -203,14 +233,17 @@ fn summarise(
             .filter(|(rate, r)| carried(*rate, r))
             .map(|(rate, _)| *rate)
             .fold(0.0, f64::max);
-        let pause = mine.iter().map(|(_, r)| r.2).fold(0.0, f64::max);
+        let pause = mine
+            .iter()
+            .map(|(_, r)| r.longest_pause_ms)
+            .fold(0.0, f64::max);
         let line: Vec<String> = mine
             .iter()
-            .map(|(rate, r)| format!("{rate:.0}/s→{:.0}", r.1))
+            .map(|(rate, r)| format!("{rate:.0}/s→{:.0}", r.delivered_rate))
             .collect();
         figure.notes.push(format!(
             "{:<20} n={n:<5} highest stable {stable:>4.0}/s; longest pause {pause:>5.0} ms; offered→delivered {}",
-            phase.0,
+            phase.name,
             line.join(" ")
         ));
         stable_points.push((n as f64, stable));
@@ -223,18 +256,19 @@ fn summarise(
 mod tests {
     use super::*;
 
-    const FLAT: (&str, u32) = FIRST_PHASES[0];
-    const TREE: (&str, u32) = FIRST_PHASES[1];
+    const FLAT: FirstPhase = FIRST_PHASES[0];
+    const TREE: FirstPhase = FIRST_PHASES[1];
 
     /// A small group carries a modest rate stably; with the flat fan-out a
     /// larger group delivers less than a small one at a high rate (the
     /// decline of Fig 10).
     #[test]
     fn small_groups_are_stable_and_flat_throughput_declines_with_n() {
-        let (_, small_modest, _, out) = one(8, 100.0, 6.0, 1, FLAT);
+        let small = one(8, 100.0, 6.0, 1, FLAT);
+        let (small_modest, out) = (small.delivered_rate, small.removed);
         assert!(small_modest >= 95.0 && out == 0, "{small_modest} {out}");
-        let (_, small_fast, _, _) = one(8, 400.0, 4.0, 1, FLAT);
-        let (_, large_fast, _, _) = one(64, 400.0, 4.0, 1, FLAT);
+        let small_fast = one(8, 400.0, 4.0, 1, FLAT).delivered_rate;
+        let large_fast = one(64, 400.0, 4.0, 1, FLAT).delivered_rate;
         assert!(large_fast < small_fast, "{small_fast} vs {large_fast}");
     }
 
@@ -262,8 +296,9 @@ mod tests {
     /// carries the offered rate where the flat fan-out cannot.
     #[test]
     fn the_relay_tree_carries_a_rate_the_flat_fan_out_cannot() {
-        let (_, tree, _, tree_out) = one(200, 200.0, 22.0, 1, TREE);
-        let (_, flat, _, _) = one(200, 200.0, 22.0, 1, FLAT);
+        let tree_run = one(200, 200.0, 22.0, 1, TREE);
+        let (tree, tree_out) = (tree_run.delivered_rate, tree_run.removed);
+        let flat = one(200, 200.0, 22.0, 1, FLAT).delivered_rate;
         assert!(
             tree >= 0.9 * 200.0 && tree_out == 0,
             "tree {tree} out {tree_out}"

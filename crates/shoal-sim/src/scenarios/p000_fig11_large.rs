@@ -84,8 +84,14 @@ impl Variant {
     }
 }
 
-/// (report, delivered rate at the observer, members dropped).
-type Outcome = (Report, f64, u64);
+/// One run at one offered rate.
+struct Outcome {
+    report: Report,
+    /// Deliveries per second at the observer (neither sender nor leader).
+    delivered_rate: f64,
+    /// Members the leader's final view no longer has.
+    removed: u64,
+}
 
 fn one(variant: Variant, n: usize, rate: f64, seconds: f64, seed: u64) -> Outcome {
     let started = std::time::Instant::now();
@@ -120,14 +126,18 @@ fn one(variant: Variant, n: usize, rate: f64, seconds: f64, seed: u64) -> Outcom
         format!("{bytes_per_datagram:.0}"),
     );
     report.wall = Wall::since(started, sim.events);
-    (report, delivered_rate, removed)
+    Outcome {
+        report,
+        delivered_rate,
+        removed,
+    }
 }
 
 /// The highest offered rate of `outcomes` (rate, outcome) that is stable.
 fn highest_stable(outcomes: &[(f64, &Outcome)]) -> f64 {
     outcomes
         .iter()
-        .filter(|(rate, r)| r.2 == 0 && r.1 >= 0.95 * rate)
+        .filter(|(rate, r)| r.removed == 0 && r.delivered_rate >= 0.95 * rate)
         .map(|(rate, _)| *rate)
         .fold(0.0, f64::max)
 }
@@ -192,7 +202,7 @@ pub fn run(scale: Scale) -> Figure {
             let stable = highest_stable(&mine);
             let line: Vec<String> = mine
                 .iter()
-                .map(|(rate, r)| format!("{rate:.0}→{:.0}", r.1))
+                .map(|(rate, r)| format!("{rate:.0}→{:.0}", r.delivered_rate))
                 .collect();
             figure.notes.push(format!(
                 "{:<23} n={n:<4} highest stable {stable:>5.0}/s; offered→delivered {}",
@@ -201,7 +211,7 @@ pub fn run(scale: Scale) -> Figure {
             ));
             points.push((n as f64, stable));
             for (_, outcome) in runs {
-                figure.add_run(&outcome.0);
+                figure.add_run(&outcome.report);
             }
         }
         series.push(Series::new(variant.name(), points));
@@ -240,15 +250,16 @@ mod tests {
     #[test]
     fn fan_out_limits_the_4kb_rate_where_multicast_does_not() {
         let rate = 300.0;
-        let (_, small, _) = one(Variant::IpmcUnpacked, 8, rate, 3.0, 1);
-        let (_, large, out) = one(Variant::IpmcUnpacked, 32, rate, 3.0, 1);
+        let small = one(Variant::IpmcUnpacked, 8, rate, 3.0, 1).delivered_rate;
+        let large_run = one(Variant::IpmcUnpacked, 32, rate, 3.0, 1);
+        let (large, out) = (large_run.delivered_rate, large_run.removed);
         assert!(small >= 0.95 * rate, "ipmc n=8: {small}");
         assert!(
             large >= 0.95 * small && out == 0,
             "ipmc n=32: {large} vs {small}"
         );
-        let (_, fan_small, _) = one(Variant::Unpacked, 8, rate, 3.0, 1);
-        let (_, fan_large, _) = one(Variant::Unpacked, 32, rate, 3.0, 1);
+        let fan_small = one(Variant::Unpacked, 8, rate, 3.0, 1).delivered_rate;
+        let fan_large = one(Variant::Unpacked, 32, rate, 3.0, 1).delivered_rate;
         assert!(
             fan_large < 0.8 * fan_small,
             "fan-out: n=8 {fan_small} vs n=32 {fan_large}"

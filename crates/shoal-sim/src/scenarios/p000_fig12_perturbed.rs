@@ -15,7 +15,7 @@ use shoal_core::vsync;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{head, perturb, vsync_group};
+use super::p000::{head, perturb, vsync_group, Window};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 
@@ -25,8 +25,16 @@ const OFFERED: f64 = 100.0;
 const SIZE: u32 = 1_000;
 const BIN_S: f64 = 0.1;
 
-/// (report, throughput at an unperturbed member, at the perturbed one).
-fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
+/// One run at one sleep probability.
+struct Outcome {
+    report: Report,
+    /// Deliveries per second at an unperturbed member.
+    calm: f64,
+    /// Deliveries per second at the perturbed member.
+    sleeper: f64,
+}
+
+fn one(n: usize, p: f64, seconds: f64, seed: u64) -> Outcome {
     let started = std::time::Instant::now();
     let mut sim = vsync_group(n, &vsync::Config::default(), seed, BIN_S);
     // The sender is member 1: member 0 leads the committee (P000 §6 runs
@@ -36,7 +44,11 @@ fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
     let messages = (OFFERED * seconds) as u64;
     sim.schedule_stream(sender, ns(start), ns(1.0 / OFFERED), messages, SIZE);
     let perturbed = n - 1;
-    perturb(&mut sim, perturbed, p, (start, seconds), seed);
+    let window = Window {
+        start_s: start,
+        seconds,
+    };
+    perturb(&mut sim, perturbed, p, window, seed);
     let end = ns(start + seconds);
     sim.run_until(end);
     let link_bytes = sim.link_bytes();
@@ -55,7 +67,11 @@ fn one(n: usize, p: f64, seconds: f64, seed: u64) -> (Report, f64, f64) {
     report.put("throughput_unperturbed", format!("{calm:.2}"));
     report.put("throughput_perturbed", format!("{sleeper:.2}"));
     report.wall = Wall::since(started, sim.events);
-    (report, calm, sleeper)
+    Outcome {
+        report,
+        calm,
+        sleeper,
+    }
 }
 
 pub fn run(scale: Scale) -> Figure {
@@ -69,7 +85,7 @@ pub fn run(scale: Scale) -> Figure {
             configs.push((p, seed));
         }
     }
-    type Job = Box<dyn FnOnce() -> (Report, f64, f64) + Send>;
+    type Job = Box<dyn FnOnce() -> Outcome + Send>;
     let jobs: Vec<Job> = configs
         .iter()
         .map(|&(p, seed)| Box::new(move || one(n, p, seconds, seed)) as Job)
@@ -78,24 +94,24 @@ pub fn run(scale: Scale) -> Figure {
     let mut calm_points = Vec::new();
     let mut sleeper_points = Vec::new();
     for &p in ps {
-        let mine: Vec<&(Report, f64, f64)> = configs
+        let mine: Vec<&Outcome> = configs
             .iter()
             .zip(&results)
             .filter(|((cp, _), _)| *cp == p)
             .map(|(_, r)| r)
             .collect();
-        let mean = |f: &dyn Fn(&(Report, f64, f64)) -> f64| {
+        let mean = |f: &dyn Fn(&Outcome) -> f64| {
             mine.iter().map(|r| f(r)).sum::<f64>() / mine.len() as f64
         };
-        let (calm, sleeper) = (mean(&|r| r.1), mean(&|r| r.2));
+        let (calm, sleeper) = (mean(&|r| r.calm), mean(&|r| r.sleeper));
         figure.notes.push(format!(
             "p={p:<4} unperturbed {calm:>6.1} msgs/s   perturbed {sleeper:>6.1} msgs/s"
         ));
         calm_points.push((p, calm));
         sleeper_points.push((p, sleeper));
     }
-    for (report, _, _) in &results {
-        figure.add_run(report);
+    for outcome in &results {
+        figure.add_run(&outcome.report);
     }
     figure.incomplete.clear();
     figure.plots.push(Plot::lines(
@@ -119,8 +135,8 @@ mod tests {
     /// not slow the others down.
     #[test]
     fn unperturbed_members_keep_their_throughput() {
-        let (_, calm, _) = one(24, 0.0, 6.0, 1);
-        let (_, perturbed_calm, _) = one(24, 0.6, 6.0, 1);
+        let calm = one(24, 0.0, 6.0, 1).calm;
+        let perturbed_calm = one(24, 0.6, 6.0, 1).calm;
         assert!(calm > 0.95 * OFFERED, "unperturbed group: {calm}");
         assert!(
             perturbed_calm > 0.95 * calm,
@@ -139,7 +155,11 @@ mod tests {
             let (start, seconds) = (0.5, 12.0);
             let messages = (OFFERED * seconds) as u64;
             sim.schedule_stream(1, ns(start), ns(1.0 / OFFERED), messages, SIZE);
-            perturb(&mut sim, 2, p, (start, seconds), 1);
+            let window = Window {
+                start_s: start,
+                seconds,
+            };
+            perturb(&mut sim, 2, p, window, 1);
             let end = ns(start + seconds);
             sim.run_until(end + ns(3.0));
             let (_, child) = sim.hosts().nth(20).expect("n = 66");

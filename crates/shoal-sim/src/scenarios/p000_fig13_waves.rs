@@ -30,7 +30,7 @@ use shoal_core::{Instant, NodeId};
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{cost, head, perturb, real_hosts, HOST_NS};
+use super::p000::{cost, head, perturb, real_hosts, Window, HOST_NS};
 use super::{member_seed, ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{LinkSpec, Sim, Topology};
@@ -53,8 +53,23 @@ const LEADER: usize = 0;
 const SENDER: usize = 1;
 const HEALTHY: usize = 2;
 
-/// One traced member at one sample: (next gseq, pbcast deliveries, view).
-type Point = (u64, u64, u64);
+/// One traced member at one sample.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    /// Its next gseq (what it has delivered to the application).
+    gseq: u64,
+    /// Multicasts pbcast has delivered to it.
+    pbcast: u64,
+    /// Its view id.
+    view: u64,
+}
+
+/// How long after the leader a member delivered each message.
+#[derive(Debug, Clone, Copy)]
+struct Lag {
+    mean_ms: f64,
+    max_ms: f64,
+}
 
 /// What one run measured.
 struct Outcome {
@@ -65,23 +80,23 @@ struct Outcome {
     trace: [Vec<Point>; 3],
     /// Time of the leader's first Newview (view 1), s.
     newview_s: f64,
-    healthy_lag_ms: (f64, f64),
-    perturbed_lag_ms: (f64, f64),
+    healthy_lag: Lag,
+    perturbed_lag: Lag,
     perturbed_dropped_s: Option<f64>,
 }
 
-/// Per message, how long after the leader `member` delivered it: (mean, max)
-/// ms over the messages both delivered.
-fn lag_ms(times: &[f64], leader: &[Point], member: &[Point]) -> (f64, f64) {
+/// Per message, how long after the leader `member` delivered it, over the
+/// messages both delivered.
+fn lag(times: &[f64], leader: &[Point], member: &[Point]) -> Lag {
     let (mut i, mut j) = (0, 0);
-    let first = leader.first().map_or(0, |p| p.0);
-    let last = member.last().map_or(0, |p| p.0);
+    let first = leader.first().map_or(0, |p| p.gseq);
+    let last = member.last().map_or(0, |p| p.gseq);
     let (mut sum, mut max, mut count) = (0.0, 0.0f64, 0u64);
     for g in first..last {
-        while i < leader.len() && leader[i].0 <= g {
+        while i < leader.len() && leader[i].gseq <= g {
             i += 1;
         }
-        while j < member.len() && member[j].0 <= g {
+        while j < member.len() && member[j].gseq <= g {
             j += 1;
         }
         if i == leader.len() || j == member.len() {
@@ -92,7 +107,10 @@ fn lag_ms(times: &[f64], leader: &[Point], member: &[Point]) -> (f64, f64) {
         max = max.max(lag);
         count += 1;
     }
-    (sum / count.max(1) as f64, max)
+    Lag {
+        mean_ms: sum / count.max(1) as f64,
+        max_ms: max,
+    }
 }
 
 fn group(n: usize, config: &vsync::Config, seed: u64) -> Sim<Vsync> {
@@ -137,7 +155,10 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
         &mut sim,
         perturbed,
         p,
-        (perturb_from, end - perturb_from),
+        Window {
+            start_s: perturb_from,
+            seconds: end - perturb_from,
+        },
         seed,
     );
     let traced = [LEADER, HEALTHY, perturbed];
@@ -155,8 +176,12 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
             let e = engines[h];
             let pbcast = e.pbcast_stats().map_or(0, |s| s.delivered);
             // A removed member keeps its last pbcast count.
-            let pbcast = trace[k].last().map_or(pbcast, |p: &Point| p.1.max(pbcast));
-            trace[k].push((e.next_gseq(), pbcast, e.view_id()));
+            let pbcast = trace[k].last().map_or(pbcast, |p| p.pbcast.max(pbcast));
+            trace[k].push(Point {
+                gseq: e.next_gseq(),
+                pbcast,
+                view: e.view_id(),
+            });
         }
         let leader = engines[LEADER];
         if newview_s.is_nan() && leader.view_id() >= 1 {
@@ -168,8 +193,8 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
     }
     let link_bytes = sim.link_bytes();
     // Compare only what the members delivered while in the group.
-    let healthy_lag_ms = lag_ms(&times, &trace[0], &trace[1]);
-    let perturbed_lag_ms = lag_ms(&times, &trace[0], &trace[2]);
+    let healthy_lag = lag(&times, &trace[0], &trace[1]);
+    let perturbed_lag = lag(&times, &trace[0], &trace[2]);
     let mut head = head(NAME, "vsync-pbcast", n, seed);
     head.push(("loss".into(), LOSS.to_string()));
     head.push(("perturb_p".into(), p.to_string()));
@@ -185,13 +210,16 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
         .summary
         .retain(|(k, _)| !matches!(k.as_str(), "messages" | "delivered_min" | "complete"));
     report.put("newview_s", format!("{newview_s:.3}"));
-    report.put("healthy_lag_mean_ms", format!("{:.2}", healthy_lag_ms.0));
-    report.put("healthy_lag_max_ms", format!("{:.0}", healthy_lag_ms.1));
+    report.put("healthy_lag_mean_ms", format!("{:.2}", healthy_lag.mean_ms));
+    report.put("healthy_lag_max_ms", format!("{:.0}", healthy_lag.max_ms));
     report.put(
         "perturbed_lag_mean_ms",
-        format!("{:.2}", perturbed_lag_ms.0),
+        format!("{:.2}", perturbed_lag.mean_ms),
     );
-    report.put("perturbed_lag_max_ms", format!("{:.0}", perturbed_lag_ms.1));
+    report.put(
+        "perturbed_lag_max_ms",
+        format!("{:.0}", perturbed_lag.max_ms),
+    );
     report.put(
         "perturbed_dropped_s",
         perturbed_dropped_s.map_or(String::new(), |t| format!("{t:.3}")),
@@ -202,8 +230,8 @@ fn one(n: usize, view_period_s: f64, p: f64, seed: u64) -> Outcome {
         times,
         trace,
         newview_s,
-        healthy_lag_ms,
-        perturbed_lag_ms,
+        healthy_lag,
+        perturbed_lag,
         perturbed_dropped_s,
     }
 }
@@ -222,13 +250,13 @@ fn window(o: &Outcome) -> std::ops::Range<usize> {
 fn trace_csv(o: &Outcome) -> (String, Vec<Series>, Vec<Series>) {
     let w = window(o);
     let t0 = o.times[w.start];
-    let base = o.trace[0][w.start].0 as f64;
+    let base = o.trace[0][w.start].gseq as f64;
     let at = |k: usize, i: usize| {
         let p = o.trace[k][i];
         let p0 = o.trace[k][w.start];
-        let app = p.0 as f64 - base;
-        let pbcast = p.1 as f64 - p0.1 as f64 + (p0.0 as f64 - base);
-        (app, pbcast, p.2)
+        let app = p.gseq as f64 - base;
+        let pbcast = p.pbcast as f64 - p0.pbcast as f64 + (p0.gseq as f64 - base);
+        (app, pbcast, p.view)
     };
     let mut csv = String::from(
         "time_s,leader_app,healthy_vsync,healthy_app,healthy_view,perturbed_vsync,perturbed_app,perturbed_view\n",
@@ -325,10 +353,10 @@ pub fn run(scale: Scale) -> Figure {
             .collect();
         figure.notes.push(format!(
             "p={p}: healthy lag mean {:.1} ms max {:.0} ms; perturbed lag mean {:.1} ms max {:.0} ms; perturbed dropped at {} s",
-            mean(&|o| o.healthy_lag_ms.0),
-            max(&|o| o.healthy_lag_ms.1),
-            mean(&|o| o.perturbed_lag_ms.0),
-            max(&|o| o.perturbed_lag_ms.1),
+            mean(&|o| o.healthy_lag.mean_ms),
+            max(&|o| o.healthy_lag.max_ms),
+            mean(&|o| o.perturbed_lag.mean_ms),
+            max(&|o| o.perturbed_lag.max_ms),
             dropped.join(" "),
         ));
     }
@@ -384,26 +412,29 @@ mod tests {
             "dropped after the first view change"
         );
         assert!(
-            stormy.perturbed_lag_ms.0 > stormy.healthy_lag_ms.0,
+            stormy.perturbed_lag.mean_ms > stormy.healthy_lag.mean_ms,
             "perturbed {:?} vs healthy {:?}",
-            stormy.perturbed_lag_ms,
-            stormy.healthy_lag_ms
+            stormy.perturbed_lag,
+            stormy.healthy_lag
         );
         // The healthy member ends level with the leader, but for what is in
         // flight at that instant (the stream is still sending: 5 messages
         // are 50 ms at 100/s).
         let (l, h) = (&stormy.trace[0], &stormy.trace[1]);
-        let (l_end, h_end) = (l.last().expect("traced").0, h.last().expect("traced").0);
+        let (l_end, h_end) = (
+            l.last().expect("traced").gseq,
+            h.last().expect("traced").gseq,
+        );
         assert!(
             h_end + 5 >= l_end,
             "healthy member at {h_end}, leader at {l_end}"
         );
         // A perturbed member does not slow the healthy one.
         assert!(
-            stormy.healthy_lag_ms.0 <= 2.0 * calm.healthy_lag_ms.0 + 1.0,
+            stormy.healthy_lag.mean_ms <= 2.0 * calm.healthy_lag.mean_ms + 1.0,
             "healthy lag {:?} with a sleeper vs {:?}",
-            stormy.healthy_lag_ms,
-            calm.healthy_lag_ms
+            stormy.healthy_lag,
+            calm.healthy_lag
         );
     }
 }

@@ -28,7 +28,7 @@ use shoal_core::Instant;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p000::{cost, head, perturb, real_hosts, switch, HOST_NS};
+use super::p000::{cost, head, perturb, real_hosts, switch, Window, HOST_NS};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 use crate::{ProcessingCost, Sim};
@@ -101,7 +101,11 @@ pub fn one(model: Model, n: usize, p: f64, seconds: f64, seed: u64) -> (Report, 
     let start = 0.5;
     let messages = (OFFERED * seconds) as u64;
     sim.schedule_stream(0, ns(start), ns(1.0 / OFFERED), messages, SIZE);
-    perturb(&mut sim, n - 1, p, (start, seconds), seed);
+    let window = Window {
+        start_s: start,
+        seconds,
+    };
+    perturb(&mut sim, n - 1, p, window, seed);
     let end = ns(start + seconds);
     sim.run_until(end);
     let link_bytes = sim.link_bytes();

@@ -2,7 +2,8 @@
 //! sender and the receivers on the rim, every receiver equidistant, which
 //! defeats SRM's distance-based suppression. Same traffic as the tree.
 
-use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use super::p001::{overhead_notes, overhead_plots, Setup, Sweep};
+use super::{Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 
 pub const NAME: &str = "p001-fig1-star";

@@ -4,7 +4,8 @@
 //! Requests and repairs received per member per second, and the sender's
 //! link utilisation, for SRM, adaptive SRM, pbcast and pbcast-IPMC.
 
-use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use super::p001::{overhead_notes, overhead_plots, Setup, Sweep};
+use super::{Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 
 pub const NAME: &str = "p001-fig1-tree";

@@ -2,9 +2,10 @@
 //! 6, branching 3; the paper says "about 1000 nodes"), 20-100 members placed
 //! at random, 0.1% loss per link, 100 messages/s of 210 B from one member.
 
-use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use super::p001::{overhead_notes, overhead_plots, pick_distinct, Setup, Sweep};
+use super::{Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub const NAME: &str = "p001-fig2-sparse";
@@ -29,17 +30,6 @@ pub fn run(scale: Scale) -> Figure {
     overhead_plots(&mut figure, "sparse group in a 1093-node tree");
     overhead_notes(&mut figure, &PROTOCOLS, *sizes.last().expect("sizes"));
     figure
-}
-
-/// `k` distinct values of 0..n in random order (a partial Fisher-Yates).
-pub(crate) fn pick_distinct(rng: &mut impl Rng, n: usize, k: usize) -> Vec<usize> {
-    let mut all: Vec<usize> = (0..n).collect();
-    for i in 0..k.min(n) {
-        let j = rng.random_range(i..n);
-        all.swap(i, j);
-    }
-    all.truncate(k);
-    all
 }
 
 #[cfg(test)]

@@ -13,8 +13,7 @@
 //! that 300 members miss needs more than the root links carry, so no
 //! unicast-repair protocol could deliver what P001 reports pbcast
 //! delivering (the arithmetic is in `docs/reproduction.md`).
-//! `SHOAL_SIM_LARGE_TREE_BPS` sets another speed (bits/s):
-//! `SHOAL_SIM_LARGE_TREE_BPS=1.5e6` runs that other reading.
+//! `shoal sim --large-tree-bps 1.5e6` runs that other reading.
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -22,109 +21,108 @@ use shoal_core::pbcast::Delivery;
 use shoal_plot::Series;
 
 use super::figure::{histograms_csv, latency_fractions, merged, Plot, PlotKind};
-use super::p001_fig2_sparse::pick_distinct;
-use super::p001_fig7_two_cluster::fraction_at_least;
-use super::{head, run_parallel, Figure, Finished, Protocol, Run, Scale};
+use super::p001::{fraction_at_least, head, pick_distinct, Finished, Run, Setup};
+use super::{run_parallel, Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 
 pub const NAME: &str = "p001-fig3-histograms";
 
 const LOSS: f64 = 0.01;
 
-/// The large tree's link speed: 10 Mbit/s, or `SHOAL_SIM_LARGE_TREE_BPS`.
-fn large_tree_bps() -> f64 {
-    super::probe_setting(
-        "SHOAL_SIM_LARGE_TREE_BPS",
-        "a positive number of bits/s",
-        |bps| bps.is_finite() && bps > 0.0,
-    )
-    .unwrap_or(10e6)
+/// One histogram of the figure: its runs' protocol and tree.
+#[derive(Debug, Clone)]
+struct Line {
+    label: String,
+    protocol: Protocol,
+    delivery: Delivery,
+    /// Nodes of the tree.
+    nodes: usize,
+    /// Members among them (all of them in the dense trees).
+    members: usize,
 }
 
-/// One histogram's runs: (label, protocol, delivery, tree nodes, members).
-type Config = (String, Protocol, Delivery, usize, usize);
+impl Line {
+    fn dense(&self) -> bool {
+        self.members == self.nodes
+    }
+}
 
 pub fn run(scale: Scale) -> Figure {
     let mut figure = Figure::new(NAME);
     let seconds = scale.pick(100.0, 10.0);
     let dense: &[usize] = scale.pick(&[20, 40, 80], &[20, 80]);
-    let mut top: Vec<Config> = Vec::new();
+    let mut top: Vec<Line> = Vec::new();
     for &n in dense {
-        for (p, d) in [
+        for (protocol, delivery) in [
             (Protocol::PbcastGrb, Delivery::Fifo),
             (Protocol::Srm, Delivery::Unordered),
         ] {
-            top.push((format!("{} n={n}", p.name()), p, d, n, n));
+            let label = format!("{} n={n}", protocol.name());
+            top.push(Line {
+                label,
+                protocol,
+                delivery,
+                nodes: n,
+                members: n,
+            });
         }
     }
     let (tree_nodes, members) = scale.pick((500, 300), (500, 100));
-    let bottom: Vec<Config> = vec![
-        (
-            "pbcast unordered".into(),
-            Protocol::Pbcast,
-            Delivery::Unordered,
-            tree_nodes,
-            members,
-        ),
-        (
-            "pbcast fifo".into(),
-            Protocol::Pbcast,
-            Delivery::Fifo,
-            tree_nodes,
-            members,
-        ),
-        (
-            "srm".into(),
-            Protocol::Srm,
-            Delivery::Unordered,
-            tree_nodes,
-            members,
-        ),
+    let large = |label: &str, protocol, delivery| Line {
+        label: label.into(),
+        protocol,
+        delivery,
+        nodes: tree_nodes,
+        members,
+    };
+    let bottom = vec![
+        large("pbcast unordered", Protocol::Pbcast, Delivery::Unordered),
+        large("pbcast fifo", Protocol::Pbcast, Delivery::Fifo),
+        large("srm", Protocol::Srm, Delivery::Unordered),
         // Not in P001's figure: flat gossip congests this tree's root links
         // in our model (docs/reproduction.md); hierarchical gossip is the
         // paper's own cure (§D).
-        (
-            "pbcast-hier unordered".into(),
+        large(
+            "pbcast-hier unordered",
             Protocol::PbcastHier,
             Delivery::Unordered,
-            tree_nodes,
-            members,
         ),
     ];
-    let all: Vec<&Config> = top.iter().chain(&bottom).collect();
+    let large_tree_bps = scale.inputs.large_tree_bps;
+    let all: Vec<&Line> = top.iter().chain(&bottom).collect();
     let mut jobs: Vec<Box<dyn FnOnce() -> Finished + Send + '_>> = Vec::new();
-    for config in &all {
+    for &line in &all {
         for seed in scale.seeds() {
-            let (_, protocol, delivery, nodes, members) = (*config).clone();
             jobs.push(Box::new(move || {
                 // Dense trees as in Fig 1 (depth 4); the large tree as in
                 // Fig 2 (branching 3, here 6 levels deep).
                 let mut link = LinkSpec::paper(LOSS);
-                let topology = if members == nodes {
-                    Topology::tree_of(nodes, 4, link)
+                let topology = if line.dense() {
+                    Topology::tree_of(line.nodes, 4, link)
                 } else {
-                    link.bandwidth_bps = large_tree_bps();
-                    Topology::tree_breadth_first(nodes, 3, link)
+                    link.bandwidth_bps = large_tree_bps;
+                    Topology::tree_breadth_first(line.nodes, 3, link)
                 };
-                let hosts = if members == nodes {
-                    (0..nodes).collect()
+                let hosts = if line.dense() {
+                    (0..line.nodes).collect()
                 } else {
                     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-                    pick_distinct(&mut rng, nodes, members)
+                    pick_distinct(&mut rng, line.nodes, line.members)
                 };
-                let hierarchy = protocol.is_hierarchical().then(|| {
-                    let setup = super::Setup {
+                let hierarchy = line.protocol.is_hierarchical().then(|| {
+                    let setup = Setup {
                         hosts: hosts.clone(),
-                        ..super::Setup::everyone(topology.clone())
+                        ..Setup::everyone(topology.clone())
                     };
                     setup.with_hop_hierarchy(3.0).hierarchy.expect("built")
                 });
                 Run {
-                    protocol,
-                    delivery,
+                    protocol: line.protocol,
+                    delivery: line.delivery,
                     hierarchy,
                     messages: (100.0 * seconds) as u64,
-                    head: head(NAME, protocol, members, seed, LOSS),
+                    head: head(NAME, line.protocol, line.members, seed, LOSS),
+                    inputs: scale.inputs,
                     ..Run::new(&topology, &hosts, seed)
                 }
                 .run()
@@ -134,21 +132,16 @@ pub fn run(scale: Scale) -> Figure {
     let runs = run_parallel(jobs);
     let seeds = scale.seeds as usize;
     let mut series: Vec<Series> = Vec::new();
-    for (i, (label, _, delivery, _, _)) in all.iter().enumerate() {
+    for (i, line) in all.iter().enumerate() {
         let mine = &runs[i * seeds..(i + 1) * seeds];
         for r in mine {
             figure.add_run(&r.report);
             let row = figure.rows.last_mut().expect("just added");
-            row.push(("delivery".into(), format!("{delivery:?}").to_lowercase()));
-            row.push((
-                "figure_part".into(),
-                if i < top.len() { "top" } else { "bottom" }.into(),
-            ));
-            let bps = if i < top.len() {
-                1.5e6
-            } else {
-                large_tree_bps()
-            };
+            let delivery = format!("{:?}", line.delivery).to_lowercase();
+            row.push(("delivery".into(), delivery));
+            let part = if line.dense() { "top" } else { "bottom" };
+            row.push(("figure_part".into(), part.into()));
+            let bps = if line.dense() { 1.5e6 } else { large_tree_bps };
             row.push(("link_bps".into(), format!("{bps}")));
             let h = merged(&r.latency_us);
             row.push((
@@ -158,7 +151,8 @@ pub fn run(scale: Scale) -> Figure {
         }
         let h = merged(mine.iter().flat_map(|r| &r.latency_us));
         figure.notes.push(format!(
-            "{label:<18} p50 {:>6.1} ms  p90 {:>6.1} ms  p99 {:>6.1} ms  max {:>7.1} ms  over 200 ms {:.2}%",
+            "{:<18} p50 {:>6.1} ms  p90 {:>6.1} ms  p99 {:>6.1} ms  max {:>7.1} ms  over 200 ms {:.2}%",
+            line.label,
             h.value_at_quantile(0.5) as f64 / 1e3,
             h.value_at_quantile(0.9) as f64 / 1e3,
             h.value_at_quantile(0.99) as f64 / 1e3,
@@ -166,7 +160,7 @@ pub fn run(scale: Scale) -> Figure {
             100.0 * fraction_at_least(&h, 200.0),
         ));
         series.push(Series::new(
-            label.clone(),
+            line.label.clone(),
             latency_fractions(&h, 20.0, 1000.0),
         ));
     }

@@ -9,7 +9,8 @@
 use shoal_core::pbcast::Delivery;
 
 use super::figure::{histograms_csv, latency_fractions, merged, Plot, PlotKind};
-use super::{head, run_parallel, Figure, Finished, Protocol, Run, Scale};
+use super::p001::{head, Finished, Run};
+use super::{run_parallel, Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 
 pub const NAME: &str = "p001-fig4-chain";
@@ -34,6 +35,7 @@ pub fn run(scale: Scale) -> Figure {
                     delivery: Delivery::Fifo,
                     messages: (100.0 * seconds) as u64,
                     head: head(NAME, Protocol::PbcastGrb, n, seed, 0.01),
+                    inputs: scale.inputs,
                     ..Run::new(topology, hosts, seed)
                 }
                 .run()

@@ -12,8 +12,8 @@ use shoal_core::pbcast::Delivery;
 use shoal_plot::Series;
 
 use super::figure::Plot;
-use super::p001_fig7_two_cluster::lan;
-use super::{head, run_parallel, Figure, Finished, Protocol, Run, Scale};
+use super::p001::{head, lan, Finished, Noise, Run};
+use super::{run_parallel, Figure, Protocol, Scale};
 use crate::Topology;
 
 pub const NAME: &str = "p001-fig5-lan";
@@ -48,9 +48,13 @@ pub fn run(scale: Scale) -> Figure {
                     delivery: Delivery::Fifo,
                     messages: (100.0 * seconds) as u64,
                     size: 1024,
-                    noise: Some((2.0, 10)),
+                    noise: Some(Noise {
+                        period_s: 2.0,
+                        count: 10,
+                    }),
                     throughput_bin: Some(BIN_S),
                     head: head(NAME, protocol, n, seed, 0.0),
+                    inputs: scale.inputs,
                     ..Run::new(topology, hosts, seed)
                 }
                 .run()

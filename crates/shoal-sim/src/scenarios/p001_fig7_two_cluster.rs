@@ -15,67 +15,101 @@
 
 use shoal_core::pbcast::Delivery;
 
-use super::figure::{histograms_csv, latency_fractions, merged, Plot, PlotKind};
-use super::{head, run_parallel, Figure, Protocol, Run, Scale};
+use super::figure::{histograms_csv, incomplete_line, latency_fractions, merged, Plot, PlotKind};
+use super::p001::{fraction_at_least, head, lan, Run};
+use super::{run_parallel, Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 
 pub const NAME: &str = "p001-fig7-two-cluster";
 
-/// The LANs and the link between them: 10 Mbit/s, 0.1 ms to the switch
-/// (P001 gives no figures). A 1.5 Mbit/s bridge saturates: with half the
-/// data lost on it, every far member's unicast repairs cross it (about
-/// 3.5 Mbit/s at 100 msgs/s), which the paper's figure does not show.
-pub fn lan(loss: f64) -> LinkSpec {
-    LinkSpec {
-        bandwidth_bps: 10e6,
-        delay_ns: 100_000,
-        loss,
-        queue_packets: 50,
-    }
+/// One line of the figure: a protocol and its delivery order.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    protocol: Protocol,
+    delivery: Delivery,
+    label: &'static str,
 }
 
-const CONFIGS: [(Protocol, Delivery, &str); 4] = [
-    (Protocol::Pbcast, Delivery::Unordered, "pbcast"),
-    (Protocol::PbcastGrb, Delivery::Fifo, "pbcast-grb (fifo)"),
-    (Protocol::Srm, Delivery::Unordered, "srm"),
-    (Protocol::SrmAdaptive, Delivery::Unordered, "srm-adaptive"),
+const LINES: [Line; 4] = [
+    Line {
+        protocol: Protocol::Pbcast,
+        delivery: Delivery::Unordered,
+        label: "pbcast",
+    },
+    Line {
+        protocol: Protocol::PbcastGrb,
+        delivery: Delivery::Fifo,
+        label: "pbcast-grb (fifo)",
+    },
+    Line {
+        protocol: Protocol::Srm,
+        delivery: Delivery::Unordered,
+        label: "srm",
+    },
+    Line {
+        protocol: Protocol::SrmAdaptive,
+        delivery: Delivery::Unordered,
+        label: "srm-adaptive",
+    },
 ];
 
 /// Latency bins: 100 ms up to the last bin at 5 s (P001 Fig 7).
 const BIN_MS: f64 = 100.0;
 const LAST_MS: f64 = 5000.0;
 
-/// The readings: (tag, one-way delay of the link between the clusters).
-pub const BRIDGES: [(&str, u64); 2] = [("lan", 100_000), ("path75", 75_000_000)];
+/// One reading of the link between the clusters.
+#[derive(Debug, Clone, Copy)]
+pub struct Bridge {
+    /// The reading's tag in file names and the `reading` column.
+    pub tag: &'static str,
+    /// The link's one-way delay.
+    pub delay_ns: u64,
+}
+
+/// The readings: the LANs' 0.1 ms link, and P001's 75 ms path.
+pub const BRIDGES: [Bridge; 2] = [
+    Bridge {
+        tag: "lan",
+        delay_ns: 100_000,
+    },
+    Bridge {
+        tag: "path75",
+        delay_ns: 75_000_000,
+    },
+];
 
 /// Both readings; `summary.csv` tells them apart by `reading`.
 pub fn run(scale: Scale) -> Figure {
     let mut figure = Figure::new(NAME);
-    for (tag, delay_ns) in BRIDGES {
+    for bridge in BRIDGES {
         let heading = format!(
             "link between the clusters {} ms long:",
-            delay_ns as f64 / 1e6
+            bridge.delay_ns as f64 / 1e6
         );
-        figure.absorb(run_with(scale, tag, delay_ns), "reading", tag, &heading);
+        let part = run_with(scale, bridge);
+        figure.absorb(part, "reading", bridge.tag, &heading);
     }
     figure
 }
 
-/// One reading: the link between the clusters `bridge_delay_ns` long,
-/// plots named `{NAME}-{tag}.svg`.
-pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
-    let mut figure = Figure::new(&format!("{NAME}-{tag}"));
+/// One reading of the link between the clusters, plots named
+/// `{NAME}-{tag}.svg`.
+pub fn run_with(scale: Scale, bridge: Bridge) -> Figure {
+    let mut figure = Figure::new(&format!("{NAME}-{}", bridge.tag));
     let per_cluster = 40;
     let seconds = scale.pick(60.0, 10.0);
-    let bridge = LinkSpec {
-        delay_ns: bridge_delay_ns,
+    let link = LinkSpec {
+        delay_ns: bridge.delay_ns,
         ..lan(0.5)
     };
-    let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), bridge);
+    let topology = Topology::two_clusters(per_cluster, per_cluster, lan(0.01), link);
     let hosts: Vec<usize> = (2..topology.nodes).collect();
     let far: Vec<usize> = (per_cluster..2 * per_cluster).collect();
     let mut jobs: Vec<Box<dyn FnOnce() -> _ + Send + '_>> = Vec::new();
-    for (protocol, delivery, _) in CONFIGS {
+    for Line {
+        protocol, delivery, ..
+    } in LINES
+    {
         for seed in scale.seeds() {
             let (topology, hosts) = (&topology, &hosts);
             jobs.push(Box::new(move || {
@@ -84,6 +118,7 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
                     delivery,
                     messages: (100.0 * seconds) as u64,
                     head: head(NAME, protocol, 2 * per_cluster, seed, 0.5),
+                    inputs: scale.inputs,
                     ..Run::new(topology, hosts, seed)
                 }
                 .run()
@@ -92,7 +127,8 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
     }
     let runs = run_parallel(jobs);
     let mut series = Vec::new();
-    for (i, (_, delivery, label)) in CONFIGS.iter().enumerate() {
+    for (i, line) in LINES.iter().enumerate() {
+        let (delivery, label) = (line.delivery, line.label);
         let seeds = scale.seeds as usize;
         let mine = &runs[i * seeds..(i + 1) * seeds];
         let mut far_latency = Vec::new();
@@ -108,9 +144,7 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
             figure.wall.seconds += r.report.wall.seconds;
             figure.wall.events += r.report.wall.events;
             if !r.report.complete {
-                figure
-                    .incomplete
-                    .push(format!("{label} {:?}", r.report.violations.first()));
+                figure.incomplete.push(incomplete_line(&r.report));
             }
             far_latency.push(h);
         }
@@ -122,7 +156,7 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
             100.0 * fraction_at_least(&all, 5000.0),
         ));
         series.push(shoal_plot::Series::new(
-            *label,
+            label,
             latency_fractions(&all, BIN_MS, LAST_MS),
         ));
     }
@@ -131,7 +165,7 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
         .push(("latency.csv".into(), histograms_csv(&series)));
     let title = format!(
         "two clusters, 50% loss on a {} ms link between them: latency in the far cluster",
-        bridge_delay_ns as f64 / 1e6
+        bridge.delay_ns as f64 / 1e6
     );
     figure.plots.push(Plot {
         file: format!("{}.svg", figure.name),
@@ -145,17 +179,6 @@ pub fn run_with(scale: Scale, tag: &str, bridge_delay_ns: u64) -> Figure {
     figure
 }
 
-/// Fraction of recorded values at or above `ms`.
-pub(crate) fn fraction_at_least(h: &hdrhistogram::Histogram<u64>, ms: f64) -> f64 {
-    let at = (ms * 1000.0) as u64;
-    let count: u64 = h
-        .iter_recorded()
-        .filter(|v| v.value_iterated_to() >= at)
-        .map(|v| v.count_at_value())
-        .sum();
-    count as f64 / h.len().max(1) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,8 +187,7 @@ mod tests {
     /// tail beyond 1 s (P001 §E).
     #[test]
     fn pbcast_stays_under_a_second_and_srm_has_a_tail() {
-        let (tag, delay_ns) = BRIDGES[0];
-        let f = run_with(Scale::quick(1), tag, delay_ns);
+        let f = run_with(Scale::quick(1), BRIDGES[0]);
         assert!(f.complete(), "{:?}", f.incomplete);
         let worst = |column: &str, p: &str| {
             let v = f.values(column, &[("protocol", p)]);
@@ -198,7 +220,8 @@ mod tests {
     #[test]
     #[ignore]
     fn lost_message_trace() {
-        use super::super::{drain_ns, ns, pbcast_sim, trace_setting as setting};
+        use super::super::p001::drain_ns;
+        use super::super::{ns, pbcast_sim, trace_setting as setting};
         use crate::Sim;
         use shoal_core::pbcast::Pbcast;
         use shoal_core::NodeId;

@@ -13,10 +13,11 @@
 //! `*-links-*`). On every link a drop on a root link is a loss for a whole
 //! subtree, and repairing those by unicast needs more than the root
 //! link's capacity (the arithmetic is in `docs/reproduction.md`).
-//! `SHOAL_SIM_BOTTLENECK_LOSS` sets the rate instead of 1%.
+//! `shoal sim --bottleneck-loss P` sets the rate instead of 1%.
 
 use super::figure::{histograms_csv, latency_fractions, Plot, PlotKind};
-use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use super::p001::{overhead_notes, overhead_plots, Setup, Sweep};
+use super::{Figure, Protocol, Scale};
 use crate::network::Network;
 use crate::{LinkSpec, Topology};
 
@@ -61,16 +62,6 @@ impl LossAt {
     }
 }
 
-/// The loss rate: 1%, or `SHOAL_SIM_BOTTLENECK_LOSS` when set.
-fn loss_rate() -> f64 {
-    super::probe_setting(
-        "SHOAL_SIM_BOTTLENECK_LOSS",
-        "a probability in [0, 1)",
-        |p| (0.0..1.0).contains(&p),
-    )
-    .unwrap_or(0.01)
-}
-
 /// The figure's tree of `n` members: depth 4, 1.5 Mbit/s links at the
 /// root, 10 Mbit/s below, `loss` on every link.
 fn tree(n: usize, loss: f64) -> Topology {
@@ -98,7 +89,7 @@ pub fn run(scale: Scale) -> Figure {
 pub fn run_with(scale: Scale, loss_at: LossAt) -> Figure {
     let mut figure = Figure::new(&format!("{NAME}-{}", loss_at.tag()));
     let sizes: &[usize] = scale.pick(&[20, 40, 60, 80, 100], &[20, 60, 100]);
-    let loss = loss_rate();
+    let loss = scale.inputs.bottleneck_loss;
     let (link_loss, receive_loss) = match loss_at {
         LossAt::Receivers => (0.0, loss),
         LossAt::Links => (loss, 0.0),
@@ -118,7 +109,7 @@ pub fn run_with(scale: Scale, loss_at: LossAt) -> Figure {
         }
         .with_hop_hierarchy(branching)
     });
-    if std::env::var_os("SHOAL_SIM_DEBUG").is_some() {
+    if super::debug() {
         for r in &runs {
             eprintln!(
                 "{} n={} seed={} packets per kind on the root link, out and in: {:?}",
@@ -153,7 +144,7 @@ pub fn run_with(scale: Scale, loss_at: LossAt) -> Figure {
             hops[far],
             h.value_at_quantile(0.5) as f64 / 1e3,
             h.max() as f64 / 1e3,
-            100.0 * super::p001_fig7_two_cluster::fraction_at_least(&h, 2000.0),
+            100.0 * super::p001::fraction_at_least(&h, 2000.0),
         ));
         series.push(shoal_plot::Series::new(
             p.name(),

@@ -20,8 +20,8 @@
 use shoal_core::pbcast::Delivery;
 use shoal_wire::Kind;
 
-use super::p001_fig7_two_cluster::lan;
-use super::{head, run_parallel, Figure, Finished, Hierarchy, Protocol, Run, Scale};
+use super::p001::{head, lan, Finished, Run};
+use super::{run_parallel, Figure, Hierarchy, Protocol, Scale};
 use crate::Topology;
 
 pub const NAME: &str = "p001-fig9-hierarchical";
@@ -96,6 +96,7 @@ pub fn run_at(scale: Scale, tag: &str, loss: f64) -> Figure {
                     hierarchy: Some(hierarchy(a, b)),
                     watch: vec![(0, 1), (1, 0)],
                     head: head(NAME, protocol, n, seed, loss),
+                    inputs: scale.inputs,
                     ..Run::new(&topology, &hosts, seed)
                 }
                 .run()

@@ -2,7 +2,8 @@
 //! one sender, loss on every link. Optionally one member sleeps for a while
 //! (DESIGN.md: node perturbation) and must catch up through gossip.
 
-use super::{head, Protocol, Run};
+use super::p001::{head, Run, Sleep};
+use super::Protocol;
 use crate::report::Report;
 use crate::{LinkSpec, Topology};
 
@@ -17,8 +18,8 @@ pub struct Options {
     pub rate: f64,
     /// Message size in bytes (P001: 210).
     pub size: u32,
-    /// (member, start s, length s) of a sleep.
-    pub sleep: Option<(usize, f64, f64)>,
+    /// A member asleep for a while.
+    pub sleep: Option<Sleep>,
     pub seed: u64,
 }
 
@@ -100,7 +101,11 @@ mod tests {
         for seed in 1..=20 {
             let report = run(&Options {
                 seed,
-                sleep: Some((7, 5.0, 0.3)),
+                sleep: Some(Sleep {
+                    member: 7,
+                    start_s: 5.0,
+                    length_s: 0.3,
+                }),
                 ..Options::default()
             });
             assert!(report.complete, "seed {seed}: {:?}", report.violations);

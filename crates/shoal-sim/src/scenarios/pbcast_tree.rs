@@ -2,7 +2,8 @@
 //! sender is the root (P001 §C, "simulations of simple network topologies":
 //! 100 messages/s of 210 bytes, 1.5 Mbit/s links, 0.1% loss per link).
 
-use super::{head, Protocol, Run};
+use super::p001::{head, Run};
+use super::Protocol;
 use crate::report::Report;
 use crate::{LinkSpec, Topology};
 

@@ -78,7 +78,7 @@ impl Protocol {
     pub fn pbcast_config(self, delivery: Delivery) -> Option<pbcast::Config> {
         let base = pbcast::Config {
             delivery,
-            ..super::paper_pbcast()
+            ..super::p001::paper_pbcast()
         };
         let config = match self {
             Protocol::Srm | Protocol::SrmAdaptive => return None,
@@ -171,12 +171,14 @@ impl AnyEngine {
         members: &MemberList,
         seed: u64,
         hierarchy: Option<&Hierarchy>,
+        inputs: &super::Inputs,
     ) -> AnyEngine {
         if let Some(config) = protocol.srm_config(members.len()) {
             let srm = Srm::new(me, members, config, seed, Instant::ZERO).expect("valid SRM config");
             return AnyEngine::Srm(Box::new(srm));
         }
         let config = protocol.pbcast_config(delivery).expect("a pbcast protocol");
+        let config = inputs.pbcast(config);
         let mut engine = Pbcast::with_members(me, members.clone(), config, seed, Instant::ZERO)
             .expect("valid pbcast config");
         if protocol.is_hierarchical() {
