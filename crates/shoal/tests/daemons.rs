@@ -867,7 +867,6 @@ fn a_daemon_evicted_while_stopped_rejoins_with_its_client() {
 /// committee timeout is delivered once the daemon runs again and rejoins,
 /// or the client is told it was not: the history checker judges it.
 #[test]
-#[ignore = "checker finds own-delivery: the messages a client wrote while its daemon was stopped reach nobody, not even it, and it is told nothing"]
 fn what_a_client_writes_while_its_daemon_is_stopped_is_not_lost_silently() {
     let (dir, mut daemons, mut clients, sockets) = committee_of_three("stopped-writes", "w");
     daemons[2].signal("-STOP");
