@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_core::engine::SendError;
+use shoal_core::fragments::{Reassembler, ReassemblyConfig, Splitter};
 use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -99,6 +100,15 @@ pub struct NodeConfig {
     /// activity avoids it at low load and costs nothing when saturated
     /// (the loop never idles then). Default zero (park at once).
     pub spin: Duration,
+    /// Largest UDP payload put on the wire, authentication envelope
+    /// included (the path's datagram size). A datagram the engine builds
+    /// that would be larger goes as fragments of at most this size
+    /// (`shoal_core::fragments`), put together by the receiving node before
+    /// its engine sees it. `None` (default): datagrams go as the engine
+    /// builds them. Fragments are received and joined either way.
+    pub path_datagram: Option<usize>,
+    /// Time and memory limits of joining fragments.
+    pub reassembly: ReassemblyConfig,
 }
 
 /// Datagram authentication settings of a node.
@@ -132,6 +142,8 @@ impl NodeConfig {
             window_retry: Duration::from_millis(1),
             auth: None,
             spin: Duration::ZERO,
+            path_datagram: None,
+            reassembly: ReassemblyConfig::default(),
         }
     }
 }
@@ -174,6 +186,17 @@ pub struct RuntimeStats {
     pub auth_dropped: u64,
     /// Application multicasts taken from the command channel.
     pub commands: u64,
+    /// Engine datagrams sent as fragments, and the fragments they made
+    /// (counted once each in `datagrams_sent` too).
+    pub datagrams_split: u64,
+    pub fragments_sent: u64,
+    /// Fragments received, and the datagrams joined from them.
+    pub fragments_received: u64,
+    pub datagrams_joined: u64,
+    /// Fragments refused (malformed, wrong sender) and partial datagrams
+    /// dropped (timed out, or past the memory bound).
+    pub fragments_refused: u64,
+    pub partial_dropped: u64,
 }
 
 /// A running member. Dropping it stops the node without waiting.
@@ -418,6 +441,11 @@ struct Driver<E: Engine> {
     /// Scratch for sealing and opening.
     sealed: Vec<u8>,
     opened: Vec<u8>,
+    /// Cuts datagrams larger than the path (`NodeConfig::path_datagram`).
+    splitter: Option<Splitter>,
+    /// Scratch for the fragments of one datagram.
+    pieces: Vec<Vec<u8>>,
+    reassembler: Reassembler,
 }
 
 impl<E: Engine> Driver<E> {
@@ -456,6 +484,17 @@ impl<E: Engine> Driver<E> {
             }
             None => (None, None),
         };
+        // Fragments are sealed one by one, so each leaves room for the
+        // envelope. Ids start from the clock, so that a restarted node does
+        // not reuse the ids of its last life's partial datagrams at once.
+        let envelope = if sealer.is_some() { crate::OVERHEAD } else { 0 };
+        let splitter = config.path_datagram.map(|path| {
+            let first_id = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u32);
+            Splitter::new(engine.node_id(), first_id, path.saturating_sub(envelope))
+        });
+        let reassembler = Reassembler::new(config.reassembly);
         Ok(Driver {
             me: engine.node_id(),
             engine,
@@ -486,6 +525,9 @@ impl<E: Engine> Driver<E> {
             opener,
             sealed: Vec::new(),
             opened: Vec::new(),
+            splitter,
+            pieces: Vec::new(),
+            reassembler,
         })
     }
 
@@ -656,7 +698,9 @@ impl<E: Engine> Driver<E> {
         };
         match verdict {
             Verdict::Deliver => {
-                self.engine.handle_datagram(now, node, &self.buf[..len]);
+                let datagram = &self.buf[..len];
+                self.stats
+                    .deliver(&mut self.engine, &mut self.reassembler, now, node, datagram);
             }
             Verdict::Drop => self.stats.fault_drops += 1,
             Verdict::DelayUntil(due) => {
@@ -767,7 +811,8 @@ impl<E: Engine> Driver<E> {
         };
         let now = self.clock.now();
         while let Some((from, datagram)) = faults.pop_due(now) {
-            self.engine.handle_datagram(now, from, &datagram);
+            let (engine, joiner) = (&mut self.engine, &mut self.reassembler);
+            self.stats.deliver(engine, joiner, now, from, &datagram);
         }
     }
 
@@ -874,8 +919,34 @@ impl<E: Engine> Driver<E> {
         }
     }
 
-    /// Queues a transmit for its socket address(es).
-    fn address(&mut self, mut transmit: Transmit) {
+    /// Queues a transmit for its socket address(es), in fragments when it
+    /// is larger than the path.
+    fn address(&mut self, transmit: Transmit) {
+        let Some(splitter) = self.splitter.as_mut() else {
+            return self.address_one(transmit);
+        };
+        if !splitter.splits(transmit.payload.len()) {
+            return self.address_one(transmit);
+        }
+        let mut pieces = std::mem::take(&mut self.pieces);
+        if !splitter.split(&transmit.payload, &mut pieces) {
+            tracing::warn!(node = %self.me, len = transmit.payload.len(), "datagram too large to fragment: dropped");
+            self.pieces = pieces;
+            return;
+        }
+        self.stats.datagrams_split += 1;
+        for piece in pieces.drain(..) {
+            self.stats.fragments_sent += 1;
+            self.address_one(Transmit {
+                destination: transmit.destination,
+                payload: Bytes::from(piece),
+            });
+        }
+        self.pieces = pieces;
+    }
+
+    /// Queues one datagram (sealed here) for its socket address(es).
+    fn address_one(&mut self, mut transmit: Transmit) {
         match self.seal(transmit.payload) {
             Some(sealed) => transmit.payload = sealed,
             None => return,
@@ -974,6 +1045,34 @@ impl<E: Engine> Driver<E> {
             control = self.controls.recv(), if self.controls_open => Wake::Control(control),
             input = self.inputs.recv(), if take_inputs => Wake::Input(input),
             _ = sleep => Wake::Timer,
+        }
+    }
+}
+
+impl RuntimeStats {
+    /// Hands a received datagram to the engine, or a fragment to the
+    /// reassembler (and the datagram to the engine once whole).
+    fn deliver<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        reassembler: &mut Reassembler,
+        now: Instant,
+        from: NodeId,
+        datagram: &[u8],
+    ) {
+        if !shoal_wire::fragment::is_fragment(datagram) {
+            engine.handle_datagram(now, from, datagram);
+            return;
+        }
+        let whole = reassembler.handle_fragment(now, from, datagram);
+        let r = reassembler.stats();
+        self.fragments_received = r.fragments;
+        self.datagrams_joined = r.datagrams;
+        self.fragments_refused = r.malformed;
+        self.partial_dropped = r.timed_out + r.evicted;
+        if let Some(whole) = whole {
+            // A fresh buffer: the engine may keep slices of it.
+            engine.handle_datagram_bytes(now, from, &whole);
         }
     }
 }
