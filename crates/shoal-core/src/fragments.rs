@@ -87,16 +87,16 @@ impl Splitter {
         len > self.max
     }
 
-    /// Appends `datagram`'s fragments to `out`. Returns false, appending
-    /// nothing, when it is too large to fragment
-    /// ([`fragment::FRAGMENTED_MAX`]).
-    pub fn split(&mut self, datagram: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
+    /// Appends `datagram`'s fragments to `out`, back to back, every one
+    /// but the last [`Splitter::max`] bytes long. Returns how many; none
+    /// when it is too large to fragment ([`fragment::FRAGMENTED_MAX`]).
+    pub fn split(&mut self, datagram: &[u8], out: &mut Vec<u8>) -> usize {
         let id = self.next_id;
-        if !fragment::split(self.sender, id, datagram, self.max, out) {
-            return false;
+        let count = fragment::split(self.sender, id, datagram, self.max, out);
+        if count > 0 {
+            self.next_id = id.wrapping_add(1);
         }
-        self.next_id = id.wrapping_add(1);
-        true
+        count
     }
 }
 
@@ -294,8 +294,10 @@ mod tests {
 
     fn split(splitter: &mut Splitter, datagram: &[u8]) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        assert!(splitter.split(datagram, &mut out));
-        out
+        let count = splitter.split(datagram, &mut out);
+        let pieces: Vec<Vec<u8>> = out.chunks(splitter.max()).map(<[u8]>::to_vec).collect();
+        assert_eq!(pieces.len(), count);
+        pieces
     }
 
     const A: NodeId = NodeId(1);

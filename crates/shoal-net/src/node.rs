@@ -425,7 +425,7 @@ struct Driver<E: Engine> {
     /// An application payload refused by flow control, retried first.
     waiting: Option<Bytes>,
     /// Addressed datagrams pulled from the engine, not yet accepted by the socket.
-    outgoing: VecDeque<(SocketAddr, Bytes)>,
+    outgoing: VecDeque<Outgoing>,
     /// The head of `outgoing` met a full socket buffer.
     blocked: bool,
     events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
@@ -443,9 +443,19 @@ struct Driver<E: Engine> {
     opened: Vec<u8>,
     /// Cuts datagrams larger than the path (`NodeConfig::path_datagram`).
     splitter: Option<Splitter>,
-    /// Scratch for the fragments of one datagram.
-    pieces: Vec<Vec<u8>>,
+    /// Runs of equal fragments go in one segmented send (`gso.rs`) while
+    /// the kernel takes them.
+    gso: bool,
     reassembler: Reassembler,
+}
+
+/// A datagram, or a run of fragments of `segment` bytes each (the last may
+/// be shorter) sent in one call, queued for the socket.
+struct Outgoing {
+    to: SocketAddr,
+    payload: Bytes,
+    /// 0: one datagram.
+    segment: usize,
 }
 
 impl<E: Engine> Driver<E> {
@@ -526,7 +536,7 @@ impl<E: Engine> Driver<E> {
             sealed: Vec::new(),
             opened: Vec::new(),
             splitter,
-            pieces: Vec::new(),
+            gso: crate::gso::supported(),
             reassembler,
         })
     }
@@ -889,11 +899,21 @@ impl<E: Engine> Driver<E> {
     /// takes it.
     fn send_pending(&mut self) {
         loop {
-            while let Some((to, payload)) = self.outgoing.front() {
-                match self.unicast.try_send_to(payload, *to) {
-                    Ok(_) => {
-                        self.stats.datagrams_sent += 1;
-                        self.stats.bytes_sent += payload.len() as u64;
+            while let Some(out) = self.outgoing.front() {
+                let segmented = out.segment > 0 && out.payload.len() > out.segment;
+                let result = if segmented {
+                    crate::gso::send(&self.unicast, out.to, &out.payload, out.segment)
+                } else {
+                    self.unicast.try_send_to(&out.payload, out.to).map(|_| ())
+                };
+                match result {
+                    Ok(()) => {
+                        self.stats.datagrams_sent += if segmented {
+                            out.payload.len().div_ceil(out.segment) as u64
+                        } else {
+                            1
+                        };
+                        self.stats.bytes_sent += out.payload.len() as u64;
                         self.outgoing.pop_front();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -901,11 +921,12 @@ impl<E: Engine> Driver<E> {
                         self.blocked = true;
                         return;
                     }
+                    Err(e) if segmented => self.gso_refused(e),
                     Err(e) => {
                         // E.g. ECONNREFUSED left by a dead peer's ICMP: drop
                         // this datagram, keep the node running.
                         self.stats.io_errors += 1;
-                        tracing::debug!(node = %self.me, %to, error = %e, "send failed");
+                        tracing::debug!(node = %self.me, to = %out.to, error = %e, "send failed");
                         self.outgoing.pop_front();
                     }
                 }
@@ -919,6 +940,30 @@ impl<E: Engine> Driver<E> {
         }
     }
 
+    /// The kernel refused a segmented send: the run at the head of the
+    /// queue, and every later one, goes one datagram per call.
+    fn gso_refused(&mut self, error: io::Error) {
+        if self.gso {
+            self.gso = false;
+            tracing::info!(node = %self.me, %error, "segmented sends (UDP GSO) refused: one datagram per send from now on");
+        }
+        let runs: Vec<Outgoing> = self.outgoing.drain(..).collect();
+        for out in runs {
+            if out.segment == 0 {
+                self.outgoing.push_back(out);
+                continue;
+            }
+            for start in (0..out.payload.len()).step_by(out.segment) {
+                let end = (start + out.segment).min(out.payload.len());
+                self.outgoing.push_back(Outgoing {
+                    to: out.to,
+                    payload: out.payload.slice(start..end),
+                    segment: 0,
+                });
+            }
+        }
+    }
+
     /// Queues a transmit for its socket address(es), in fragments when it
     /// is larger than the path.
     fn address(&mut self, transmit: Transmit) {
@@ -928,21 +973,54 @@ impl<E: Engine> Driver<E> {
         if !splitter.splits(transmit.payload.len()) {
             return self.address_one(transmit);
         }
-        let mut pieces = std::mem::take(&mut self.pieces);
-        if !splitter.split(&transmit.payload, &mut pieces) {
+        let max = splitter.max();
+        let mut fragments = Vec::new();
+        let count = splitter.split(&transmit.payload, &mut fragments);
+        if count == 0 {
             tracing::warn!(node = %self.me, len = transmit.payload.len(), "datagram too large to fragment: dropped");
-            self.pieces = pieces;
             return;
         }
         self.stats.datagrams_split += 1;
-        for piece in pieces.drain(..) {
-            self.stats.fragments_sent += 1;
-            self.address_one(Transmit {
-                destination: transmit.destination,
-                payload: Bytes::from(piece),
-            });
+        self.stats.fragments_sent += count as u64;
+        let fragments = Bytes::from(fragments);
+        if !self.gso || self.faults.is_some() {
+            // One by one: the fault layer judges each datagram on the wire.
+            for start in (0..fragments.len()).step_by(max) {
+                let end = (start + max).min(fragments.len());
+                self.address_one(Transmit {
+                    destination: transmit.destination,
+                    payload: fragments.slice(start..end),
+                });
+            }
+            return;
         }
-        self.pieces = pieces;
+        let Some((wire, segment)) = self.seal_run(&fragments, max) else {
+            return;
+        };
+        let run = crate::gso::segments_per_send(segment) * segment;
+        for start in (0..wire.len()).step_by(run) {
+            let end = (start + run).min(wire.len());
+            self.queue(transmit.destination, wire.slice(start..end), segment);
+        }
+    }
+
+    /// Seals each fragment of `fragments` (of `max` bytes, the last
+    /// shorter) when authentication is on; returns them back to back and
+    /// their size on the wire.
+    fn seal_run(&mut self, fragments: &Bytes, max: usize) -> Option<(Bytes, usize)> {
+        let Some(sealer) = self.sealer.as_mut() else {
+            return Some((fragments.clone(), max));
+        };
+        let mut wire =
+            Vec::with_capacity(fragments.len() + fragments.len().div_ceil(max) * crate::OVERHEAD);
+        for fragment in fragments.chunks(max) {
+            if let Err(e) = sealer.seal(fragment, &mut self.sealed) {
+                tracing::error!(node = %self.me, error = %e, "cannot seal: datagram dropped");
+                return None;
+            }
+            wire.extend_from_slice(&self.sealed);
+        }
+        Some((Bytes::from(wire), max + crate::OVERHEAD))
     }
 
     /// Queues one datagram (sealed here) for its socket address(es).
@@ -958,26 +1036,35 @@ impl<E: Engine> Driver<E> {
             _ => {}
         }
         for _ in 0..copies {
-            self.queue(transmit.destination, transmit.payload.clone());
+            self.queue(transmit.destination, transmit.payload.clone(), 0);
         }
     }
 
-    /// Queues one (sealed) datagram for its socket address(es).
-    fn queue(&mut self, destination: Destination, payload: Bytes) {
-        match destination {
+    /// Queues one (sealed) datagram, or a run of `segment`-byte fragments,
+    /// for its socket address(es).
+    fn queue(&mut self, destination: Destination, payload: Bytes, segment: usize) {
+        let to = match destination {
             Destination::Node(node) => match self.book.addr(node) {
-                Some(addr) => self.outgoing.push_back((addr, payload)),
-                None => tracing::warn!(node = %self.me, to = %node, "no address for member"),
+                Some(addr) => addr,
+                None => {
+                    tracing::warn!(node = %self.me, to = %node, "no address for member");
+                    return;
+                }
             },
             Destination::Multicast => match self.group {
-                Some(group) => self.outgoing.push_back((group, payload)),
-                None => self.fan_out(payload),
+                Some(group) => group,
+                None => return self.fan_out(payload, segment),
             },
-        }
+        };
+        self.outgoing.push_back(Outgoing {
+            to,
+            payload,
+            segment,
+        });
     }
 
     /// The engine wants IP multicast but none is configured: unicast to all.
-    fn fan_out(&mut self, payload: Bytes) {
+    fn fan_out(&mut self, payload: Bytes, segment: usize) {
         if !self.warned_no_multicast {
             self.warned_no_multicast = true;
             tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
@@ -985,7 +1072,11 @@ impl<E: Engine> Driver<E> {
         let me = self.book.slot(self.engine.node_id());
         for (i, addr) in self.book.bound() {
             if i != me {
-                self.outgoing.push_back((addr, payload.clone()));
+                self.outgoing.push_back(Outgoing {
+                    to: addr,
+                    payload: payload.clone(),
+                    segment,
+                });
             }
         }
     }

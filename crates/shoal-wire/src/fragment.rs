@@ -102,20 +102,21 @@ pub fn decode_fragment(datagram: &[u8]) -> Result<Fragment<'_>, DecodeError> {
 }
 
 /// Splits `datagram` into fragments of at most `max` bytes each (header
-/// included), appending each encoded fragment to `out` as its own `Vec`.
-/// Every fragment but the last is exactly `max` bytes long, so that the
-/// runtime may hand them to the kernel as one segmented send. `max` must
-/// exceed [`FRAGMENT_HEADER_LEN`] and `datagram` be non-empty and at most
-/// [`FRAGMENTED_MAX`] bytes; otherwise nothing is appended and false is
-/// returned.
-pub fn split(sender: u32, id: u32, datagram: &[u8], max: usize, out: &mut Vec<Vec<u8>>) -> bool {
+/// included), appended to `out` back to back. Every fragment but the last
+/// is exactly `max` bytes long (so `out.chunks(max)` gives them back, and a
+/// runtime may hand them to the kernel as one segmented send). Returns how
+/// many fragments were appended: none when `max` does not exceed
+/// [`FRAGMENT_HEADER_LEN`], or `datagram` is empty or larger than
+/// [`FRAGMENTED_MAX`].
+pub fn split(sender: u32, id: u32, datagram: &[u8], max: usize, out: &mut Vec<u8>) -> usize {
     if max <= FRAGMENT_HEADER_LEN || datagram.is_empty() || datagram.len() > FRAGMENTED_MAX {
-        return false;
+        return 0;
     }
     let chunk_max = max - FRAGMENT_HEADER_LEN;
     let total = datagram.len() as u32;
+    let count = datagram.len().div_ceil(chunk_max);
+    out.reserve(count * FRAGMENT_HEADER_LEN + datagram.len());
     for (i, chunk) in datagram.chunks(chunk_max).enumerate() {
-        let mut bytes = Vec::with_capacity(FRAGMENT_HEADER_LEN + chunk.len());
         Fragment {
             sender,
             id,
@@ -123,10 +124,9 @@ pub fn split(sender: u32, id: u32, datagram: &[u8], max: usize, out: &mut Vec<Ve
             total,
             chunk,
         }
-        .encode(&mut bytes);
-        out.push(bytes);
+        .encode(out);
     }
-    true
+    count
 }
 
 #[cfg(test)]
@@ -138,8 +138,10 @@ mod tests {
     fn split_then_decode_gives_back_every_byte_in_place() {
         let datagram: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let mut out = Vec::new();
-        assert!(split(7, 42, &datagram, 1_472, &mut out));
-        assert_eq!(out.len(), 10_000usize.div_ceil(1_452));
+        let count = split(7, 42, &datagram, 1_472, &mut out);
+        assert_eq!(count, 10_000usize.div_ceil(1_452));
+        let out: Vec<&[u8]> = out.chunks(1_472).collect();
+        assert_eq!(out.len(), count);
         let mut joined = vec![0u8; datagram.len()];
         for (i, bytes) in out.iter().enumerate() {
             if i + 1 < out.len() {
@@ -156,18 +158,21 @@ mod tests {
     #[test]
     fn the_sender_sits_where_a_packet_has_it() {
         let mut out = Vec::new();
-        assert!(split(0x0102_0304, 1, b"hello", 100, &mut out));
-        assert_eq!(&out[0][4..8], &[1, 2, 3, 4]);
-        assert!(is_fragment(&out[0]));
+        assert_eq!(split(0x0102_0304, 1, b"hello", 100, &mut out), 1);
+        assert_eq!(&out[4..8], &[1, 2, 3, 4]);
+        assert!(is_fragment(&out));
         assert!(!is_fragment(&crate::MAGIC.to_be_bytes()));
     }
 
     #[test]
     fn split_refuses_what_it_cannot_carry() {
         let mut out = Vec::new();
-        assert!(!split(1, 1, b"", 100, &mut out));
-        assert!(!split(1, 1, b"x", FRAGMENT_HEADER_LEN, &mut out));
-        assert!(!split(1, 1, &vec![0; FRAGMENTED_MAX + 1], 1_472, &mut out));
+        assert_eq!(split(1, 1, b"", 100, &mut out), 0);
+        assert_eq!(split(1, 1, b"x", FRAGMENT_HEADER_LEN, &mut out), 0);
+        assert_eq!(
+            split(1, 1, &vec![0; FRAGMENTED_MAX + 1], 1_472, &mut out),
+            0
+        );
         assert!(out.is_empty());
     }
 
@@ -215,9 +220,10 @@ mod tests {
         fn any_split_decodes(len in 1usize..5_000, max in 21usize..2_000) {
             let datagram: Vec<u8> = (0..len).map(|i| i as u8).collect();
             let mut out = Vec::new();
-            prop_assert!(split(3, 4, &datagram, max, &mut out));
+            let count = split(3, 4, &datagram, max, &mut out);
+            prop_assert_eq!(count, out.chunks(max).count());
             let mut covered = 0;
-            for bytes in &out {
+            for bytes in out.chunks(max) {
                 prop_assert!(bytes.len() <= max);
                 let f = decode_fragment(bytes).unwrap();
                 prop_assert_eq!(f.offset as usize, covered);
