@@ -516,6 +516,15 @@ fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
             runtime.bytes_received
         ),
         format!(
+            "datagram fragments: sent {} (of {} datagrams larger than the path), received {}, joined into {} datagrams, refused {}, partial datagrams dropped {}",
+            runtime.fragments_sent,
+            runtime.datagrams_split,
+            runtime.fragments_received,
+            runtime.datagrams_joined,
+            runtime.fragments_refused,
+            runtime.partial_dropped
+        ),
+        format!(
             "drops: unknown source {}, failed authentication {}, io errors {}, too large {}, slot conflicts {}",
             runtime.unknown_source,
             runtime.auth_dropped,
