@@ -30,6 +30,7 @@
 #   MTU=bytes         the links' MTU (default 1500) and MAX_DATAGRAM=bytes the
 #                     daemons' `max_datagram` (default: theirs, 1,472 beyond
 #                     loopback); e.g. MTU=9000 MAX_DATAGRAM=8972, jumbo frames
+#   RUNS='...'        which runs each round makes (default "fifo agreed echo")
 #   EXTRA='toml'      appended to every daemon's configuration, e.g.
 #                     EXTRA=$'[cluster.vsync]\ngseq_window = 512'
 #   OUT=file          append the CSV rows (`shoal bench --out`) to this
@@ -139,10 +140,15 @@ run() {
 
 setting="auth=$auth multicast=$multicast mtu=${MTU:-1500} max_datagram=${MAX_DATAGRAM:-default}${EXTRA:+ extra: $(echo "$EXTRA" | tr '\n' ' ')}"
 echo "netns bench: $n daemons in $prefix-h1..$n, $setting, $rounds rounds, rows to $out"
+runs=${RUNS:-fifo agreed echo}
 for r in $(seq 1 "$rounds"); do
-    run "r$r stream fifo" --mode stream --service fifo --size 1024 --count "$count" --senders 1 --clients 1
-    run "r$r stream agreed" --mode stream --service agreed --size 1024 --count "$count" --senders 1 --clients 1
-    run "r$r echo agreed" --mode echo --service agreed --size 64 --count "$echos"
+    for what in $runs; do
+        case $what in
+        fifo | agreed) run "r$r stream $what" --mode stream --service "$what" --size 1024 --count "$count" --senders 1 --clients 1 ;;
+        echo) run "r$r echo agreed" --mode echo --service agreed --size 64 --count "$echos" ;;
+        *) echo "bench: unknown run $what" >&2; exit 2 ;;
+        esac
+    done
 done
 
 # Medians over the rounds.

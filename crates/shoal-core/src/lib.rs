@@ -22,6 +22,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod fd;
+pub mod fragments;
 pub mod hop;
 pub mod overlay;
 pub mod pbcast;

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_core::engine::SendError;
+use shoal_core::fragments::{Reassembler, ReassemblyConfig, Splitter};
 use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -99,6 +100,15 @@ pub struct NodeConfig {
     /// activity avoids it at low load and costs nothing when saturated
     /// (the loop never idles then). Default zero (park at once).
     pub spin: Duration,
+    /// Largest UDP payload put on the wire, authentication envelope
+    /// included (the path's datagram size). A datagram the engine builds
+    /// that would be larger goes as fragments of at most this size
+    /// (`shoal_core::fragments`), put together by the receiving node before
+    /// its engine sees it. `None` (default): datagrams go as the engine
+    /// builds them. Fragments are received and joined either way.
+    pub path_datagram: Option<usize>,
+    /// Time and memory limits of joining fragments.
+    pub reassembly: ReassemblyConfig,
 }
 
 /// Datagram authentication settings of a node.
@@ -132,6 +142,8 @@ impl NodeConfig {
             window_retry: Duration::from_millis(1),
             auth: None,
             spin: Duration::ZERO,
+            path_datagram: None,
+            reassembly: ReassemblyConfig::default(),
         }
     }
 }
@@ -174,6 +186,17 @@ pub struct RuntimeStats {
     pub auth_dropped: u64,
     /// Application multicasts taken from the command channel.
     pub commands: u64,
+    /// Engine datagrams sent as fragments, and the fragments they made
+    /// (counted once each in `datagrams_sent` too).
+    pub datagrams_split: u64,
+    pub fragments_sent: u64,
+    /// Fragments received, and the datagrams joined from them.
+    pub fragments_received: u64,
+    pub datagrams_joined: u64,
+    /// Fragments refused (malformed, wrong sender) and partial datagrams
+    /// dropped (timed out, or past the memory bound).
+    pub fragments_refused: u64,
+    pub partial_dropped: u64,
 }
 
 /// A running member. Dropping it stops the node without waiting.
@@ -402,7 +425,7 @@ struct Driver<E: Engine> {
     /// An application payload refused by flow control, retried first.
     waiting: Option<Bytes>,
     /// Addressed datagrams pulled from the engine, not yet accepted by the socket.
-    outgoing: VecDeque<(SocketAddr, Bytes)>,
+    outgoing: VecDeque<Outgoing>,
     /// The head of `outgoing` met a full socket buffer.
     blocked: bool,
     events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
@@ -418,6 +441,21 @@ struct Driver<E: Engine> {
     /// Scratch for sealing and opening.
     sealed: Vec<u8>,
     opened: Vec<u8>,
+    /// Cuts datagrams larger than the path (`NodeConfig::path_datagram`).
+    splitter: Option<Splitter>,
+    /// Runs of equal fragments go in one segmented send (`gso.rs`) while
+    /// the kernel takes them.
+    gso: bool,
+    reassembler: Reassembler,
+}
+
+/// A datagram, or a run of fragments of `segment` bytes each (the last may
+/// be shorter) sent in one call, queued for the socket.
+struct Outgoing {
+    to: SocketAddr,
+    payload: Bytes,
+    /// 0: one datagram.
+    segment: usize,
 }
 
 impl<E: Engine> Driver<E> {
@@ -456,6 +494,17 @@ impl<E: Engine> Driver<E> {
             }
             None => (None, None),
         };
+        // Fragments are sealed one by one, so each leaves room for the
+        // envelope. Ids start from the clock, so that a restarted node does
+        // not reuse the ids of its last life's partial datagrams at once.
+        let envelope = if sealer.is_some() { crate::OVERHEAD } else { 0 };
+        let splitter = config.path_datagram.map(|path| {
+            let first_id = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u32);
+            Splitter::new(engine.node_id(), first_id, path.saturating_sub(envelope))
+        });
+        let reassembler = Reassembler::new(config.reassembly);
         Ok(Driver {
             me: engine.node_id(),
             engine,
@@ -486,6 +535,9 @@ impl<E: Engine> Driver<E> {
             opener,
             sealed: Vec::new(),
             opened: Vec::new(),
+            splitter,
+            gso: crate::gso::supported(),
+            reassembler,
         })
     }
 
@@ -656,7 +708,9 @@ impl<E: Engine> Driver<E> {
         };
         match verdict {
             Verdict::Deliver => {
-                self.engine.handle_datagram(now, node, &self.buf[..len]);
+                let datagram = &self.buf[..len];
+                self.stats
+                    .deliver(&mut self.engine, &mut self.reassembler, now, node, datagram);
             }
             Verdict::Drop => self.stats.fault_drops += 1,
             Verdict::DelayUntil(due) => {
@@ -767,7 +821,8 @@ impl<E: Engine> Driver<E> {
         };
         let now = self.clock.now();
         while let Some((from, datagram)) = faults.pop_due(now) {
-            self.engine.handle_datagram(now, from, &datagram);
+            let (engine, joiner) = (&mut self.engine, &mut self.reassembler);
+            self.stats.deliver(engine, joiner, now, from, &datagram);
         }
     }
 
@@ -844,11 +899,21 @@ impl<E: Engine> Driver<E> {
     /// takes it.
     fn send_pending(&mut self) {
         loop {
-            while let Some((to, payload)) = self.outgoing.front() {
-                match self.unicast.try_send_to(payload, *to) {
-                    Ok(_) => {
-                        self.stats.datagrams_sent += 1;
-                        self.stats.bytes_sent += payload.len() as u64;
+            while let Some(out) = self.outgoing.front() {
+                let segmented = out.segment > 0 && out.payload.len() > out.segment;
+                let result = if segmented {
+                    crate::gso::send(&self.unicast, out.to, &out.payload, out.segment)
+                } else {
+                    self.unicast.try_send_to(&out.payload, out.to).map(|_| ())
+                };
+                match result {
+                    Ok(()) => {
+                        self.stats.datagrams_sent += if segmented {
+                            out.payload.len().div_ceil(out.segment) as u64
+                        } else {
+                            1
+                        };
+                        self.stats.bytes_sent += out.payload.len() as u64;
                         self.outgoing.pop_front();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -856,11 +921,12 @@ impl<E: Engine> Driver<E> {
                         self.blocked = true;
                         return;
                     }
+                    Err(e) if segmented => self.gso_refused(e),
                     Err(e) => {
                         // E.g. ECONNREFUSED left by a dead peer's ICMP: drop
                         // this datagram, keep the node running.
                         self.stats.io_errors += 1;
-                        tracing::debug!(node = %self.me, %to, error = %e, "send failed");
+                        tracing::debug!(node = %self.me, to = %out.to, error = %e, "send failed");
                         self.outgoing.pop_front();
                     }
                 }
@@ -874,8 +940,91 @@ impl<E: Engine> Driver<E> {
         }
     }
 
-    /// Queues a transmit for its socket address(es).
-    fn address(&mut self, mut transmit: Transmit) {
+    /// The kernel refused a segmented send: the run at the head of the
+    /// queue, and every later one, goes one datagram per call.
+    fn gso_refused(&mut self, error: io::Error) {
+        if self.gso {
+            self.gso = false;
+            tracing::info!(node = %self.me, %error, "segmented sends (UDP GSO) refused: one datagram per send from now on");
+        }
+        let runs: Vec<Outgoing> = self.outgoing.drain(..).collect();
+        for out in runs {
+            if out.segment == 0 {
+                self.outgoing.push_back(out);
+                continue;
+            }
+            for start in (0..out.payload.len()).step_by(out.segment) {
+                let end = (start + out.segment).min(out.payload.len());
+                self.outgoing.push_back(Outgoing {
+                    to: out.to,
+                    payload: out.payload.slice(start..end),
+                    segment: 0,
+                });
+            }
+        }
+    }
+
+    /// Queues a transmit for its socket address(es), in fragments when it
+    /// is larger than the path.
+    fn address(&mut self, transmit: Transmit) {
+        let Some(splitter) = self.splitter.as_mut() else {
+            return self.address_one(transmit);
+        };
+        if !splitter.splits(transmit.payload.len()) {
+            return self.address_one(transmit);
+        }
+        let max = splitter.max();
+        let mut fragments = Vec::new();
+        let count = splitter.split(&transmit.payload, &mut fragments);
+        if count == 0 {
+            tracing::warn!(node = %self.me, len = transmit.payload.len(), "datagram too large to fragment: dropped");
+            return;
+        }
+        self.stats.datagrams_split += 1;
+        self.stats.fragments_sent += count as u64;
+        let fragments = Bytes::from(fragments);
+        if !self.gso || self.faults.is_some() {
+            // One by one: the fault layer judges each datagram on the wire.
+            for start in (0..fragments.len()).step_by(max) {
+                let end = (start + max).min(fragments.len());
+                self.address_one(Transmit {
+                    destination: transmit.destination,
+                    payload: fragments.slice(start..end),
+                });
+            }
+            return;
+        }
+        let Some((wire, segment)) = self.seal_run(&fragments, max) else {
+            return;
+        };
+        let run = crate::gso::segments_per_send(segment) * segment;
+        for start in (0..wire.len()).step_by(run) {
+            let end = (start + run).min(wire.len());
+            self.queue(transmit.destination, wire.slice(start..end), segment);
+        }
+    }
+
+    /// Seals each fragment of `fragments` (of `max` bytes, the last
+    /// shorter) when authentication is on; returns them back to back and
+    /// their size on the wire.
+    fn seal_run(&mut self, fragments: &Bytes, max: usize) -> Option<(Bytes, usize)> {
+        let Some(sealer) = self.sealer.as_mut() else {
+            return Some((fragments.clone(), max));
+        };
+        let mut wire =
+            Vec::with_capacity(fragments.len() + fragments.len().div_ceil(max) * crate::OVERHEAD);
+        for fragment in fragments.chunks(max) {
+            if let Err(e) = sealer.seal(fragment, &mut self.sealed) {
+                tracing::error!(node = %self.me, error = %e, "cannot seal: datagram dropped");
+                return None;
+            }
+            wire.extend_from_slice(&self.sealed);
+        }
+        Some((Bytes::from(wire), max + crate::OVERHEAD))
+    }
+
+    /// Queues one datagram (sealed here) for its socket address(es).
+    fn address_one(&mut self, mut transmit: Transmit) {
         match self.seal(transmit.payload) {
             Some(sealed) => transmit.payload = sealed,
             None => return,
@@ -887,26 +1036,35 @@ impl<E: Engine> Driver<E> {
             _ => {}
         }
         for _ in 0..copies {
-            self.queue(transmit.destination, transmit.payload.clone());
+            self.queue(transmit.destination, transmit.payload.clone(), 0);
         }
     }
 
-    /// Queues one (sealed) datagram for its socket address(es).
-    fn queue(&mut self, destination: Destination, payload: Bytes) {
-        match destination {
+    /// Queues one (sealed) datagram, or a run of `segment`-byte fragments,
+    /// for its socket address(es).
+    fn queue(&mut self, destination: Destination, payload: Bytes, segment: usize) {
+        let to = match destination {
             Destination::Node(node) => match self.book.addr(node) {
-                Some(addr) => self.outgoing.push_back((addr, payload)),
-                None => tracing::warn!(node = %self.me, to = %node, "no address for member"),
+                Some(addr) => addr,
+                None => {
+                    tracing::warn!(node = %self.me, to = %node, "no address for member");
+                    return;
+                }
             },
             Destination::Multicast => match self.group {
-                Some(group) => self.outgoing.push_back((group, payload)),
-                None => self.fan_out(payload),
+                Some(group) => group,
+                None => return self.fan_out(payload, segment),
             },
-        }
+        };
+        self.outgoing.push_back(Outgoing {
+            to,
+            payload,
+            segment,
+        });
     }
 
     /// The engine wants IP multicast but none is configured: unicast to all.
-    fn fan_out(&mut self, payload: Bytes) {
+    fn fan_out(&mut self, payload: Bytes, segment: usize) {
         if !self.warned_no_multicast {
             self.warned_no_multicast = true;
             tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
@@ -914,7 +1072,11 @@ impl<E: Engine> Driver<E> {
         let me = self.book.slot(self.engine.node_id());
         for (i, addr) in self.book.bound() {
             if i != me {
-                self.outgoing.push_back((addr, payload.clone()));
+                self.outgoing.push_back(Outgoing {
+                    to: addr,
+                    payload: payload.clone(),
+                    segment,
+                });
             }
         }
     }
@@ -974,6 +1136,34 @@ impl<E: Engine> Driver<E> {
             control = self.controls.recv(), if self.controls_open => Wake::Control(control),
             input = self.inputs.recv(), if take_inputs => Wake::Input(input),
             _ = sleep => Wake::Timer,
+        }
+    }
+}
+
+impl RuntimeStats {
+    /// Hands a received datagram to the engine, or a fragment to the
+    /// reassembler (and the datagram to the engine once whole).
+    fn deliver<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        reassembler: &mut Reassembler,
+        now: Instant,
+        from: NodeId,
+        datagram: &[u8],
+    ) {
+        if !shoal_wire::fragment::is_fragment(datagram) {
+            engine.handle_datagram(now, from, datagram);
+            return;
+        }
+        let whole = reassembler.handle_fragment(now, from, datagram);
+        let r = reassembler.stats();
+        self.fragments_received = r.fragments;
+        self.datagrams_joined = r.datagrams;
+        self.fragments_refused = r.malformed;
+        self.partial_dropped = r.timed_out + r.evicted;
+        if let Some(whole) = whole {
+            // A fresh buffer: the engine may keep slices of it.
+            engine.handle_datagram_bytes(now, from, &whole);
         }
     }
 }

@@ -23,6 +23,7 @@
 use thiserror::Error;
 
 pub mod client;
+pub mod fragment;
 pub mod groups;
 pub mod hop;
 pub mod qsm;

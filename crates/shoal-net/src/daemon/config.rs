@@ -12,6 +12,7 @@
 //! peers = ["10.0.0.2:4804", "host-c:4804"]
 //! multicast = "239.255.77.1:9100"   # optional: pbcast's first phase by IP multicast
 //! max_datagram = 1472               # default: 1472 (IPv6 1452) beyond loopback, 65507 on loopback
+//! engine_datagram = 16384           # default: 16384 beyond loopback (sent in fragments of max_datagram)
 //!
 //! # Or, instead of `peers`, find the other daemons by IP multicast:
 //! # discovery = "239.255.77.1:9100"  # admin-scoped group with a port;
@@ -139,6 +140,9 @@ pub const LOOPBACK_DATAGRAM: usize = 65_507;
 pub const ETHERNET_DATAGRAM_V4: usize = 1_472;
 /// The same over IPv6: 1500 - 40 - 8.
 pub const ETHERNET_DATAGRAM_V6: usize = 1_452;
+/// The engines' datagram size beyond loopback unless set
+/// (`engine_datagram`): 11 or 12 Ethernet-sized fragments.
+pub const LAN_ENGINE_DATAGRAM: usize = 16_384;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -187,6 +191,19 @@ pub struct DaemonConfig {
     /// given, when it must fit). Between 158 and 65,507.
     #[serde(default)]
     pub max_datagram: Option<usize>,
+    /// Largest datagram the daemons' engines build. The protocol's costs
+    /// (a batch's ordering, replication and acknowledgement, a pbcast
+    /// message) are paid per engine datagram, and a batch of client
+    /// messages fills one, so larger ones carry many messages for the cost
+    /// of one. One larger than `max_datagram` goes as fragments of
+    /// `max_datagram` bytes that the receiving daemon puts together
+    /// (`shoal_core::fragments`); a lost fragment loses the whole datagram,
+    /// which the protocol repairs as any loss, so on a lossy path smaller
+    /// is safer. Default [`LAN_ENGINE_DATAGRAM`] (16,384) beyond loopback
+    /// (or `max_datagram` if larger), `max_datagram` on loopback. Between
+    /// 158 and 65,507.
+    #[serde(default)]
+    pub engine_datagram: Option<usize>,
     /// Run beyond loopback without `[auth]`. Without a cluster key any host
     /// that can reach `listen` can forge datagrams: one forged datagram can
     /// evict a daemon or inject messages. Default false: a daemon whose
@@ -480,6 +497,7 @@ impl Default for DaemonConfig {
             discovery: None,
             ip_multicast: IpMulticastConfig::default(),
             max_datagram: None,
+            engine_datagram: None,
             insecure_no_auth: false,
             faults: None,
             slot: None,
@@ -555,12 +573,35 @@ impl DaemonConfig {
         }
     }
 
-    /// Sets the engines' datagram size from [`DaemonConfig::datagram_size`],
-    /// or checks that an explicit `cluster.vsync.pbcast.max_datagram_size`
-    /// fits in it with the authentication envelope.
+    /// The largest datagram the engines build: `engine_datagram`, or its
+    /// default for the path (see the field).
+    pub fn engine_datagram_size(&self) -> usize {
+        let path = self.datagram_size();
+        match (self.engine_datagram, self.beyond_loopback()) {
+            (Some(size), _) => size,
+            (None, true) => path.max(LAN_ENGINE_DATAGRAM),
+            (None, false) => path,
+        }
+    }
+
+    /// Room for the engines' datagrams: one that fits the path is sealed
+    /// whole and leaves room for the authentication envelope; a larger one
+    /// goes in fragments, each sealed on its own.
+    fn engine_room(&self) -> usize {
+        let engine = self.engine_datagram_size();
+        if engine > self.datagram_size() {
+            engine
+        } else {
+            engine - crate::OVERHEAD
+        }
+    }
+
+    /// Sets the engines' datagram size from
+    /// [`DaemonConfig::engine_datagram_size`], or checks that an explicit
+    /// `cluster.vsync.pbcast.max_datagram_size` fits in it.
     fn fit_datagram_size(&mut self, explicit: bool) -> Result<(), ConfigError> {
-        let size = self.datagram_size();
-        let room = size - crate::OVERHEAD;
+        let size = self.engine_datagram_size();
+        let room = self.engine_room();
         let engine = &mut self.cluster.vsync.pbcast.max_datagram_size;
         if !explicit {
             *engine = room;
@@ -568,7 +609,7 @@ impl DaemonConfig {
             return Err(ConfigError::Invalid {
                 key: "cluster.vsync.pbcast.max_datagram_size",
                 why: format!(
-                    "is {engine}, more than `max_datagram` ({size}) less the {}-byte authentication envelope; leave it unset to follow `max_datagram`",
+                    "is {engine}, more than the engines' datagram ({size}, `engine_datagram`, less the {}-byte authentication envelope when it fits `max_datagram`); leave it unset to follow them",
                     crate::OVERHEAD
                 ),
             });
@@ -855,10 +896,14 @@ impl DaemonConfig {
     fn validate_datagram_and_faults(&self) -> Result<(), ConfigError> {
         let invalid = |key, why: String| ConfigError::Invalid { key, why };
         let min = shoal_core::pbcast::MIN_DATAGRAM_SIZE + crate::OVERHEAD;
-        if let Some(size) = self.max_datagram {
+        for (key, size) in [
+            ("max_datagram", self.max_datagram),
+            ("engine_datagram", self.engine_datagram),
+        ] {
+            let Some(size) = size else { continue };
             if !(min..=LOOPBACK_DATAGRAM).contains(&size) {
                 return Err(invalid(
-                    "max_datagram",
+                    key,
                     format!("{size} is not in {min}..={LOOPBACK_DATAGRAM} bytes"),
                 ));
             }
@@ -1243,12 +1288,29 @@ mod tests {
         let lan = format!("listen = \"10.0.0.1:4804\"\n{KEY}");
         let c = DaemonConfig::parse(&lan).unwrap();
         assert_eq!(c.datagram_size(), 1_472);
-        assert_eq!(engine(&c), 1_472 - crate::OVERHEAD);
+        // Beyond loopback the engines build larger datagrams, sent in
+        // fragments of the path's size.
+        assert_eq!(c.engine_datagram_size(), LAN_ENGINE_DATAGRAM);
+        assert_eq!(engine(&c), LAN_ENGINE_DATAGRAM);
+        let c = DaemonConfig::parse(&format!("engine_datagram = 1472\n{lan}")).unwrap();
+        assert_eq!(
+            engine(&c),
+            1_472 - crate::OVERHEAD,
+            "fits the path: sealed whole"
+        );
         assert!(c.cluster.vsync.max_payload() < 1_472);
+        let c = DaemonConfig::parse(&format!("engine_datagram = 65507\n{lan}")).unwrap();
+        assert_eq!(engine(&c), 65_507);
         let c = DaemonConfig::parse(&format!("listen = \"[fd00::1]:4804\"\n{KEY}")).unwrap();
         assert_eq!(c.datagram_size(), 1_452);
         let c = DaemonConfig::parse(&format!("max_datagram = 8972\n{lan}")).unwrap();
-        assert_eq!(engine(&c), 8_972 - crate::OVERHEAD);
+        assert_eq!(engine(&c), LAN_ENGINE_DATAGRAM);
+        let c = DaemonConfig::parse(&format!("max_datagram = 32000\n{lan}")).unwrap();
+        assert_eq!(
+            engine(&c),
+            32_000 - crate::OVERHEAD,
+            "the path is larger: no fragments"
+        );
         // An explicit engine size is kept if it fits, refused if not.
         let c = DaemonConfig::parse(&format!(
             "{lan}[cluster.vsync.pbcast]\nmax_datagram_size = 1000\n"
@@ -1256,7 +1318,7 @@ mod tests {
         .unwrap();
         assert_eq!(engine(&c), 1000);
         let e = error(&format!(
-            "{lan}[cluster.vsync.pbcast]\nmax_datagram_size = 1460\n"
+            "engine_datagram = 1472\n{lan}[cluster.vsync.pbcast]\nmax_datagram_size = 1460\n"
         ));
         assert!(
             e.contains("`cluster.vsync.pbcast.max_datagram_size`") && e.contains("max_datagram"),
@@ -1264,6 +1326,9 @@ mod tests {
         );
         for bad in ["max_datagram = 100", "max_datagram = 65508"] {
             assert!(error(bad).contains("`max_datagram`"), "{bad}");
+        }
+        for bad in ["engine_datagram = 100", "engine_datagram = 65508"] {
+            assert!(error(bad).contains("`engine_datagram`"), "{bad}");
         }
     }
 

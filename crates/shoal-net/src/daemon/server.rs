@@ -202,6 +202,8 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     let engine = Daemon::new(settings, engine);
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;
+    // Engine datagrams larger than the path go in fragments of its size.
+    node_config.path_datagram = Some(config.datagram_size());
     node_config.faults = config.fault_config(u64::from(incarnation) << 8 | u64::from(slot));
     if node_config.faults.is_active() {
         tracing::warn!(faults = ?node_config.faults, "[faults]: injecting faults on datagrams (a test aid)");
@@ -228,7 +230,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // reaches the engine, and a delivery the client, without waking
     // another thread.
     let node = Node::spawn_task(engine, endpoint, node_config, clock)?;
-    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, max_datagram = config.datagram_size(), "daemon started");
+    tracing::info!(node = %config.node, slot, id = %daemon_name(node.id()), listen = %config.listen, max_datagram = config.datagram_size(), engine_datagram = config.engine_datagram_size(), "daemon started");
     Ok(node)
 }
 
@@ -512,6 +514,15 @@ fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
             runtime.bytes_sent,
             runtime.datagrams_received,
             runtime.bytes_received
+        ),
+        format!(
+            "datagram fragments: sent {} (of {} datagrams larger than the path), received {}, joined into {} datagrams, refused {}, partial datagrams dropped {}",
+            runtime.fragments_sent,
+            runtime.datagrams_split,
+            runtime.fragments_received,
+            runtime.datagrams_joined,
+            runtime.fragments_refused,
+            runtime.partial_dropped
         ),
         format!(
             "drops: unknown source {}, failed authentication {}, io errors {}, too large {}, slot conflicts {}",
