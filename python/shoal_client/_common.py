@@ -219,10 +219,43 @@ def connect_answer(frame: codec.Frame) -> str:
 
 
 def event(frame: codec.Frame) -> Event:
-    """A frame after the handshake, as ``receive`` returns it."""
+    """A frame after the handshake, as an event (before :class:`Views`)."""
     if isinstance(frame, (Message, Membership)):
         return frame
     raise unwanted(frame)
+
+
+class Views:
+    """The last view of each group this client belongs to, which each new
+    view is compared with (``Membership.joined`` and ``left``)."""
+
+    def __init__(self, me: str) -> None:
+        self.me = me
+        self.last: dict[str, list[str]] = {}
+
+    def annotate(self, view: Membership) -> None:
+        """Fills in ``view.joined`` and ``view.left``, and remembers the view
+        as the group's last while this client is a member."""
+        previous = self.last.get(view.group)
+        if previous is None:
+            # The first view: everybody but this client was there before.
+            before = {m for m in view.members if m != self.me}
+        else:
+            before = set(previous)
+        now = set(view.members)
+        view.joined = [m for m in view.members if m not in before]
+        view.left = sorted(before - now)
+        if self.me in now:
+            self.last[view.group] = list(view.members)
+        else:
+            self.last.pop(view.group, None)
+
+    def event(self, frame: codec.Frame) -> Event:
+        """A frame after the handshake, as ``receive`` returns it."""
+        got = event(frame)
+        if isinstance(got, Membership):
+            self.annotate(got)
+        return got
 
 
 def unwanted(frame: codec.Frame) -> Exception:

@@ -36,9 +36,9 @@ from ._common import (
     Groups,
     PathLike,
     Requests,
+    Views,
     connect_answer,
     endpoint,
-    event,
     malformed,
     split_private_group,
 )
@@ -79,6 +79,7 @@ class Client:
         self._reader = reader
         self._writer = writer
         self._private_group = private_group
+        self._views = Views(private_group)
         self._requests = requests
         self._buf = buf
         self._closed = False
@@ -221,7 +222,7 @@ class Client:
             if not isinstance(e, Disconnected):
                 await self.close()
             raise
-        return event(frame)
+        return self._views.event(frame)
 
     async def disconnect(self) -> None:
         """Says goodbye, waits (at most 5 s) for the daemon to close, closes.

@@ -21,10 +21,10 @@ from ._common import (
     Groups,
     PathLike,
     Requests,
+    Views,
     connect_answer,
     default_socket_path,
     endpoint,
-    event,
     malformed,
     split_private_group,
     unwanted,
@@ -141,6 +141,7 @@ class Client:
         """Use :meth:`Client.connect`."""
         self._sock = sock
         self._private_group = private_group
+        self._views = Views(private_group)
         self._reader = reader
         self._requests = requests
         self._send_lock = threading.Lock()
@@ -338,7 +339,7 @@ class Client:
                 if not isinstance(e, Disconnected):
                     self.close()
                 raise
-        return None if frame is None else event(frame)
+        return None if frame is None else self._views.event(frame)
 
     def __iter__(self) -> Iterator[Event]:
         """Every event until the connection ends (``Disconnected`` ends the

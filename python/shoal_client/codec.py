@@ -224,7 +224,13 @@ class Message:
 
 @dataclass
 class Membership:
-    """A new view of a group this client joined."""
+    """A new view of a group this client joined.
+
+    Besides the full list, the client library says what changed since the
+    previous view of the group this client received (``joined``, ``left``;
+    as corosync's ``joined_list`` and ``left_list``): computed from
+    consecutive views, so they mean the same whatever the daemon sends. The
+    codec leaves them empty; they are not part of the frame."""
 
     group: str
     #: Grows with each view of the group.
@@ -239,6 +245,30 @@ class Membership:
     transitional: bool = False
     #: Whether the daemons of the view hold their configured quorum.
     quorum: bool = True
+    #: The members of this view that were not in the previous view of the
+    #: group this client received, in the order of ``members``. In the first
+    #: view after this client joins, only the client itself (the others were
+    #: there before it). The regular view after a transitional one lists the
+    #: members that came back with the merge, and any that joined meanwhile.
+    joined: list[str] = field(default_factory=list, compare=False)
+    #: The members of the previous view this client received that are not in
+    #: this one, whatever the reason (``reason`` says why), sorted. When this
+    #: client leaves, its last view of the group lists itself. A transitional
+    #: view lists the members its daemon is cut off from.
+    left: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def disconnected(self) -> list[str]:
+        """``left`` when their connections ended (reason ``DISCONNECT``:
+        Spread's ``CAUSED_BY_DISCONNECT``); empty otherwise."""
+        return self.left if self.reason == Reason.DISCONNECT else []
+
+    @property
+    def partitioned(self) -> list[str]:
+        """``left`` when the network took them away (reason ``NETWORK``:
+        their daemon failed, was evicted or is beyond a partition); empty
+        otherwise."""
+        return self.left if self.reason == Reason.NETWORK else []
 
 
 @dataclass

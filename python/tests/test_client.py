@@ -201,6 +201,38 @@ class Blocking(unittest.TestCase):
         self.assertIsInstance(got[0], Membership)
         self.assertIsInstance(got[1], Message)
 
+    def test_views_say_who_joined_and_who_left(self) -> None:
+        g = "chat"
+        views = [
+            codec.Membership(g, 1, Reason.JOIN, ["#a#h", "#me#fake"]),
+            codec.Membership(g, 2, Reason.JOIN, ["#a#h", "#b#i", "#me#fake"]),
+            codec.Membership(g, 3, Reason.DISCONNECT, ["#b#i", "#me#fake"]),
+            codec.Membership(g, 4, Reason.NETWORK, ["#me#fake"], transitional=True,
+                             quorum=False),
+            codec.Membership(g, 5, Reason.NETWORK, ["#b#i", "#c#j", "#me#fake"]),
+            codec.Membership(g, 6, Reason.LEAVE, ["#b#i", "#c#j"]),
+            codec.Membership(g, 7, Reason.JOIN, ["#b#i", "#me#fake"]),
+        ]
+
+        def script(peer: Peer) -> None:
+            peer.accept_client()
+            peer.send(*views)
+            peer.frame()
+
+        d = self.serve(script)
+        with Client.connect("me", d.address, timeout=BOUND) as c:
+            got = [c.receive(timeout=BOUND) for _ in views]
+        changes = [(v.joined, v.left, v.disconnected, v.partitioned) for v in got]
+        self.assertEqual(changes, [
+            (["#me#fake"], [], [], []),  # the first view: this client joined
+            (["#b#i"], [], [], []),
+            ([], ["#a#h"], ["#a#h"], []),
+            ([], ["#b#i"], [], ["#b#i"]),  # transitional: cut off from #b#i
+            (["#b#i", "#c#j"], [], [], []),  # merged: back, and a newcomer
+            ([], ["#me#fake"], [], []),  # this client left
+            (["#me#fake"], [], [], []),  # and joins afresh
+        ])
+
     def test_receive_times_out_with_none_and_keeps_half_a_frame(self) -> None:
         frame = codec.Message("#b#h", Service.FIFO, ["g"], b"later")
         data = codec.encode(frame)
@@ -413,7 +445,10 @@ class Async(unittest.IsolatedAsyncioTestCase):
             await c.join("chat")
             await c.multicast(Service.AGREED, "chat", b"x")
             self.assertIsNone(await c.receive(timeout=0.05))  # half a frame stays
-            self.assertEqual(await c.receive(timeout=BOUND), event)
+            got = await c.receive(timeout=BOUND)
+            self.assertEqual(got, event)
+            # A first view without this client: nothing joined or left.
+            self.assertEqual((got.joined, got.left), ([], []))
             with self.assertRaises(ShoalError):
                 await c.receive(timeout=BOUND)
         self.assertEqual(

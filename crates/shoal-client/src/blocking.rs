@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
-    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, split_private_group, ClientError, Encoder, Endpoint,
+    FlowControl, Limits, ReadBuf, Received, SendOptions, Service, Views, DISCONNECT_WAIT,
 };
 
 /// A connected socket of either kind.
@@ -147,6 +147,7 @@ impl Client {
             buf: ReadBuf::new(limits),
             timeout: None,
             private_group: String::new(),
+            views: Views::default(),
         };
         let private_group =
             connect_answer(recv.next_frame(None)?.ok_or(ClientError::Disconnected)?)?;
@@ -503,6 +504,8 @@ pub struct RecvHalf {
     /// The socket's read timeout as last set.
     timeout: Option<Duration>,
     private_group: String,
+    /// The last view of each group, for the joined and left lists.
+    views: Views,
 }
 
 impl RecvHalf {
@@ -514,15 +517,21 @@ impl RecvHalf {
     /// See [`Client::try_receive`].
     pub fn try_receive(&mut self) -> Result<Option<Received>, ClientError> {
         // A deadline already passed: what is there, without waiting.
-        self.next_frame(Some(Instant::now()))?
-            .map(received)
-            .transpose()
+        match self.next_frame(Some(Instant::now()))? {
+            Some(frame) => self.event(frame).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// See [`Client::receive`].
     pub fn receive(&mut self) -> Result<Received, ClientError> {
         let frame = self.next_frame(None)?.ok_or(ClientError::Disconnected)?;
-        received(frame)
+        self.event(frame)
+    }
+
+    /// A frame after the handshake as the event `receive` returns.
+    fn event(&mut self, frame: Frame) -> Result<Received, ClientError> {
+        self.views.received(&self.private_group, frame)
     }
 
     /// See [`Client::receive_timeout`].
@@ -530,7 +539,10 @@ impl RecvHalf {
         // An unrepresentable deadline is as good as none.
         let deadline = Instant::now().checked_add(timeout);
         match deadline {
-            Some(_) => self.next_frame(deadline)?.map(received).transpose(),
+            Some(_) => match self.next_frame(deadline)? {
+                Some(frame) => self.event(frame).map(Some),
+                None => Ok(None),
+            },
             None => self.receive().map(Some),
         }
     }
@@ -612,6 +624,7 @@ pub fn status(endpoint: &Endpoint, timeout: Duration) -> Result<String, ClientEr
         buf: ReadBuf::new(Limits::default()),
         timeout: None,
         private_group: String::new(),
+        views: Views::default(),
     };
     let deadline = Instant::now().checked_add(timeout);
     match recv.next_frame(deadline)? {

@@ -32,8 +32,8 @@ use ::tokio::net::{TcpStream, UnixStream};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
-    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, split_private_group, ClientError, Encoder, Endpoint,
+    FlowControl, Limits, ReadBuf, Received, SendOptions, Service, Views, DISCONNECT_WAIT,
 };
 
 type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
@@ -107,6 +107,7 @@ impl Client {
             read,
             buf: ReadBuf::new(limits),
             private_group: String::new(),
+            views: Views::default(),
         };
         let private_group = connect_answer(recv.next_frame().await?)?;
         send.private_group.clone_from(&private_group);
@@ -425,6 +426,8 @@ pub struct RecvHalf {
     read: Reader,
     buf: ReadBuf,
     private_group: String,
+    /// The last view of each group, for the joined and left lists.
+    views: Views,
 }
 
 impl std::fmt::Debug for RecvHalf {
@@ -444,7 +447,8 @@ impl RecvHalf {
 
     /// See [`Client::receive`]. Cancel-safe.
     pub async fn receive(&mut self) -> Result<Received, ClientError> {
-        received(self.next_frame().await?)
+        let frame = self.next_frame().await?;
+        self.views.received(&self.private_group, frame)
     }
 
     /// See [`Client::receive_timeout`].

@@ -176,14 +176,17 @@ fn messages_and_views_are_received() {
     let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
     assert_eq!(
         client.receive().unwrap(),
-        Received::Membership(Membership {
-            group: "g".into(),
-            view_id: 3,
-            reason: Reason::Join,
-            transitional: false,
-            quorum: true,
-            members: vec!["#a#h".into(), "#b#h".into()],
-        })
+        Received::Membership(
+            Membership::new(
+                "g",
+                3,
+                Reason::Join,
+                false,
+                true,
+                vec!["#a#h".into(), "#b#h".into()],
+            )
+            .with_changes(vec!["#a#h".into()], vec![])
+        )
     );
     assert_eq!(
         client.receive().unwrap(),

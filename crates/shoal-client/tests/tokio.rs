@@ -150,6 +150,14 @@ async fn messages_and_views_are_received() {
             quorum: true,
             members: vec!["#a#h".into()],
         });
+        peer.send(&Frame::Membership {
+            group: "g".into(),
+            view_id: 10,
+            reason: Reason::Disconnect,
+            transitional: false,
+            quorum: true,
+            members: vec!["#c#h".into()],
+        });
         let mut both = message("#b#h", &["g", "h"], b"one").to_vec().unwrap();
         both.extend(message("#b#h", &["g"], b"two").to_vec().unwrap());
         peer.send_raw(&both);
@@ -164,6 +172,18 @@ async fn messages_and_views_are_received() {
                 assert_eq!(v.view_id, 9);
                 assert_eq!(v.reason, Reason::Leave);
                 assert_eq!(v.members, vec!["#a#h".to_string()]);
+                assert_eq!(v.joined(), ["#a#h".to_string()]);
+                assert!(v.left().is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        // The changes are the library's: computed from the two lists.
+        match client.receive().await.unwrap() {
+            Received::Membership(v) => {
+                assert_eq!(v.joined(), ["#c#h".to_string()]);
+                assert_eq!(v.left(), ["#a#h".to_string()]);
+                assert_eq!(v.disconnected(), ["#a#h".to_string()]);
+                assert!(v.partitioned().is_empty());
             }
             other => panic!("{other:?}"),
         }
