@@ -472,10 +472,6 @@ class Async(unittest.IsolatedAsyncioTestCase):
         await c.close()
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class AsyncOptions(unittest.IsolatedAsyncioTestCase):
     async def test_options_and_back_pressure(self) -> None:
         go = threading.Event()
@@ -518,3 +514,51 @@ class AsyncOptions(unittest.IsolatedAsyncioTestCase):
                 codec.Disconnect(),
             ],
         )
+
+
+class FlowState(unittest.IsolatedAsyncioTestCase):
+    """``flow_control_state``: the query, its answer, events kept meanwhile,
+    and a query the daemon does not answer in time."""
+
+    @staticmethod
+    def script(peer: Peer) -> None:
+        peer.accept_client("#a#h")
+        assert peer.frame() == codec.FlowQuery(1)
+        peer.send(Message("#b#h", Service.AGREED, ["g"], b"before"),
+                  codec.FlowState(1, True, 3, 300, 40, 1 << 25))
+        assert peer.frame() == codec.FlowQuery(2)
+        assert peer.frame() == codec.Join("g")
+        peer.send(codec.FlowState(2, True, 0, 0, 0, 1), Message("#b#h", Service.AGREED,
+                                                                 ["g"], b"after"))
+        assert isinstance(peer.frame(), codec.Disconnect)
+
+    def check_first(self, state) -> None:  # noqa: ANN001
+        self.assertEqual(state.client_pending_bytes, 0)
+        self.assertIsNotNone(state.daemon)
+        flow = state.daemon
+        self.assertEqual((flow.accepting, flow.held_messages, flow.held_bytes,
+                          flow.queued_bytes, flow.queue_limit), (True, 3, 300, 40, 1 << 25))
+
+    def test_blocking(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        with Client.connect("a", d.address, timeout=BOUND) as c:
+            self.check_first(c.flow_control_state(BOUND))
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"before")
+            self.assertIsNone(c.flow_control_state(0.05).daemon)
+            c.join("g")
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"after")
+
+    async def test_asyncio(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        async with await aio.Client.connect("a", d.address) as c:
+            self.check_first(await c.flow_control_state(BOUND))
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"before")
+            self.assertIsNone((await c.flow_control_state(0.05)).daemon)
+            await c.join("g")
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"after")
+
+
+if __name__ == "__main__":
+    unittest.main()

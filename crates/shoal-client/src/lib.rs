@@ -156,6 +156,71 @@ pub enum FlowControl {
     Blocked { pending_bytes: usize },
 }
 
+/// What holds this client's traffic back, on both sides of the connection
+/// (`Client::flow_control_state`; corosync's `cpg_flow_control_state_get`
+/// says only whether sending is blocked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowControlState {
+    /// Bytes of a message `try_multicast` accepted that still wait in this
+    /// client (the daemon's end of the connection was full).
+    pub client_pending_bytes: usize,
+    /// The daemon's answer; `None` when it did not answer in time: it is
+    /// not reading this client's socket (back-pressure: it takes no client
+    /// input until its queue for the daemons' group drains).
+    pub daemon: Option<DaemonFlow>,
+}
+
+/// What the daemon holds for one client, when it read the query
+/// ([`FlowControlState::daemon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonFlow {
+    /// Whether the daemon takes client input now. While it does not, it
+    /// reads no client's socket, and blocking sends wait.
+    pub accepting: bool,
+    /// This client's messages the daemon holds that the daemons' total
+    /// order has not delivered yet (waiting for a batch, or being ordered).
+    pub held_messages: u32,
+    /// Their payload bytes.
+    pub held_bytes: u64,
+    /// Bytes of frames (messages, views) the daemon had queued to this
+    /// client and not yet written to its socket. They all come before the
+    /// answer, so the client has read them by the time it gets it: this
+    /// says how far behind the client was reading.
+    pub queued_bytes: u64,
+    /// The bound of that queue (`limits.client_queue`): a client whose
+    /// queue passes it is disconnected as slow.
+    pub queue_limit: u64,
+}
+
+impl DaemonFlow {
+    fn from_frame(frame: &Frame) -> Option<(u32, DaemonFlow)> {
+        match *frame {
+            Frame::FlowState {
+                nonce,
+                accepting,
+                held_messages,
+                held_bytes,
+                queued_bytes,
+                queue_limit,
+            } => Some((
+                nonce,
+                DaemonFlow {
+                    accepting,
+                    held_messages,
+                    held_bytes,
+                    queued_bytes,
+                    queue_limit,
+                },
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// How often a flow-control query that waits for its answer tries again to
+/// write what is pending (the query may be among it).
+pub(crate) const FLOW_STEP: Duration = Duration::from_millis(5);
+
 /// The parts of a private group `#name#daemon`: the private name and the
 /// daemon's name.
 pub fn split_private_group(private_group: &str) -> Option<(&str, &str)> {
@@ -541,6 +606,10 @@ impl Encoder {
         })
     }
 
+    pub(crate) fn flow_query(&mut self, nonce: u32) -> Result<&[u8], ClientError> {
+        self.frame(&Frame::FlowQuery { nonce })
+    }
+
     pub(crate) fn disconnect(&mut self) -> Result<&[u8], ClientError> {
         self.frame(&Frame::Disconnect)
     }
@@ -758,6 +827,8 @@ pub(crate) fn unwanted(frame: Frame) -> ClientError {
         Frame::Membership { .. } => ClientError::Unexpected("Membership"),
         Frame::Status => ClientError::Unexpected("Status"),
         Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
+        Frame::FlowQuery { .. } => ClientError::Unexpected("FlowQuery"),
+        Frame::FlowState { .. } => ClientError::Unexpected("FlowState"),
     }
 }
 

@@ -485,3 +485,52 @@ async fn try_multicast_reports_back_pressure_and_loses_nothing() {
     .await;
     daemon.finish();
 }
+
+#[tokio::test]
+async fn flow_control_state_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 1 });
+        peer.send(&message("#b#h", &["g"], b"before"));
+        peer.send(&Frame::FlowState {
+            nonce: 1,
+            accepting: false,
+            held_messages: 2,
+            held_bytes: 20,
+            queued_bytes: 50,
+            queue_limit: 1000,
+        });
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 2 });
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    bounded(async {
+        let mut client = Client::connect_to(&daemon.endpoint(), "a").await.unwrap();
+        let state = client
+            .flow_control_state(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let flow = state.daemon.expect("answered");
+        assert!(!flow.accepting);
+        assert_eq!(
+            (
+                flow.held_messages,
+                flow.held_bytes,
+                flow.queued_bytes,
+                flow.queue_limit
+            ),
+            (2, 20, 50, 1000)
+        );
+        match client.receive().await.unwrap() {
+            Received::Message(m) => assert_eq!(m.payload, b"before"),
+            other => panic!("{other:?}"),
+        }
+        let state = client
+            .flow_control_state(Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert_eq!(state.daemon, None);
+        client.disconnect().await.unwrap();
+    })
+    .await;
+    daemon.finish();
+}

@@ -416,7 +416,36 @@ impl Daemon {
                 self.unconnected.remove(&id);
             }
             Frame::Status => self.reply_status(now, id, Vec::new()),
+            Frame::FlowQuery { nonce } if self.sessions.is_connected(id) => {
+                self.reply_flow(id, nonce)
+            }
             frame => self.sessions.frame(id, frame),
+        }
+    }
+
+    /// Answers a client's `FlowQuery`: what this daemon holds of its sends
+    /// (waiting for a batch, refused by a full window, or being ordered)
+    /// and of its deliveries (its queue, ahead of this answer).
+    fn reply_flow(&mut self, id: SessionId, nonce: u32) {
+        let in_flight = self
+            .refused
+            .iter()
+            .chain(self.in_flight.iter().map(|(_, b)| b))
+            .map(|b| &b[..]);
+        let Some((messages, bytes)) = self.sessions.held_for(id, in_flight) else {
+            return;
+        };
+        let queued = self.conns.get(&id).map_or(0, |c| c.queued);
+        let answer = Frame::FlowState {
+            nonce,
+            accepting: self.accepts_input(),
+            held_messages: u32::try_from(messages).unwrap_or(u32::MAX),
+            held_bytes: bytes,
+            queued_bytes: queued as u64,
+            queue_limit: self.settings.limits.client_queue as u64,
+        };
+        if let Ok(frame) = answer.to_vec() {
+            self.queue(id, &frame);
         }
     }
 

@@ -613,11 +613,15 @@ impl Sessions {
                 self.closed(session, Reason::Disconnect);
                 self.push_output(Output::Close(session, None));
             }
+            // The daemon engine answers it (it knows the client's queue):
+            // `Sessions::held_for` is the sessions' part.
+            Frame::FlowQuery { .. } => {}
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
             | Frame::MessageExt { .. }
             | Frame::Membership { .. }
             | Frame::StatusReply { .. }
+            | Frame::FlowState { .. }
             | Frame::Status
             | Frame::Error { .. } => {
                 let error =
@@ -1864,6 +1868,60 @@ impl Sessions {
             s.unsequenced_batches_sent, s.unsequenced_batches_received
         ));
         lines
+    }
+}
+
+/// What the daemon holds of one client's sends, for its flow-control query.
+impl Sessions {
+    /// `session`'s messages that the total order has not delivered yet, as
+    /// `(messages, payload bytes)`: in the batches waiting here and in
+    /// `in_flight` (batches the engine handed to the daemons' group that
+    /// have not come back). A message cut in fragments counts once, while
+    /// its last fragment is held. `None` when `session` is not connected.
+    /// It decodes the held batches (at most the engine's `pending_max`
+    /// plus its send window): for a query, not for every frame.
+    pub fn held_for<'a>(
+        &self,
+        session: SessionId,
+        in_flight: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Option<(u64, u64)> {
+        let me = self.sessions.get(&session)?.private_group.as_str();
+        let mut held = (0u64, 0u64);
+        let mut count = |batch: &[u8]| {
+            for item in groups::decode(batch).unwrap_or_default() {
+                match item {
+                    Item::Message {
+                        client, payload, ..
+                    } if client == me => {
+                        held.0 += 1;
+                        held.1 += payload.len() as u64;
+                    }
+                    Item::Fragment {
+                        client,
+                        total,
+                        offset,
+                        bytes,
+                        ..
+                    } if client == me => {
+                        let end = u64::from(offset) + bytes.len() as u64;
+                        held.0 += u64::from(end == u64::from(total));
+                        held.1 += bytes.len() as u64;
+                    }
+                    _ => {}
+                }
+            }
+        };
+        let waiting = self.pending.queue.iter().chain(&self.unsequenced.queue);
+        for batch in waiting {
+            // A batch being filled has its count filled in when taken.
+            let mut whole = batch.bytes.clone();
+            whole[..2].copy_from_slice(&batch.count.to_be_bytes());
+            count(&whole);
+        }
+        for batch in in_flight {
+            count(batch);
+        }
+        Some(held)
     }
 }
 
