@@ -1871,8 +1871,33 @@ impl Sessions {
     }
 }
 
-/// What the daemon holds of one client's sends, for its flow-control query.
+/// Read-only queries for clients and observers: what the daemon holds of
+/// one client's sends (its flow-control query), the groups and the local
+/// clients (`shoal status`, the status page).
 impl Sessions {
+    /// Every group of the cluster and its members' private groups, by name.
+    pub fn group_members(&self) -> impl Iterator<Item = (&str, Vec<&str>)> + '_ {
+        self.table.iter().map(|(group, members)| {
+            let members = members.iter().map(|m| m.client.as_str()).collect();
+            (group.as_str(), members)
+        })
+    }
+
+    /// This daemon's clients: session, private group, and the groups it
+    /// joined (or asked to join), by session.
+    pub fn local_clients(&self) -> impl Iterator<Item = (SessionId, &str, Vec<&str>)> + '_ {
+        self.sessions.iter().map(|(id, s)| {
+            let groups = s.groups.iter().map(String::as_str).collect();
+            (*id, s.private_group.as_str(), groups)
+        })
+    }
+
+    /// Whether the daemons' view holds its quorum, as the clients' views
+    /// say.
+    pub fn quorum(&self) -> bool {
+        self.quorum
+    }
+
     /// `session`'s messages that the total order has not delivered yet, as
     /// `(messages, payload bytes)`: in the batches waiting here and in
     /// `in_flight` (batches the engine handed to the daemons' group that

@@ -255,3 +255,65 @@ fn a_flow_query_reports_what_the_daemon_holds_for_the_client() {
     };
     assert_eq!(answer, vec![want]);
 }
+
+#[test]
+fn status_names_groups_members_clients_and_keeps_the_view_history() {
+    let mut d = lone_daemon();
+    let mut now = Instant::ZERO;
+    run_until(&mut d, &mut now, Instant::from_nanos(3_000 * MS));
+    let history: Vec<&ViewRecord> = d.view_history().collect();
+    assert!(
+        matches!(
+            history.as_slice(),
+            [ViewRecord { change: MembershipChange::View(v), quorum: true, .. }] if v.members.len() == 1
+        ),
+        "{history:?}"
+    );
+    for (id, name) in [(1, "a"), (2, "b")] {
+        d.handle_client(now, ClientInput::Opened { id, tcp: false });
+        let connect = Frame::Connect {
+            name: name.into(),
+            token: String::new(),
+        };
+        d.handle_client(now, ClientInput::Frame(id, connect));
+    }
+    for group in ["g", "h"] {
+        let join = Frame::Join {
+            group: group.into(),
+        };
+        d.handle_client(now, ClientInput::Frame(1, join));
+    }
+    let at = now;
+    let events = run_until(&mut d, &mut now, at + Duration::from_millis(100));
+    let queued: usize = events
+        .iter()
+        .map(|e| match e {
+            DaemonEvent::Frames(1, b) => b.len(),
+            _ => 0,
+        })
+        .sum();
+    // Nothing written yet: b's queue is its ConnectOk.
+    let ok = Frame::ConnectOk {
+        private_group: "#b#d0".into(),
+    };
+    let b_queued = ok.to_vec().unwrap().len();
+    assert_eq!(
+        d.table_lines(),
+        vec![
+            "group g: #a#d0".to_string(),
+            "group h: #a#d0".to_string(),
+            format!("client #a#d0: groups g,h; queued {queued} bytes"),
+            format!("client #b#d0: groups -; queued {b_queued} bytes"),
+        ]
+    );
+    d.handle_client(now, ClientInput::Frame(2, Frame::Status));
+    let events = run_until(&mut d, &mut now, at + Duration::from_millis(200));
+    match frames(&events, 2).as_slice() {
+        [Frame::StatusReply { text }] => {
+            assert!(text.contains("\nquorum: held\n"), "{text}");
+            let last = format!("client #b#d0: groups -; queued {b_queued} bytes");
+            assert!(text.ends_with(&last), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
