@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shoal_client::{Client, Endpoint, Received, Service};
+use shoal_client::{Client, Endpoint, Membership, Received, Service};
 use shoal_net::daemon::config::DaemonConfig;
 use shoal_net::daemon::server;
 
@@ -78,15 +78,15 @@ impl Drop for Daemon {
     }
 }
 
-/// Waits until `client` has a view of `group` with `n` members.
-fn until_members(client: &mut Client, group: &str, n: usize) {
+/// The first view of `group` with `n` members `client` gets.
+fn until_members(client: &mut Client, group: &str, n: usize) -> Membership {
     let deadline = Instant::now() + BOUND;
     while Instant::now() < deadline {
         if let Ok(Some(Received::Membership(v))) =
             client.receive_timeout(Duration::from_millis(200))
         {
             if v.group == group && v.members.len() == n {
-                return;
+                return v;
             }
         }
     }
@@ -171,7 +171,10 @@ fn the_status_page_shows_the_daemon_groups_clients_and_history() {
     alice.join("chat").unwrap();
     bob.join("chat").unwrap();
     bob.join("news").unwrap();
-    until_members(&mut alice, "chat", 2);
+    // The library's joined list, from a real daemon's views.
+    let both = until_members(&mut alice, "chat", 2);
+    assert_eq!(both.joined(), ["#bob#s1".to_string()]);
+    assert!(both.left().is_empty());
     alice
         .multicast(Service::Agreed, &["chat"], b"hello")
         .unwrap();
