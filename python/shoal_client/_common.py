@@ -191,7 +191,8 @@ class DaemonFlow:
     #: client's socket and blocking sends wait).
     accepting: bool
     #: This client's messages the daemon holds that the daemons' total order
-    #: has not delivered yet (waiting for a batch, or being ordered).
+    #: has not delivered yet (waiting for a batch, being ordered, or
+    #: ordered and held back for ``safe``).
     held_messages: int
     #: Their payload bytes.
     held_bytes: int

@@ -314,8 +314,9 @@ class FlowState:
     nonce: int
     #: Whether the daemon takes client input now (else it reads no client).
     accepting: bool
-    #: This client's messages the daemon holds, not yet delivered in the
-    #: total order (``u32``), and their payload bytes.
+    #: This client's messages the daemon holds, not yet delivered (waiting
+    #: for the total order, or held back for ``safe``; ``u32``), and their
+    #: payload bytes.
     held_messages: int
     held_bytes: int
     #: Bytes queued to this client, not yet written (all ahead of this

@@ -178,7 +178,8 @@ pub struct DaemonFlow {
     /// reads no client's socket, and blocking sends wait.
     pub accepting: bool,
     /// This client's messages the daemon holds that the daemons' total
-    /// order has not delivered yet (waiting for a batch, or being ordered).
+    /// order has not delivered yet (waiting for a batch, being ordered, or
+    /// ordered and held back for `safe`).
     pub held_messages: u32,
     /// Their payload bytes.
     pub held_bytes: u64,

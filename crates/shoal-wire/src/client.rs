@@ -194,7 +194,8 @@ pub enum Frame {
         /// it stops reading its clients' sockets.
         accepting: bool,
         /// This client's messages the daemon holds that the total order
-        /// has not delivered yet (waiting for a batch, or being ordered).
+        /// has not delivered yet (waiting for a batch, being ordered, or
+        /// ordered and held back for `safe`).
         held_messages: u32,
         /// Their payload bytes.
         held_bytes: u64,

@@ -476,7 +476,8 @@ impl Daemon {
     }
 
     /// Answers a client's `FlowQuery`: what this daemon holds of its sends
-    /// (waiting for a batch, refused by a full window, or being ordered)
+    /// (waiting for a batch, refused by a full window, being ordered, or
+    /// held back for `safe`)
     /// and of its deliveries (its queue, ahead of this answer).
     fn reply_flow(&mut self, id: SessionId, nonce: u32) {
         let in_flight = self

@@ -1898,11 +1898,13 @@ impl Sessions {
         self.quorum
     }
 
-    /// `session`'s messages that the total order has not delivered yet, as
-    /// `(messages, payload bytes)`: in the batches waiting here and in
+    /// `session`'s messages that have not been delivered yet, as
+    /// `(messages, payload bytes)`: in the batches waiting here, in
     /// `in_flight` (batches the engine handed to the daemons' group that
-    /// have not come back). A message cut in fragments counts once, while
-    /// its last fragment is held. `None` when `session` is not connected.
+    /// have not come back), and in ordered batches held back for `safe`
+    /// (until every daemon of the view holds them). A message cut in
+    /// fragments counts once, while its last fragment is held. `None` when
+    /// `session` is not connected.
     /// It decodes the held batches (at most the engine's `pending_max`
     /// plus its send window): for a query, not for every frame.
     pub fn held_for<'a>(
@@ -1945,6 +1947,9 @@ impl Sessions {
         }
         for batch in in_flight {
             count(batch);
+        }
+        for batch in &self.held {
+            count(&batch.payload);
         }
         Some(held)
     }

@@ -285,6 +285,8 @@ fn safe_waits_until_every_daemon_of_the_view_holds_it_and_nothing_overtakes_it()
     // Ordered, but not yet known to be held by every daemon: not delivered.
     assert!(messages(&c.take(0, 1)).is_empty());
     assert!(messages(&c.take(1, 1)).is_empty());
+    // Alice's daemon still holds it for her (her flow-control query).
+    assert_eq!(c.cores[0].held_for(1, []), Some((1, 4)));
     // Bob's agreed message is ordered after it and must not overtake it.
     c.frame(1, 1, multicast(Service::Agreed, &["chat"], b"after"));
     // Daemon 1's next batch holds its acknowledgement and bob's message.
@@ -299,6 +301,7 @@ fn safe_waits_until_every_daemon_of_the_view_holds_it_and_nothing_overtakes_it()
     ];
     assert_eq!(messages(&c.take(0, 1)), expect);
     assert_eq!(messages(&c.take(1, 1)), expect);
+    assert_eq!(c.cores[0].held_for(1, []), Some((0, 0)));
     assert!(c.cores[0].stats().batches_held >= 2);
     c.settle();
 }
