@@ -249,8 +249,8 @@ class Membership:
     quorum: bool = True
     #: The members of this view that were not in the previous view of the
     #: group this client received, in the order of ``members``. In the first
-    #: view after this client joins, only the client itself (the others were
-    #: there before it). The regular view after a transitional one lists the
+    #: view after this client joins, only the client itself (not yet a member,
+    #: it cannot tell which others joined just before it). The regular view after a transitional one lists the
     #: members that came back with the merge, and any that joined meanwhile.
     joined: list[str] = field(default_factory=list, compare=False)
     #: The members of the previous view this client received that are not in

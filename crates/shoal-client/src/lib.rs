@@ -295,8 +295,9 @@ impl Membership {
     /// The members of this view that were not in the previous view of the
     /// group this client received, in the order of [`Membership::members`].
     ///
-    /// In the first view after this client joins, only the client itself:
-    /// the others were members before it came (as corosync's CPG says it).
+    /// In the first view after this client joins, only the client itself
+    /// (as corosync's CPG says it): a client that was not a member cannot
+    /// tell which of the others joined just before it.
     /// After a transitional view, the regular view that follows lists the
     /// members that came back with the merge as joined, besides any that
     /// joined meanwhile.
