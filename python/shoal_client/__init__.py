@@ -20,7 +20,13 @@ Standard library only. :mod:`shoal_client.aio` has the same API for asyncio;
 :mod:`shoal_client.codec` encodes and decodes the frames.
 """
 
-from ._common import DISCONNECT_WAIT, FlowControl, default_socket_path
+from ._common import (
+    DISCONNECT_WAIT,
+    DaemonFlow,
+    FlowControl,
+    FlowControlState,
+    default_socket_path,
+)
 from .client import Client, status
 from .codec import SELF_DISCARD, Code, FrameError, Limits, Membership, Message, Reason, Service
 from .errors import (
@@ -66,6 +72,8 @@ __all__ = [
     "InvalidRequest",
     "WouldBlock",
     "FlowControl",
+    "FlowControlState",
+    "DaemonFlow",
     "SELF_DISCARD",
     "FrameError",
     "MALFORMED",

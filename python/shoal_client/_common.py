@@ -182,6 +182,52 @@ class FlowControl:
     pending_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class DaemonFlow:
+    """What the daemon holds for this client, when it read the query (the
+    daemon's answer to ``flow_control_state``)."""
+
+    #: Whether the daemon takes client input now (while not, it reads no
+    #: client's socket and blocking sends wait).
+    accepting: bool
+    #: This client's messages the daemon holds that the daemons' total order
+    #: has not delivered yet (waiting for a batch, being ordered, or
+    #: ordered and held back for ``safe``).
+    held_messages: int
+    #: Their payload bytes.
+    held_bytes: int
+    #: Bytes of frames the daemon had queued to this client, not yet written
+    #: to its socket; all of them come before the answer (how far behind
+    #: this client was reading).
+    queued_bytes: int
+    #: That queue's bound (``limits.client_queue``): past it, the client is
+    #: disconnected as slow.
+    queue_limit: int
+
+    @classmethod
+    def of(cls, frame: codec.FlowState) -> "DaemonFlow":
+        return cls(frame.accepting, frame.held_messages, frame.held_bytes,
+                   frame.queued_bytes, frame.queue_limit)
+
+
+@dataclass(frozen=True)
+class FlowControlState:
+    """What holds this client's traffic back, in the client and in the
+    daemon (``flow_control_state``)."""
+
+    #: Bytes accepted by ``try_multicast`` (and the query itself, if not yet
+    #: written) that still wait in this client.
+    client_pending_bytes: int
+    #: The daemon's answer; ``None`` when it did not answer in time: it is not
+    #: reading this client's socket (back-pressure).
+    daemon: DaemonFlow | None
+
+
+#: Seconds between tries to write what is pending while a flow-control query
+#: waits for its answer.
+FLOW_STEP = 0.005
+
+
 def split_private_group(private_group: str) -> tuple[str, str]:
     """``(name, daemon)`` of a private group ``#name#daemon``."""
     name, _, daemon = private_group.removeprefix("#").partition("#")
@@ -219,10 +265,43 @@ def connect_answer(frame: codec.Frame) -> str:
 
 
 def event(frame: codec.Frame) -> Event:
-    """A frame after the handshake, as ``receive`` returns it."""
+    """A frame after the handshake, as an event (before :class:`Views`)."""
     if isinstance(frame, (Message, Membership)):
         return frame
     raise unwanted(frame)
+
+
+class Views:
+    """The last view of each group this client belongs to, which each new
+    view is compared with (``Membership.joined`` and ``left``)."""
+
+    def __init__(self, me: str) -> None:
+        self.me = me
+        self.last: dict[str, list[str]] = {}
+
+    def annotate(self, view: Membership) -> None:
+        """Fills in ``view.joined`` and ``view.left``, and remembers the view
+        as the group's last while this client is a member."""
+        previous = self.last.get(view.group)
+        if previous is None:
+            # The first view: everybody but this client was there before.
+            before = {m for m in view.members if m != self.me}
+        else:
+            before = set(previous)
+        now = set(view.members)
+        view.joined = [m for m in view.members if m not in before]
+        view.left = sorted(before - now)
+        if self.me in now:
+            self.last[view.group] = list(view.members)
+        else:
+            self.last.pop(view.group, None)
+
+    def event(self, frame: codec.Frame) -> Event:
+        """A frame after the handshake, as ``receive`` returns it."""
+        got = event(frame)
+        if isinstance(got, Membership):
+            self.annotate(got)
+        return got
 
 
 def unwanted(frame: codec.Frame) -> Exception:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import socket as _socket
+from collections import deque
 from collections.abc import Iterable
 from types import TracebackType
 
@@ -30,15 +31,17 @@ from ._common import (
     CHUNK,
     DISCONNECT_WAIT,
     GONE,
+    DaemonFlow,
     Endpoint,
     Event,
     FlowControl,
+    FlowControlState,
     Groups,
     PathLike,
     Requests,
+    Views,
     connect_answer,
     endpoint,
-    event,
     malformed,
     split_private_group,
 )
@@ -79,6 +82,10 @@ class Client:
         self._reader = reader
         self._writer = writer
         self._private_group = private_group
+        self._views = Views(private_group)
+        # Frames read while a flow-control query waited, for receive.
+        self._backlog: deque[codec.Frame] = deque()
+        self._flow_nonce = 0
         self._requests = requests
         self._buf = buf
         self._closed = False
@@ -164,6 +171,37 @@ class Client:
         _low, high = transport.get_write_buffer_limits()
         return FlowControl(blocked=size > high, pending_bytes=size)
 
+    async def flow_control_state(self, timeout: float = 5.0) -> FlowControlState:
+        """What holds this client's traffic back, in the client and in the
+        daemon; see :meth:`shoal_client.Client.flow_control_state`. The query
+        joins the connection's write buffer; events that arrive while waiting
+        are kept for :meth:`receive`. ``client_pending_bytes`` is the write
+        buffer's size."""
+        if self._closed:
+            raise Disconnected("the client is closed")
+        self._flow_nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
+        nonce = self._flow_nonce
+        self._writer.write(codec.encode(codec.FlowQuery(nonce)))
+        limits = self._requests.limits
+        answer = None
+        try:
+            async with asyncio.timeout(timeout):
+                while answer is None:
+                    frame = await _next_frame(self._reader, self._buf, limits)
+                    if isinstance(frame, codec.FlowState):
+                        if frame.nonce == nonce:
+                            answer = DaemonFlow.of(frame)
+                    else:
+                        self._backlog.append(frame)
+        except TimeoutError:
+            pass
+        except ShoalClientError as e:
+            if not isinstance(e, Disconnected):
+                await self.close()
+            raise
+        pending = self._writer.transport.get_write_buffer_size()
+        return FlowControlState(pending, answer)
+
     async def flush(self) -> None:
         """Waits until the write buffer is below its low-water mark."""
         await self._send(b"")
@@ -210,18 +248,23 @@ class Client:
             raise Disconnected("the client is closed")
         limits = self._requests.limits
         try:
-            if timeout is None:
-                frame = await _next_frame(self._reader, self._buf, limits)
-            else:
-                async with asyncio.timeout(timeout):
-                    frame = await _next_frame(self._reader, self._buf, limits)
+            async with asyncio.timeout(timeout):
+                while True:
+                    # Frames a flow-control query read ahead come first;
+                    # answers to queries nobody waits for are dropped.
+                    if self._backlog:
+                        frame = self._backlog.popleft()
+                    else:
+                        frame = await _next_frame(self._reader, self._buf, limits)
+                    if not isinstance(frame, codec.FlowState):
+                        break
         except TimeoutError:
             return None
         except ShoalClientError as e:
             if not isinstance(e, Disconnected):
                 await self.close()
             raise
-        return event(frame)
+        return self._views.event(frame)
 
     async def disconnect(self) -> None:
         """Says goodbye, waits (at most 5 s) for the daemon to close, closes.

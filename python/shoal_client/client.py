@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import socket as _socket
+from collections import deque
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -14,17 +15,20 @@ from . import codec
 from ._common import (
     CHUNK,
     DISCONNECT_WAIT,
+    FLOW_STEP,
     GONE,
     Endpoint,
+    DaemonFlow,
     Event,
     FlowControl,
+    FlowControlState,
     Groups,
     PathLike,
     Requests,
+    Views,
     connect_answer,
     default_socket_path,
     endpoint,
-    event,
     malformed,
     split_private_group,
     unwanted,
@@ -141,6 +145,10 @@ class Client:
         """Use :meth:`Client.connect`."""
         self._sock = sock
         self._private_group = private_group
+        self._views = Views(private_group)
+        # Frames read while a flow-control query waited, for receive.
+        self._backlog: deque[codec.Frame] = deque()
+        self._flow_nonce = 0
         self._reader = reader
         self._requests = requests
         self._send_lock = threading.Lock()
@@ -282,6 +290,40 @@ class Client:
             left = self._write_now(self._pending)
         return FlowControl(blocked=left > 0, pending_bytes=left)
 
+    def flow_control_state(self, timeout: float = 5.0) -> FlowControlState:
+        """What holds this client's traffic back, in the client and in the
+        daemon: a ``FlowQuery`` and the daemon's answer. The query goes after
+        what this client already sent (the daemon answers when it reads that
+        far), written without blocking; waiting for the answer (at most
+        ``timeout`` seconds) this keeps writing what is pending. Events that
+        arrive meanwhile are kept, in order, for :meth:`receive`. No answer in
+        time gives ``daemon`` ``None`` (the daemon is not reading this client);
+        a late answer is dropped."""
+        self._flow_nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
+        nonce = self._flow_nonce
+        query = codec.encode(codec.FlowQuery(nonce))
+        with self._send_lock:
+            self._pending += query
+        deadline = time.monotonic() + timeout
+        with self._recv_lock:
+            while True:
+                with self._send_lock:
+                    self._write_now(self._pending)
+                step = min(deadline, time.monotonic() + FLOW_STEP)
+                try:
+                    frame = self._reader.next_frame(step)
+                except ShoalClientError as e:
+                    if not isinstance(e, Disconnected):
+                        self.close()
+                    raise
+                if isinstance(frame, codec.FlowState):
+                    if frame.nonce == nonce:
+                        return FlowControlState(len(self._pending), DaemonFlow.of(frame))
+                elif frame is not None:
+                    self._backlog.append(frame)
+                elif time.monotonic() >= deadline:
+                    return FlowControlState(len(self._pending), None)
+
     def flush(self) -> None:
         """Writes what :meth:`try_multicast` left pending, waiting as needed."""
         self._send(b"")
@@ -332,13 +374,21 @@ class Client:
         with self._recv_lock:
             if self._closed:
                 raise Disconnected("the client is closed")
-            try:
-                frame = self._reader.next_frame(deadline)
-            except ShoalClientError as e:
-                if not isinstance(e, Disconnected):
-                    self.close()
-                raise
-        return None if frame is None else event(frame)
+            while True:
+                # Frames a flow-control query read ahead come first; answers
+                # to queries nobody waits for any more are dropped.
+                if self._backlog:
+                    frame = self._backlog.popleft()
+                else:
+                    try:
+                        frame = self._reader.next_frame(deadline)
+                    except ShoalClientError as e:
+                        if not isinstance(e, Disconnected):
+                            self.close()
+                        raise
+                if not isinstance(frame, codec.FlowState):
+                    break
+        return None if frame is None else self._views.event(frame)
 
     def __iter__(self) -> Iterator[Event]:
         """Every event until the connection ends (``Disconnected`` ends the

@@ -39,6 +39,8 @@ __all__ = [
     "ErrorFrame",
     "Status",
     "StatusReply",
+    "FlowQuery",
+    "FlowState",
     "Frame",
     "encode",
     "decode",
@@ -224,7 +226,13 @@ class Message:
 
 @dataclass
 class Membership:
-    """A new view of a group this client joined."""
+    """A new view of a group this client joined.
+
+    Besides the full list, the client library says what changed since the
+    previous view of the group this client received (``joined``, ``left``;
+    as corosync's ``joined_list`` and ``left_list``): computed from
+    consecutive views, so they mean the same whatever the daemon sends. The
+    codec leaves them empty; they are not part of the frame."""
 
     group: str
     #: Grows with each view of the group.
@@ -239,6 +247,30 @@ class Membership:
     transitional: bool = False
     #: Whether the daemons of the view hold their configured quorum.
     quorum: bool = True
+    #: The members of this view that were not in the previous view of the
+    #: group this client received, in the order of ``members``. In the first
+    #: view after this client joins, only the client itself (not yet a member,
+    #: it cannot tell which others joined just before it). The regular view after a transitional one lists the
+    #: members that came back with the merge, and any that joined meanwhile.
+    joined: list[str] = field(default_factory=list, compare=False)
+    #: The members of the previous view this client received that are not in
+    #: this one, whatever the reason (``reason`` says why), sorted. When this
+    #: client leaves, its last view of the group lists itself. A transitional
+    #: view lists the members its daemon is cut off from.
+    left: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def disconnected(self) -> list[str]:
+        """``left`` when their connections ended (reason ``DISCONNECT``:
+        Spread's ``CAUSED_BY_DISCONNECT``); empty otherwise."""
+        return self.left if self.reason == Reason.DISCONNECT else []
+
+    @property
+    def partitioned(self) -> list[str]:
+        """``left`` when the network took them away (reason ``NETWORK``:
+        their daemon failed, was evicted or is beyond a partition); empty
+        otherwise."""
+        return self.left if self.reason == Reason.NETWORK else []
 
 
 @dataclass
@@ -266,6 +298,33 @@ class StatusReply:
     text: str
 
 
+@dataclass
+class FlowQuery:
+    """Client → daemon: what do you hold for me? ``nonce`` (``u32``) comes
+    back in the answer."""
+
+    nonce: int
+
+
+@dataclass
+class FlowState:
+    """Daemon → client: the answer to :class:`FlowQuery`, as things stood
+    when the daemon read the query."""
+
+    nonce: int
+    #: Whether the daemon takes client input now (else it reads no client).
+    accepting: bool
+    #: This client's messages the daemon holds, not yet delivered (waiting
+    #: for the total order, or held back for ``safe``; ``u32``), and their
+    #: payload bytes.
+    held_messages: int
+    held_bytes: int
+    #: Bytes queued to this client, not yet written (all ahead of this
+    #: answer), and that queue's bound (past it: disconnected as slow).
+    queued_bytes: int
+    queue_limit: int
+
+
 Frame = Union[
     Connect,
     ConnectOk,
@@ -278,6 +337,8 @@ Frame = Union[
     ErrorFrame,
     Status,
     StatusReply,
+    FlowQuery,
+    FlowState,
 ]
 
 _CONNECT = 1
@@ -293,6 +354,8 @@ _STATUS = 10
 _STATUS_REPLY = 11
 _MULTICAST_EXT = 12
 _MESSAGE_EXT = 13
+_FLOW_QUERY = 14
+_FLOW_STATE = 15
 
 # ---- encoding ----
 
@@ -309,6 +372,9 @@ class _Writer:
 
     def u16(self, value: int) -> None:
         self.out += struct.pack(">H", value)
+
+    def u32(self, value: int) -> None:
+        self.out += struct.pack(">I", value)
 
     def u64(self, value: int) -> None:
         self.out += struct.pack(">Q", value)
@@ -416,6 +482,17 @@ def encode(frame: Frame) -> bytes:
     elif isinstance(frame, StatusReply):
         w = _Writer(_STATUS_REPLY)
         w.string(frame.text)
+    elif isinstance(frame, FlowQuery):
+        w = _Writer(_FLOW_QUERY)
+        w.u32(_check_range("nonce", frame.nonce, 32))
+    elif isinstance(frame, FlowState):
+        w = _Writer(_FLOW_STATE)
+        w.u32(_check_range("nonce", frame.nonce, 32))
+        w.u8(int(bool(frame.accepting)))
+        w.u32(_check_range("held messages", frame.held_messages, 32))
+        w.u64(_check_range("held bytes", frame.held_bytes, 64))
+        w.u64(_check_range("queued bytes", frame.queued_bytes, 64))
+        w.u64(_check_range("queue limit", frame.queue_limit, 64))
     else:
         raise TypeError(f"not a client-protocol frame: {frame!r}")
     return w.finish()
@@ -587,6 +664,17 @@ def _decode_membership(r: _Reader) -> Membership:
     return Membership(group, view_id, reason, members, bool(flags & 1), bool(flags & 2))
 
 
+def _decode_flow_state(r: _Reader) -> FlowState:
+    nonce = r.u32("nonce")
+    flags = r.u8("flow flags")
+    if flags > 1:
+        raise FrameError("bad_flags", f"unknown flow-state flags {flags:#04x}")
+    return FlowState(
+        nonce, bool(flags), r.u32("held messages"), r.u64("held bytes"),
+        r.u64("queued bytes"), r.u64("queue limit"),
+    )
+
+
 _BODY_DECODERS = {
     _CONNECT: lambda r: Connect(r.name("private name"), r.string("token", TOKEN_MAX)),
     _CONNECT_OK: lambda r: ConnectOk(r.name("private group")),
@@ -601,4 +689,6 @@ _BODY_DECODERS = {
     _STATUS_REPLY: lambda r: StatusReply(r.string("status text", _STRING_MAX)),
     _MULTICAST_EXT: _decode_multicast_ext,
     _MESSAGE_EXT: _decode_message_ext,
+    _FLOW_QUERY: lambda r: FlowQuery(r.u32("nonce")),
+    _FLOW_STATE: _decode_flow_state,
 }

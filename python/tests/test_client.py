@@ -201,6 +201,38 @@ class Blocking(unittest.TestCase):
         self.assertIsInstance(got[0], Membership)
         self.assertIsInstance(got[1], Message)
 
+    def test_views_say_who_joined_and_who_left(self) -> None:
+        g = "chat"
+        views = [
+            codec.Membership(g, 1, Reason.JOIN, ["#a#h", "#me#fake"]),
+            codec.Membership(g, 2, Reason.JOIN, ["#a#h", "#b#i", "#me#fake"]),
+            codec.Membership(g, 3, Reason.DISCONNECT, ["#b#i", "#me#fake"]),
+            codec.Membership(g, 4, Reason.NETWORK, ["#me#fake"], transitional=True,
+                             quorum=False),
+            codec.Membership(g, 5, Reason.NETWORK, ["#b#i", "#c#j", "#me#fake"]),
+            codec.Membership(g, 6, Reason.LEAVE, ["#b#i", "#c#j"]),
+            codec.Membership(g, 7, Reason.JOIN, ["#b#i", "#me#fake"]),
+        ]
+
+        def script(peer: Peer) -> None:
+            peer.accept_client()
+            peer.send(*views)
+            peer.frame()
+
+        d = self.serve(script)
+        with Client.connect("me", d.address, timeout=BOUND) as c:
+            got = [c.receive(timeout=BOUND) for _ in views]
+        changes = [(v.joined, v.left, v.disconnected, v.partitioned) for v in got]
+        self.assertEqual(changes, [
+            (["#me#fake"], [], [], []),  # the first view: this client joined
+            (["#b#i"], [], [], []),
+            ([], ["#a#h"], ["#a#h"], []),
+            ([], ["#b#i"], [], ["#b#i"]),  # transitional: cut off from #b#i
+            (["#b#i", "#c#j"], [], [], []),  # merged: back, and a newcomer
+            ([], ["#me#fake"], [], []),  # this client left
+            (["#me#fake"], [], [], []),  # and joins afresh
+        ])
+
     def test_receive_times_out_with_none_and_keeps_half_a_frame(self) -> None:
         frame = codec.Message("#b#h", Service.FIFO, ["g"], b"later")
         data = codec.encode(frame)
@@ -413,7 +445,10 @@ class Async(unittest.IsolatedAsyncioTestCase):
             await c.join("chat")
             await c.multicast(Service.AGREED, "chat", b"x")
             self.assertIsNone(await c.receive(timeout=0.05))  # half a frame stays
-            self.assertEqual(await c.receive(timeout=BOUND), event)
+            got = await c.receive(timeout=BOUND)
+            self.assertEqual(got, event)
+            # A first view without this client: nothing joined or left.
+            self.assertEqual((got.joined, got.left), ([], []))
             with self.assertRaises(ShoalError):
                 await c.receive(timeout=BOUND)
         self.assertEqual(
@@ -435,10 +470,6 @@ class Async(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(Disconnected):
             await c.receive(timeout=BOUND)
         await c.close()
-
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class AsyncOptions(unittest.IsolatedAsyncioTestCase):
@@ -483,3 +514,51 @@ class AsyncOptions(unittest.IsolatedAsyncioTestCase):
                 codec.Disconnect(),
             ],
         )
+
+
+class FlowState(unittest.IsolatedAsyncioTestCase):
+    """``flow_control_state``: the query, its answer, events kept meanwhile,
+    and a query the daemon does not answer in time."""
+
+    @staticmethod
+    def script(peer: Peer) -> None:
+        peer.accept_client("#a#h")
+        assert peer.frame() == codec.FlowQuery(1)
+        peer.send(Message("#b#h", Service.AGREED, ["g"], b"before"),
+                  codec.FlowState(1, True, 3, 300, 40, 1 << 25))
+        assert peer.frame() == codec.FlowQuery(2)
+        assert peer.frame() == codec.Join("g")
+        peer.send(codec.FlowState(2, True, 0, 0, 0, 1), Message("#b#h", Service.AGREED,
+                                                                 ["g"], b"after"))
+        assert isinstance(peer.frame(), codec.Disconnect)
+
+    def check_first(self, state) -> None:  # noqa: ANN001
+        self.assertEqual(state.client_pending_bytes, 0)
+        self.assertIsNotNone(state.daemon)
+        flow = state.daemon
+        self.assertEqual((flow.accepting, flow.held_messages, flow.held_bytes,
+                          flow.queued_bytes, flow.queue_limit), (True, 3, 300, 40, 1 << 25))
+
+    def test_blocking(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        with Client.connect("a", d.address, timeout=BOUND) as c:
+            self.check_first(c.flow_control_state(BOUND))
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"before")
+            self.assertIsNone(c.flow_control_state(0.05).daemon)
+            c.join("g")
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"after")
+
+    async def test_asyncio(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        async with await aio.Client.connect("a", d.address) as c:
+            self.check_first(await c.flow_control_state(BOUND))
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"before")
+            self.assertIsNone((await c.flow_control_state(0.05)).daemon)
+            await c.join("g")
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"after")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -71,6 +71,10 @@ def sample_frames() -> list[codec.Frame]:
         Status(),
         StatusReply("node: a\nclients: 1"),
         StatusReply(""),
+        codec.FlowQuery(0),
+        codec.FlowQuery(2**32 - 1),
+        codec.FlowState(7, True, 2, 300, 40, 1 << 25),
+        codec.FlowState(2**32 - 1, False, 0, 2**64 - 1, 0, 0),
     ] + [Multicast(s, ["g"], s.label.encode()) for s in Service]
 
 
@@ -138,6 +142,14 @@ class GoldenBytes(unittest.TestCase):
     def test_disconnect_and_status(self) -> None:
         self.assertEqual(encode(Disconnect()), bytes([0, 0, 0, 2, 2, 8]))
         self.assertEqual(encode(Status()), bytes([0, 0, 0, 2, 2, 10]))
+
+    def test_flow_query_and_state(self) -> None:
+        # The same bytes as shoal_wire's test of these frames.
+        self.assertEqual(encode(codec.FlowQuery(7)), bytes([0, 0, 0, 6, 2, 14, 0, 0, 0, 7]))
+        want = bytes([0, 0, 0, 35, 2, 15, 0, 0, 0, 1, 1, 0, 0, 0, 2]) + b"".join(
+            struct.pack(">Q", v) for v in (3, 4, 5)
+        )
+        self.assertEqual(encode(codec.FlowState(1, True, 2, 3, 4, 5)), want)
 
     def test_multicast(self) -> None:
         # service 5 (agreed); 1 group "chat"; payload of 2 bytes "hi".
@@ -290,6 +302,9 @@ class Malformed(unittest.TestCase):
         ("unknown multicast flags",
          raw(bytes([12, 3, 0x82, 0, 1, 0, 1]) + b"g" + bytes(4)), "bad_flags",
          "unknown multicast flags 0x82"),
+        ("unknown flow-state flags", raw(bytes([15, 0, 0, 0, 1, 2])), "bad_flags",
+         "unknown flow-state flags 0x02"),
+        ("flow query cut short", raw(bytes([14, 0, 0])), "truncated", "truncated nonce"),
         ("extended multicast with no groups", raw(bytes([12, 3, 1, 0, 1, 0, 0]) + bytes(4)),
          "empty", "an empty group list"),
     ]

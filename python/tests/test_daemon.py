@@ -429,6 +429,9 @@ class TwoDaemons(unittest.TestCase):
         self.assertEqual((left.reason, left.members), (Reason.LEAVE, [alice.private_group]))
         self.assertGreater(left.view_id, 0)
         self.assertEqual(gone.view_id, left.view_id)
+        # Who left, as each sees it (the library compares consecutive views).
+        self.assertEqual((gone.joined, gone.left), ([], [bob.private_group]))
+        self.assertEqual((left.joined, left.left), ([], [bob.private_group]))
 
     def test_a_disconnect_on_leaving_the_with_block_is_seen(self) -> None:
         group = f"with{self.n}"
@@ -440,6 +443,8 @@ class TwoDaemons(unittest.TestCase):
             view(carol, group, 2)
         v = view(alice, group, 1)
         self.assertEqual((v.reason, v.members), (Reason.DISCONNECT, [alice.private_group]))
+        self.assertEqual(v.disconnected, [f"#carol{self.n}#b"])
+        self.assertEqual(v.partitioned, [])
 
     def test_leaving_a_group_not_joined_raises_and_the_connection_goes_on(self) -> None:
         alice = self.client(self.cluster.a, "alice")
@@ -479,6 +484,22 @@ class TwoDaemons(unittest.TestCase):
         text = status(self.cluster.a.socket, timeout=PATIENCE)
         self.assertTrue(text.startswith("node: a\n"), text)
         self.assertEqual(_daemons_in_view(self.cluster.b), 2)
+
+    def test_flow_control_state_is_answered_by_the_daemon(self) -> None:
+        group = f"flow{self.n}"
+        alice, bob = self.pair(group)
+        for i in range(20):
+            alice.multicast(Service.AGREED, group, bytes(1000))
+        state = alice.flow_control_state(timeout=PATIENCE)
+        self.assertIsNotNone(state.daemon, "the daemon answered")
+        self.assertTrue(state.daemon.accepting)
+        self.assertEqual(state.daemon.queue_limit, 32 << 20)
+        self.assertEqual(state.client_pending_bytes, 0)
+        # Bob has not read his copies: they wait in his daemon's queue or
+        # his socket; his own query sees what the daemon still holds.
+        mine = bob.flow_control_state(timeout=PATIENCE)
+        self.assertIsNotNone(mine.daemon)
+        self.assertEqual(len(messages(bob, 20)), 20)
 
     def test_the_asyncio_client_talks_to_a_blocking_one(self) -> None:
         group = f"aio{self.n}"

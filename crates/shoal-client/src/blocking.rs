@@ -1,5 +1,6 @@
 //! The blocking client, on `std` sockets.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -9,8 +10,9 @@ use std::time::{Duration, Instant};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
-    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, split_private_group, ClientError, DaemonFlow, Encoder,
+    Endpoint, FlowControl, FlowControlState, Limits, ReadBuf, Received, SendOptions, Service,
+    Views, DISCONNECT_WAIT, FLOW_STEP,
 };
 
 /// A connected socket of either kind.
@@ -108,6 +110,8 @@ impl Write for Stream {
 pub struct Client {
     send: SendHalf,
     recv: RecvHalf,
+    /// The last flow-control query's number.
+    flow_nonce: u32,
 }
 
 impl Client {
@@ -147,12 +151,18 @@ impl Client {
             buf: ReadBuf::new(limits),
             timeout: None,
             private_group: String::new(),
+            views: Views::default(),
+            backlog: VecDeque::new(),
         };
         let private_group =
             connect_answer(recv.next_frame(None)?.ok_or(ClientError::Disconnected)?)?;
         send.private_group.clone_from(&private_group);
         recv.private_group = private_group;
-        Ok(Client { send, recv })
+        Ok(Client {
+            send,
+            recv,
+            flow_nonce: 0,
+        })
     }
 
     /// This client's private group: its address, which other members see
@@ -283,7 +293,9 @@ impl Client {
     /// `Error` the daemon still had for this client (say, a refused
     /// multicast) is returned as [`ClientError::Daemon`].
     pub fn disconnect(self) -> Result<(), ClientError> {
-        let Client { mut send, mut recv } = self;
+        let Client {
+            mut send, mut recv, ..
+        } = self;
         match send.send_disconnect() {
             Ok(()) => {}
             // Already closed: the daemon may still have said why.
@@ -307,6 +319,48 @@ impl Client {
     /// Both halves use the same connection.
     pub fn split(self) -> (SendHalf, RecvHalf) {
         (self.send, self.recv)
+    }
+
+    /// What holds this client's traffic back, in the client and in the
+    /// daemon: a `FlowQuery` to the daemon, and its answer. The query goes
+    /// after what this client already sent (the daemon answers when it
+    /// reads that far), and is written without blocking; waiting for the
+    /// answer (at most `timeout`), this keeps writing what is pending.
+    /// Messages and views that arrive meanwhile are kept, in order, for
+    /// `receive`. No answer in time gives [`FlowControlState::daemon`]
+    /// `None`: the daemon is not reading this client (back-pressure); a
+    /// late answer is dropped.
+    pub fn flow_control_state(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<FlowControlState, ClientError> {
+        self.flow_nonce = self.flow_nonce.wrapping_add(1);
+        let nonce = self.flow_nonce;
+        self.send.enc.flow_query(nonce)?;
+        self.send.pending.extend_from_slice(&self.send.enc.out);
+        self.send.enc.written();
+        let start = Instant::now();
+        loop {
+            self.send.flow_control()?;
+            let waited = start.elapsed();
+            let step = FLOW_STEP.min(timeout.saturating_sub(waited));
+            let frame = self.recv.next_frame(Some(Instant::now() + step))?;
+            let daemon = match frame.as_ref().map(DaemonFlow::from_frame) {
+                Some(Some((n, flow))) if n == nonce => Some(flow),
+                // A late answer to an earlier query.
+                Some(Some(_)) => continue,
+                Some(None) => {
+                    self.recv.backlog.extend(frame);
+                    continue;
+                }
+                None if waited >= timeout => None,
+                None => continue,
+            };
+            return Ok(FlowControlState {
+                client_pending_bytes: self.send.pending.len(),
+                daemon,
+            });
+        }
     }
 }
 
@@ -503,6 +557,10 @@ pub struct RecvHalf {
     /// The socket's read timeout as last set.
     timeout: Option<Duration>,
     private_group: String,
+    /// The last view of each group, for the joined and left lists.
+    views: Views,
+    /// Frames read while waiting for a flow-control answer, for `receive`.
+    backlog: VecDeque<Frame>,
 }
 
 impl RecvHalf {
@@ -514,15 +572,43 @@ impl RecvHalf {
     /// See [`Client::try_receive`].
     pub fn try_receive(&mut self) -> Result<Option<Received>, ClientError> {
         // A deadline already passed: what is there, without waiting.
-        self.next_frame(Some(Instant::now()))?
-            .map(received)
-            .transpose()
+        match self.next_event_frame(Some(Instant::now()))? {
+            Some(frame) => self.event(frame).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// See [`Client::receive`].
     pub fn receive(&mut self) -> Result<Received, ClientError> {
-        let frame = self.next_frame(None)?.ok_or(ClientError::Disconnected)?;
-        received(frame)
+        let frame = self
+            .next_event_frame(None)?
+            .ok_or(ClientError::Disconnected)?;
+        self.event(frame)
+    }
+
+    /// The next frame for `receive`: first those a flow-control query read
+    /// ahead; answers to queries nobody waits for any more are dropped.
+    fn next_event_frame(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Frame>, ClientError> {
+        loop {
+            let frame = match self.backlog.pop_front() {
+                Some(frame) => frame,
+                None => match self.next_frame(deadline)? {
+                    Some(frame) => frame,
+                    None => return Ok(None),
+                },
+            };
+            if !matches!(frame, Frame::FlowState { .. }) {
+                return Ok(Some(frame));
+            }
+        }
+    }
+
+    /// A frame after the handshake as the event `receive` returns.
+    fn event(&mut self, frame: Frame) -> Result<Received, ClientError> {
+        self.views.received(&self.private_group, frame)
     }
 
     /// See [`Client::receive_timeout`].
@@ -530,7 +616,10 @@ impl RecvHalf {
         // An unrepresentable deadline is as good as none.
         let deadline = Instant::now().checked_add(timeout);
         match deadline {
-            Some(_) => self.next_frame(deadline)?.map(received).transpose(),
+            Some(_) => match self.next_event_frame(deadline)? {
+                Some(frame) => self.event(frame).map(Some),
+                None => Ok(None),
+            },
             None => self.receive().map(Some),
         }
     }
@@ -612,6 +701,8 @@ pub fn status(endpoint: &Endpoint, timeout: Duration) -> Result<String, ClientEr
         buf: ReadBuf::new(Limits::default()),
         timeout: None,
         private_group: String::new(),
+        views: Views::default(),
+        backlog: VecDeque::new(),
     };
     let deadline = Instant::now().checked_add(timeout);
     match recv.next_frame(deadline)? {

@@ -48,6 +48,7 @@
 //! sent: a daemon would answer an empty or overlong name with a
 //! malformed-frame error and close the connection.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -155,6 +156,72 @@ pub enum FlowControl {
     Blocked { pending_bytes: usize },
 }
 
+/// What holds this client's traffic back, on both sides of the connection
+/// (`Client::flow_control_state`; corosync's `cpg_flow_control_state_get`
+/// says only whether sending is blocked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowControlState {
+    /// Bytes of a message `try_multicast` accepted that still wait in this
+    /// client (the daemon's end of the connection was full).
+    pub client_pending_bytes: usize,
+    /// The daemon's answer; `None` when it did not answer in time: it is
+    /// not reading this client's socket (back-pressure: it takes no client
+    /// input until its queue for the daemons' group drains).
+    pub daemon: Option<DaemonFlow>,
+}
+
+/// What the daemon holds for one client, when it read the query
+/// ([`FlowControlState::daemon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonFlow {
+    /// Whether the daemon takes client input now. While it does not, it
+    /// reads no client's socket, and blocking sends wait.
+    pub accepting: bool,
+    /// This client's messages the daemon holds that the daemons' total
+    /// order has not delivered yet (waiting for a batch, being ordered, or
+    /// ordered and held back for `safe`).
+    pub held_messages: u32,
+    /// Their payload bytes.
+    pub held_bytes: u64,
+    /// Bytes of frames (messages, views) the daemon had queued to this
+    /// client and not yet written to its socket. They all come before the
+    /// answer, so the client has read them by the time it gets it: this
+    /// says how far behind the client was reading.
+    pub queued_bytes: u64,
+    /// The bound of that queue (`limits.client_queue`): a client whose
+    /// queue passes it is disconnected as slow.
+    pub queue_limit: u64,
+}
+
+impl DaemonFlow {
+    fn from_frame(frame: &Frame) -> Option<(u32, DaemonFlow)> {
+        match *frame {
+            Frame::FlowState {
+                nonce,
+                accepting,
+                held_messages,
+                held_bytes,
+                queued_bytes,
+                queue_limit,
+            } => Some((
+                nonce,
+                DaemonFlow {
+                    accepting,
+                    held_messages,
+                    held_bytes,
+                    queued_bytes,
+                    queue_limit,
+                },
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// How often a flow-control query that waits for its answer tries again to
+/// write what is pending (the query may be among it).
+pub(crate) const FLOW_STEP: Duration = Duration::from_millis(5);
+
 /// The parts of a private group `#name#daemon`: the private name and the
 /// daemon's name.
 pub fn split_private_group(private_group: &str) -> Option<(&str, &str)> {
@@ -163,6 +230,12 @@ pub fn split_private_group(private_group: &str) -> Option<(&str, &str)> {
 }
 
 /// A new view of a group this client joined.
+///
+/// Besides the full member list, each view says what changed since the
+/// previous view of the group this client received: [`Membership::joined`]
+/// and [`Membership::left`] (as corosync's `joined_list` and `left_list`,
+/// or JGroups' `View.diff`). The client library computes them from
+/// consecutive views, so they mean the same whatever the daemon sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     pub group: String,
@@ -181,6 +254,139 @@ pub struct Membership {
     pub quorum: bool,
     /// The members' private groups.
     pub members: Vec<String>,
+    /// See [`Membership::joined`].
+    joined: Vec<String>,
+    /// See [`Membership::left`].
+    left: Vec<String>,
+}
+
+impl Membership {
+    /// A view with empty `joined` and `left` lists, as the daemon's frame
+    /// has it before the client compares it with the previous view (for
+    /// tests, and for applications that make views of their own); add the
+    /// lists with [`Membership::with_changes`].
+    pub fn new(
+        group: impl Into<String>,
+        view_id: u64,
+        reason: Reason,
+        transitional: bool,
+        quorum: bool,
+        members: Vec<String>,
+    ) -> Membership {
+        Membership {
+            group: group.into(),
+            view_id,
+            reason,
+            transitional,
+            quorum,
+            members,
+            joined: Vec::new(),
+            left: Vec::new(),
+        }
+    }
+
+    /// This view with the given `joined` and `left` lists.
+    pub fn with_changes(mut self, joined: Vec<String>, left: Vec<String>) -> Membership {
+        self.joined = joined;
+        self.left = left;
+        self
+    }
+
+    /// The members of this view that were not in the previous view of the
+    /// group this client received, in the order of [`Membership::members`].
+    ///
+    /// In the first view after this client joins, only the client itself
+    /// (as corosync's CPG says it): a client that was not a member cannot
+    /// tell which of the others joined just before it.
+    /// After a transitional view, the regular view that follows lists the
+    /// members that came back with the merge as joined, besides any that
+    /// joined meanwhile.
+    pub fn joined(&self) -> &[String] {
+        &self.joined
+    }
+
+    /// The members of the previous view of the group this client received
+    /// that are not in this one, whatever the reason, sorted; `reason`
+    /// says why (a view has one reason: [`Membership::disconnected`] and
+    /// [`Membership::partitioned`] are this list by reason, as Spread's
+    /// `CAUSED_BY_DISCONNECT` and `CAUSED_BY_NETWORK`; with
+    /// [`Reason::Leave`] they left the group of their own accord).
+    ///
+    /// When this client leaves a group, the last view it gets lists itself
+    /// here. A transitional view lists here the members this client's
+    /// daemon is cut off from (its own clients stay); the regular view
+    /// after it lists nobody here for that cut, and its `joined` brings
+    /// back those that are members again.
+    pub fn left(&self) -> &[String] {
+        &self.left
+    }
+
+    /// [`Membership::left`] when their connections ended
+    /// ([`Reason::Disconnect`]: the client disconnected, crashed, or was
+    /// disconnected as slow); empty otherwise.
+    pub fn disconnected(&self) -> &[String] {
+        match self.reason {
+            Reason::Disconnect => &self.left,
+            _ => &[],
+        }
+    }
+
+    /// [`Membership::left`] when the network took them away
+    /// ([`Reason::Network`]: their daemon failed, was evicted or is on the
+    /// other side of a partition); empty otherwise.
+    pub fn partitioned(&self) -> &[String] {
+        match self.reason {
+            Reason::Network => &self.left,
+            _ => &[],
+        }
+    }
+}
+
+/// The last view of each group this client belongs to, which each new
+/// view is compared with ([`Membership::joined`], [`Membership::left`]).
+#[derive(Debug, Default)]
+pub(crate) struct Views {
+    last: BTreeMap<String, Vec<String>>,
+}
+
+impl Views {
+    /// Fills in `view`'s joined and left lists (`me` is this client's
+    /// private group), and remembers it as the group's last view while
+    /// this client is a member.
+    pub(crate) fn annotate(&mut self, me: &str, view: &mut Membership) {
+        let before: BTreeSet<&str> = match self.last.get(&view.group) {
+            Some(members) => members.iter().map(String::as_str).collect(),
+            // The first view: everybody but this client was there before.
+            None => view
+                .members
+                .iter()
+                .map(String::as_str)
+                .filter(|m| *m != me)
+                .collect(),
+        };
+        let now: BTreeSet<&str> = view.members.iter().map(String::as_str).collect();
+        view.joined = view
+            .members
+            .iter()
+            .filter(|m| !before.contains(m.as_str()))
+            .cloned()
+            .collect();
+        view.left = before.difference(&now).map(|m| (*m).to_owned()).collect();
+        if now.contains(me) {
+            self.last.insert(view.group.clone(), view.members.clone());
+        } else {
+            self.last.remove(&view.group);
+        }
+    }
+
+    /// A frame after the handshake, as `receive` returns it.
+    pub(crate) fn received(&mut self, me: &str, frame: Frame) -> Result<Received, ClientError> {
+        let mut event = received(frame)?;
+        if let Received::Membership(view) = &mut event {
+            self.annotate(me, view);
+        }
+        Ok(event)
+    }
 }
 
 /// What `receive` returns.
@@ -402,6 +608,10 @@ impl Encoder {
         })
     }
 
+    pub(crate) fn flow_query(&mut self, nonce: u32) -> Result<&[u8], ClientError> {
+        self.frame(&Frame::FlowQuery { nonce })
+    }
+
     pub(crate) fn disconnect(&mut self) -> Result<&[u8], ClientError> {
         self.frame(&Frame::Disconnect)
     }
@@ -556,7 +766,7 @@ pub(crate) fn connect_answer(frame: Frame) -> Result<String, ClientError> {
     }
 }
 
-/// A frame after the handshake, as `receive` returns it.
+/// A frame after the handshake as an event, before [`Views::annotate`].
 pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
     match frame {
         Frame::Message {
@@ -591,14 +801,14 @@ pub(crate) fn received(frame: Frame) -> Result<Received, ClientError> {
             transitional,
             quorum,
             members,
-        } => Ok(Received::Membership(Membership {
+        } => Ok(Received::Membership(Membership::new(
             group,
             view_id,
             reason,
             transitional,
             quorum,
             members,
-        })),
+        ))),
         other => Err(unwanted(other)),
     }
 }
@@ -619,6 +829,8 @@ pub(crate) fn unwanted(frame: Frame) -> ClientError {
         Frame::Membership { .. } => ClientError::Unexpected("Membership"),
         Frame::Status => ClientError::Unexpected("Status"),
         Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
+        Frame::FlowQuery { .. } => ClientError::Unexpected("FlowQuery"),
+        Frame::FlowState { .. } => ClientError::Unexpected("FlowState"),
     }
 }
 
@@ -856,6 +1068,120 @@ mod tests {
             Err(ClientError::Invalid(_))
         ));
         assert!(matches!(enc.connect("", ""), Err(ClientError::Invalid(_))));
+    }
+
+    fn view(reason: Reason, transitional: bool, members: &[&str]) -> Frame {
+        Frame::Membership {
+            group: "g".into(),
+            view_id: 1,
+            reason,
+            transitional,
+            quorum: !transitional,
+            members: members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    /// `(joined, left, disconnected, partitioned)` of the view `frame`
+    /// makes after the views `views` has seen.
+    fn changes(views: &mut Views, frame: Frame) -> [Vec<String>; 4] {
+        match views.received("#me#d", frame).unwrap() {
+            Received::Membership(v) => [
+                v.joined().to_vec(),
+                v.left().to_vec(),
+                v.disconnected().to_vec(),
+                v.partitioned().to_vec(),
+            ],
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|m| m.to_string()).collect()
+    }
+
+    #[test]
+    fn views_say_who_joined_and_who_left_by_reason() {
+        let mut views = Views::default();
+        let none: Vec<String> = Vec::new();
+        // This client's first view: itself joined, the others were there.
+        assert_eq!(
+            changes(&mut views, view(Reason::Join, false, &["#a#d", "#me#d"])),
+            [names(&["#me#d"]), none.clone(), none.clone(), none.clone()]
+        );
+        assert_eq!(
+            changes(
+                &mut views,
+                view(Reason::Join, false, &["#a#d", "#b#e", "#me#d"])
+            ),
+            [names(&["#b#e"]), none.clone(), none.clone(), none.clone()]
+        );
+        assert_eq!(
+            changes(&mut views, view(Reason::Leave, false, &["#b#e", "#me#d"])),
+            [none.clone(), names(&["#a#d"]), none.clone(), none.clone()]
+        );
+        assert_eq!(
+            changes(&mut views, view(Reason::Disconnect, false, &["#me#d"])),
+            [
+                none.clone(),
+                names(&["#b#e"]),
+                names(&["#b#e"]),
+                none.clone()
+            ]
+        );
+        // Messages and other groups do not disturb the group's last view.
+        let other = Frame::Membership {
+            group: "h".into(),
+            view_id: 9,
+            reason: Reason::Join,
+            transitional: false,
+            quorum: true,
+            members: names(&["#me#d", "#z#d"]),
+        };
+        assert_eq!(changes(&mut views, other)[0], names(&["#me#d"]));
+        assert_eq!(
+            changes(&mut views, view(Reason::Join, false, &["#c#e", "#me#d"])),
+            [names(&["#c#e"]), none.clone(), none.clone(), none.clone()]
+        );
+        // This client leaves: it is the one that left; a later join starts
+        // afresh.
+        assert_eq!(
+            changes(&mut views, view(Reason::Leave, false, &["#c#e"])),
+            [none.clone(), names(&["#me#d"]), none.clone(), none.clone()]
+        );
+        assert_eq!(
+            changes(&mut views, view(Reason::Join, false, &["#c#e", "#me#d"])),
+            [names(&["#me#d"]), none.clone(), none.clone(), none.clone()]
+        );
+    }
+
+    #[test]
+    fn a_transitional_view_lists_the_cut_off_and_the_regular_view_brings_them_back() {
+        let mut views = Views::default();
+        let none: Vec<String> = Vec::new();
+        changes(
+            &mut views,
+            view(Reason::Join, false, &["#a#d", "#b#e", "#c#f", "#me#d"]),
+        );
+        // Cut off from daemons e and f: the transitional view keeps this
+        // daemon's clients.
+        assert_eq!(
+            changes(&mut views, view(Reason::Network, true, &["#a#d", "#me#d"])),
+            [
+                none.clone(),
+                names(&["#b#e", "#c#f"]),
+                none.clone(),
+                names(&["#b#e", "#c#f"])
+            ]
+        );
+        // The merged regular view: e's client is back, f's is gone, a new
+        // one came.
+        assert_eq!(
+            changes(
+                &mut views,
+                view(Reason::Network, false, &["#a#d", "#b#e", "#me#d", "#n#g"])
+            ),
+            [names(&["#b#e", "#n#g"]), none.clone(), none.clone(), none]
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! that loses loses no bytes. The `send` side is not (a request cut short
 //! by cancellation may leave half a frame on the connection).
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,8 +33,9 @@ use ::tokio::net::{TcpStream, UnixStream};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, received, split_private_group, ClientError, Encoder,
-    Endpoint, FlowControl, Limits, ReadBuf, Received, SendOptions, Service, DISCONNECT_WAIT,
+    after_disconnect, connect_answer, split_private_group, ClientError, DaemonFlow, Encoder,
+    Endpoint, FlowControl, FlowControlState, Limits, ReadBuf, Received, SendOptions, Service,
+    Views, DISCONNECT_WAIT, FLOW_STEP,
 };
 
 type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
@@ -64,6 +66,8 @@ async fn open(endpoint: &Endpoint) -> Result<(Reader, Writer), ClientError> {
 pub struct Client {
     send: SendHalf,
     recv: RecvHalf,
+    /// The last flow-control query's number.
+    flow_nonce: u32,
 }
 
 impl std::fmt::Debug for Client {
@@ -107,11 +111,17 @@ impl Client {
             read,
             buf: ReadBuf::new(limits),
             private_group: String::new(),
+            views: Views::default(),
+            backlog: VecDeque::new(),
         };
         let private_group = connect_answer(recv.next_frame().await?)?;
         send.private_group.clone_from(&private_group);
         recv.private_group = private_group;
-        Ok(Client { send, recv })
+        Ok(Client {
+            send,
+            recv,
+            flow_nonce: 0,
+        })
     }
 
     /// This client's private group (its address).
@@ -219,7 +229,9 @@ impl Client {
     /// Says goodbye and waits (at most [`DISCONNECT_WAIT`]) for the daemon
     /// to close; returns an `Error` it still had for this client.
     pub async fn disconnect(self) -> Result<(), ClientError> {
-        let Client { mut send, mut recv } = self;
+        let Client {
+            mut send, mut recv, ..
+        } = self;
         match send.send_disconnect().await {
             Ok(()) | Err(ClientError::Disconnected) => {}
             Err(e) => return Err(e),
@@ -239,6 +251,46 @@ impl Client {
     /// Splits the client into owned halves, for two tasks.
     pub fn split(self) -> (SendHalf, RecvHalf) {
         (self.send, self.recv)
+    }
+
+    /// What holds this client's traffic back, in the client and in the
+    /// daemon; see [`crate::Client::flow_control_state`]. Events that
+    /// arrive while it waits are kept for `receive`. Cancel-safe as
+    /// `receive` is (the query, once queued, is written by the next send).
+    pub async fn flow_control_state(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<FlowControlState, ClientError> {
+        self.flow_nonce = self.flow_nonce.wrapping_add(1);
+        let nonce = self.flow_nonce;
+        self.send.enc.flow_query(nonce)?;
+        self.send.pending.extend_from_slice(&self.send.enc.out);
+        self.send.enc.written();
+        let start = ::tokio::time::Instant::now();
+        loop {
+            self.send.flow_control()?;
+            let waited = start.elapsed();
+            let step = FLOW_STEP.min(timeout.saturating_sub(waited));
+            let frame = match ::tokio::time::timeout(step, self.recv.next_frame()).await {
+                Ok(frame) => Some(frame?),
+                Err(_elapsed) => None,
+            };
+            let daemon = match frame.as_ref().map(DaemonFlow::from_frame) {
+                Some(Some((n, flow))) if n == nonce => Some(flow),
+                // A late answer to an earlier query.
+                Some(Some(_)) => continue,
+                Some(None) => {
+                    self.recv.backlog.extend(frame);
+                    continue;
+                }
+                None if waited >= timeout => None,
+                None => continue,
+            };
+            return Ok(FlowControlState {
+                client_pending_bytes: self.send.pending.len(),
+                daemon,
+            });
+        }
     }
 }
 
@@ -425,6 +477,10 @@ pub struct RecvHalf {
     read: Reader,
     buf: ReadBuf,
     private_group: String,
+    /// The last view of each group, for the joined and left lists.
+    views: Views,
+    /// Frames read while waiting for a flow-control answer, for `receive`.
+    backlog: VecDeque<Frame>,
 }
 
 impl std::fmt::Debug for RecvHalf {
@@ -444,7 +500,17 @@ impl RecvHalf {
 
     /// See [`Client::receive`]. Cancel-safe.
     pub async fn receive(&mut self) -> Result<Received, ClientError> {
-        received(self.next_frame().await?)
+        loop {
+            // Frames a flow-control query read ahead come first; answers to
+            // queries nobody waits for any more are dropped.
+            let frame = match self.backlog.pop_front() {
+                Some(frame) => frame,
+                None => self.next_frame().await?,
+            };
+            if !matches!(frame, Frame::FlowState { .. }) {
+                return self.views.received(&self.private_group, frame);
+            }
+        }
     }
 
     /// See [`Client::receive_timeout`].

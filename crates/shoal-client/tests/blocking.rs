@@ -176,14 +176,17 @@ fn messages_and_views_are_received() {
     let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
     assert_eq!(
         client.receive().unwrap(),
-        Received::Membership(Membership {
-            group: "g".into(),
-            view_id: 3,
-            reason: Reason::Join,
-            transitional: false,
-            quorum: true,
-            members: vec!["#a#h".into(), "#b#h".into()],
-        })
+        Received::Membership(
+            Membership::new(
+                "g",
+                3,
+                Reason::Join,
+                false,
+                true,
+                vec!["#a#h".into(), "#b#h".into()],
+            )
+            .with_changes(vec!["#a#h".into()], vec![])
+        )
     );
     assert_eq!(
         client.receive().unwrap(),
@@ -638,4 +641,58 @@ fn status_asks_without_connecting() {
         shoal_client::status(&nobody, BOUND),
         Err(ClientError::Unreachable { .. })
     ));
+}
+
+fn flow_state(nonce: u32, queued_bytes: u64) -> Frame {
+    Frame::FlowState {
+        nonce,
+        accepting: true,
+        held_messages: 3,
+        held_bytes: 300,
+        queued_bytes,
+        queue_limit: 1 << 25,
+    }
+}
+
+#[test]
+fn flow_control_state_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 1 });
+        // A message queued ahead of the answer.
+        peer.send(&message("#b#h", &["g"], b"before"));
+        peer.send(&flow_state(1, 40));
+        // The second query goes unanswered in time; its late answer comes
+        // before the next message.
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 2 });
+        assert_eq!(peer.read_frame(), Frame::Join { group: "g".into() });
+        peer.send(&flow_state(2, 0));
+        peer.send(&message("#b#h", &["g"], b"after"));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    let state = client.flow_control_state(BOUND).unwrap();
+    assert_eq!(state.client_pending_bytes, 0);
+    let flow = state.daemon.expect("answered");
+    assert_eq!(
+        (flow.held_messages, flow.held_bytes, flow.queued_bytes),
+        (3, 300, 40)
+    );
+    assert!(flow.accepting);
+    match client.receive().unwrap() {
+        Received::Message(m) => assert_eq!(m.payload, b"before"),
+        other => panic!("{other:?}"),
+    }
+    let state = client
+        .flow_control_state(Duration::from_millis(50))
+        .unwrap();
+    assert_eq!(state.daemon, None, "no answer in time");
+    client.join("g").unwrap();
+    // The late answer is not an event.
+    match client.receive_timeout(BOUND).unwrap() {
+        Some(Received::Message(m)) => assert_eq!(m.payload, b"after"),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
 }

@@ -150,6 +150,14 @@ async fn messages_and_views_are_received() {
             quorum: true,
             members: vec!["#a#h".into()],
         });
+        peer.send(&Frame::Membership {
+            group: "g".into(),
+            view_id: 10,
+            reason: Reason::Disconnect,
+            transitional: false,
+            quorum: true,
+            members: vec!["#c#h".into()],
+        });
         let mut both = message("#b#h", &["g", "h"], b"one").to_vec().unwrap();
         both.extend(message("#b#h", &["g"], b"two").to_vec().unwrap());
         peer.send_raw(&both);
@@ -164,6 +172,18 @@ async fn messages_and_views_are_received() {
                 assert_eq!(v.view_id, 9);
                 assert_eq!(v.reason, Reason::Leave);
                 assert_eq!(v.members, vec!["#a#h".to_string()]);
+                assert_eq!(v.joined(), ["#a#h".to_string()]);
+                assert!(v.left().is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        // The changes are the library's: computed from the two lists.
+        match client.receive().await.unwrap() {
+            Received::Membership(v) => {
+                assert_eq!(v.joined(), ["#c#h".to_string()]);
+                assert_eq!(v.left(), ["#a#h".to_string()]);
+                assert_eq!(v.disconnected(), ["#a#h".to_string()]);
+                assert!(v.partitioned().is_empty());
             }
             other => panic!("{other:?}"),
         }
@@ -460,6 +480,55 @@ async fn try_multicast_reports_back_pressure_and_loses_nothing() {
         go_tx.send(accepted).unwrap();
         client.flush().await.unwrap();
         assert_eq!(client.flow_control().unwrap(), FlowControl::Clear);
+        client.disconnect().await.unwrap();
+    })
+    .await;
+    daemon.finish();
+}
+
+#[tokio::test]
+async fn flow_control_state_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 1 });
+        peer.send(&message("#b#h", &["g"], b"before"));
+        peer.send(&Frame::FlowState {
+            nonce: 1,
+            accepting: false,
+            held_messages: 2,
+            held_bytes: 20,
+            queued_bytes: 50,
+            queue_limit: 1000,
+        });
+        assert_eq!(peer.read_frame(), Frame::FlowQuery { nonce: 2 });
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    bounded(async {
+        let mut client = Client::connect_to(&daemon.endpoint(), "a").await.unwrap();
+        let state = client
+            .flow_control_state(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let flow = state.daemon.expect("answered");
+        assert!(!flow.accepting);
+        assert_eq!(
+            (
+                flow.held_messages,
+                flow.held_bytes,
+                flow.queued_bytes,
+                flow.queue_limit
+            ),
+            (2, 20, 50, 1000)
+        );
+        match client.receive().await.unwrap() {
+            Received::Message(m) => assert_eq!(m.payload, b"before"),
+            other => panic!("{other:?}"),
+        }
+        let state = client
+            .flow_control_state(Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert_eq!(state.daemon, None);
         client.disconnect().await.unwrap();
     })
     .await;

@@ -179,6 +179,33 @@ pub enum Frame {
     StatusReply {
         text: String,
     },
+    /// Client → daemon: what do you hold for me? (as corosync's
+    /// `cpg_flow_control_state_get`). `nonce` comes back in the answer, so
+    /// that a late answer to an earlier query is told apart.
+    FlowQuery {
+        nonce: u32,
+    },
+    /// Daemon → client: the answer to `FlowQuery`, as things stood when the
+    /// daemon read the query.
+    FlowState {
+        nonce: u32,
+        /// Whether the daemon takes client input now (its items waiting
+        /// for the daemons' total order are below its bound); while not,
+        /// it stops reading its clients' sockets.
+        accepting: bool,
+        /// This client's messages the daemon holds that the total order
+        /// has not delivered yet (waiting for a batch, being ordered, or
+        /// ordered and held back for `safe`).
+        held_messages: u32,
+        /// Their payload bytes.
+        held_bytes: u64,
+        /// Bytes of frames queued to this client, not yet written to its
+        /// socket (all of them ahead of this answer).
+        queued_bytes: u64,
+        /// The queue's bound (`limits.client_queue`): past it the client
+        /// is disconnected as slow.
+        queue_limit: u64,
+    },
 }
 
 /// Where a daemon serves clients when not configured otherwise, and where a
@@ -247,6 +274,8 @@ const STATUS: u8 = 10;
 const STATUS_REPLY: u8 = 11;
 const MULTICAST_EXT: u8 = 12;
 const MESSAGE_EXT: u8 = 13;
+const FLOW_QUERY: u8 = 14;
+const FLOW_STATE: u8 = 15;
 
 /// Bounds the decoder enforces (each a daemon setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,6 +342,8 @@ pub enum FrameError {
     BadReason(u8),
     #[error("unknown multicast flags {0:#04x}")]
     BadFlags(u8),
+    #[error("unknown flow-state flags {0:#04x}")]
+    BadFlowFlags(u8),
     #[error("{0} bytes left over after the frame's body")]
     TrailingBytes(usize),
 }
@@ -429,6 +460,24 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
         STATUS_REPLY => Frame::StatusReply {
             text: r.string("status text", usize::from(u16::MAX))?,
         },
+        FLOW_QUERY => Frame::FlowQuery {
+            nonce: r.u32("nonce")?,
+        },
+        FLOW_STATE => {
+            let nonce = r.u32("nonce")?;
+            let flags = r.u8("flow flags")?;
+            if flags > 1 {
+                return Err(FrameError::BadFlowFlags(flags));
+            }
+            Frame::FlowState {
+                nonce,
+                accepting: flags & 1 != 0,
+                held_messages: r.u32("held messages")?,
+                held_bytes: r.u64("held bytes")?,
+                queued_bytes: r.u64("queued bytes")?,
+                queue_limit: r.u64("queue limit")?,
+            }
+        }
         other => return Err(FrameError::UnknownType(other)),
     };
     if !r.rest.is_empty() {
@@ -669,6 +718,26 @@ impl Frame {
                 w.u8(STATUS_REPLY);
                 w.string(text)?;
             }
+            Frame::FlowQuery { nonce } => {
+                w.u8(FLOW_QUERY);
+                w.out.extend_from_slice(&nonce.to_be_bytes());
+            }
+            Frame::FlowState {
+                nonce,
+                accepting,
+                held_messages,
+                held_bytes,
+                queued_bytes,
+                queue_limit,
+            } => {
+                w.u8(FLOW_STATE);
+                w.out.extend_from_slice(&nonce.to_be_bytes());
+                w.u8(u8::from(*accepting));
+                w.out.extend_from_slice(&held_messages.to_be_bytes());
+                for v in [held_bytes, queued_bytes, queue_limit] {
+                    w.out.extend_from_slice(&v.to_be_bytes());
+                }
+            }
         }
         finish_length(out, start)
     }
@@ -798,6 +867,23 @@ mod tests {
             (any::<u16>(), ".{0,40}").prop_map(|(code, text)| Frame::Error { code, text }),
             Just(Frame::Status),
             ".{0,40}".prop_map(|text| Frame::StatusReply { text }),
+            any::<u32>().prop_map(|nonce| Frame::FlowQuery { nonce }),
+            (
+                any::<u32>(),
+                any::<bool>(),
+                any::<u32>(),
+                any::<(u64, u64, u64)>()
+            )
+                .prop_map(|(nonce, accepting, held_messages, (a, b, c))| {
+                    Frame::FlowState {
+                        nonce,
+                        accepting,
+                        held_messages,
+                        held_bytes: a,
+                        queued_bytes: b,
+                        queue_limit: c,
+                    }
+                }),
         ]
     }
 
@@ -822,6 +908,25 @@ mod tests {
         out.clear();
         encode_message("#a#n", Service::Agreed, 513, &["g"], b"p", &mut out).unwrap();
         assert_eq!(out, typed.to_vec().unwrap());
+    }
+
+    #[test]
+    fn flow_frames_have_the_documented_bytes() {
+        let query = Frame::FlowQuery { nonce: 7 };
+        assert_eq!(query.to_vec().unwrap(), [0, 0, 0, 6, 2, 14, 0, 0, 0, 7]);
+        let state = Frame::FlowState {
+            nonce: 1,
+            accepting: true,
+            held_messages: 2,
+            held_bytes: 3,
+            queued_bytes: 4,
+            queue_limit: 5,
+        };
+        let mut want = vec![0, 0, 0, 35, 2, 15, 0, 0, 0, 1, 1, 0, 0, 0, 2];
+        for v in [3u64, 4, 5] {
+            want.extend_from_slice(&v.to_be_bytes());
+        }
+        assert_eq!(state.to_vec().unwrap(), want);
     }
 
     proptest! {
@@ -942,6 +1047,16 @@ mod tests {
                 "extended multicast with no groups",
                 raw(&[MULTICAST_EXT, 3, 1, 0, 1, 0, 0, 0, 0, 0, 0]),
                 FrameError::Empty("group list"),
+            ),
+            (
+                "unknown flow flags",
+                raw(&[FLOW_STATE, 0, 0, 0, 1, 2]),
+                FrameError::BadFlowFlags(2),
+            ),
+            (
+                "flow query cut short",
+                raw(&[FLOW_QUERY, 0, 0]),
+                FrameError::Truncated { what: "nonce" },
             ),
             (
                 "unknown reason",

@@ -263,7 +263,8 @@ fn message_line(m: &Message) -> String {
     )
 }
 
-/// `view <group> #<view_id> <reason>: <member,...>`.
+/// `view <group> #<view_id> <reason>: <member,...>`, then what changed
+/// since the previous view (`; joined: a,b; left: c`) where anything did.
 fn view_line(v: &Membership) -> String {
     let reason = match v.reason {
         Reason::Join => "join",
@@ -273,8 +274,15 @@ fn view_line(v: &Membership) -> String {
     };
     let kind = if v.transitional { " transitional" } else { "" };
     let quorum = if v.quorum { "" } else { " (no quorum)" };
+    let mut changes = String::new();
+    if !v.joined().is_empty() {
+        changes.push_str(&format!("; joined: {}", v.joined().join(",")));
+    }
+    if !v.left().is_empty() {
+        changes.push_str(&format!("; left: {}", v.left().join(",")));
+    }
     format!(
-        "view {} #{}{kind} {reason}{quorum}: {}",
+        "view {} #{}{kind} {reason}{quorum}: {}{changes}",
         v.group,
         v.view_id,
         v.members.join(",")
@@ -298,24 +306,31 @@ mod tests {
             message_line(&m),
             "message g1,g2 from #alice#h1 [fifo]: hello \u{fffd}"
         );
-        let v = Membership {
-            group: "g1".into(),
-            view_id: 4,
-            reason: Reason::Network,
-            transitional: false,
-            quorum: true,
-            members: vec!["#alice#h1".into(), "#bob#h2".into()],
-        };
+        let v = Membership::new(
+            "g1",
+            4,
+            Reason::Network,
+            false,
+            true,
+            vec!["#alice#h1".into(), "#bob#h2".into()],
+        );
         assert_eq!(view_line(&v), "view g1 #4 network: #alice#h1,#bob#h2");
-        let t = Membership {
-            transitional: true,
-            quorum: false,
-            members: vec!["#alice#h1".into()],
-            ..v
-        };
+        let t = Membership::new(
+            "g1",
+            4,
+            Reason::Network,
+            true,
+            false,
+            vec!["#alice#h1".into()],
+        );
         assert_eq!(
             view_line(&t),
             "view g1 #4 transitional network (no quorum): #alice#h1"
+        );
+        let t = t.with_changes(vec![], vec!["#bob#h2".into()]);
+        assert_eq!(
+            view_line(&t),
+            "view g1 #4 transitional network (no quorum): #alice#h1; left: #bob#h2"
         );
     }
 

@@ -124,8 +124,10 @@ pub struct StatusArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30.0, requires = "wait")]
     timeout: f64,
     /// Print the status as one JSON object: `lines` (the daemon's text,
-    /// line by line), `fields` (each `key: value` line as a string value)
-    /// and `daemons` (those in view: `id`, `address` where known, `this`).
+    /// line by line), `fields` (each `key: value` line as a string value),
+    /// `daemons` (those in view: `id`, `address` where known, `this`),
+    /// `quorum`, `groups` (`name`, `members`) and `clients` (`name`,
+    /// `groups`, `queued_bytes`).
     #[arg(long)]
     json: bool,
 }
@@ -174,7 +176,7 @@ fn wait_ready(path: &Path, timeout: Duration) -> anyhow::Result<()> {
 }
 
 /// The daemon's status text, asked through the client library.
-fn status_text(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn status_text(path: &Path) -> anyhow::Result<String> {
     let endpoint = shoal_client::Endpoint::Unix(path.to_path_buf());
     match shoal_client::status(&endpoint, Duration::from_secs(10)) {
         Ok(text) => Ok(text),
@@ -187,7 +189,7 @@ fn status_text(path: &Path) -> anyhow::Result<String> {
 }
 
 /// Each slot's address, from the `slots` line.
-fn slot_addresses(text: &str) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn slot_addresses(text: &str) -> std::collections::BTreeMap<String, String> {
     let mut slots = std::collections::BTreeMap::new();
     for line in text.lines() {
         let Some(list) = line.strip_prefix("slots: ") else {
@@ -208,7 +210,7 @@ fn slot_addresses(text: &str) -> std::collections::BTreeMap<String, String> {
 /// The daemon ids (`slot.incarnation`) of the `id`, `daemons in view` and
 /// `committee` lines followed by the address of their slot, taken from the
 /// `slots` line (`0.8943351` becomes `0.8943351 at 127.0.0.1:9000`).
-fn with_addresses(text: &str) -> String {
+pub(crate) fn with_addresses(text: &str) -> String {
     let slots = slot_addresses(text);
     let annotate = |line: &str| {
         let mut out = String::new();
@@ -251,12 +253,19 @@ fn with_addresses(text: &str) -> String {
     out.join("\n")
 }
 
-/// The status text as JSON: `{"lines": [...], "fields": {key: value},
-/// "daemons": [{"id", "address", "this"}]}`, where `fields` holds each line
-/// of the form `key: value` (the first line with a key, if several share
-/// it) and `daemons` the daemons in view (`address` null where the slot's
-/// address is not known).
+/// The status text as JSON (see [`status_value`]).
 fn status_json(text: &str) -> String {
+    status_value(text).to_string()
+}
+
+/// The status text as a JSON object: `{"lines": [...], "fields": {key:
+/// value}, "daemons": [{"id", "address", "this"}], "quorum", "groups":
+/// [{"name", "members"}], "clients": [{"name", "groups", "queued_bytes"}]}`,
+/// where `fields` holds each line of the form `key: value` (the first line
+/// with a key, if several share it), `daemons` the daemons in view
+/// (`address` null where the slot's address is not known), and `groups`
+/// and `clients` come from the `group` and `client` lines.
+pub(crate) fn status_value(text: &str) -> serde_json::Value {
     let slots = slot_addresses(text);
     let field = |key: &str| {
         text.lines()
@@ -282,7 +291,35 @@ fn status_json(text: &str) -> String {
             }
         }
     }
-    serde_json::json!({ "lines": lines, "fields": fields, "daemons": daemons }).to_string()
+    let groups: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("group "))
+        .filter_map(|rest| rest.split_once(": "))
+        .map(|(name, members)| {
+            let members: Vec<&str> = members.split(", ").filter(|m| !m.is_empty()).collect();
+            serde_json::json!({ "name": name, "members": members })
+        })
+        .collect();
+    let clients: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("client #"))
+        .filter_map(|rest| {
+            let (name, rest) = rest.rsplit_once(": groups ")?;
+            let (groups, queued) = rest.rsplit_once("; queued ")?;
+            let queued: u64 = queued.strip_suffix(" bytes")?.parse().ok()?;
+            let groups: Vec<&str> = groups.split(',').filter(|g| *g != "-").collect();
+            Some(serde_json::json!({ "name": format!("#{name}"), "groups": groups, "queued_bytes": queued }))
+        })
+        .collect();
+    let quorum = field("quorum: ") == "held";
+    serde_json::json!({
+        "lines": lines,
+        "fields": fields,
+        "daemons": daemons,
+        "quorum": quorum,
+        "groups": groups,
+        "clients": clients,
+    })
 }
 
 #[cfg(test)]
@@ -313,6 +350,28 @@ mod tests {
         assert_eq!(v["fields"]["safe"], "held 0 (waiting now 0)");
         assert_eq!(v["fields"].as_object().unwrap().len(), 3);
         assert_eq!(v["daemons"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn status_json_lists_groups_members_and_clients() {
+        let text = "node: a\nquorum: held\ngroup chat: #x#a, #y#b\ngroup solo: #y#b\nclient #x#a: groups chat,log; queued 12 bytes\nclient #z#a: groups -; queued 0 bytes";
+        let v = status_value(text);
+        assert_eq!(v["quorum"], true);
+        assert_eq!(
+            v["groups"],
+            serde_json::json!([
+                { "name": "chat", "members": ["#x#a", "#y#b"] },
+                { "name": "solo", "members": ["#y#b"] },
+            ])
+        );
+        assert_eq!(
+            v["clients"],
+            serde_json::json!([
+                { "name": "#x#a", "groups": ["chat", "log"], "queued_bytes": 12 },
+                { "name": "#z#a", "groups": [], "queued_bytes": 0 },
+            ])
+        );
+        assert_eq!(status_value("quorum: not held")["quorum"], false);
     }
 
     #[test]

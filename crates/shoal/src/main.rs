@@ -6,6 +6,7 @@ mod check_cmd;
 mod client_cmd;
 mod daemon_cmd;
 mod demo;
+mod monitor_cmd;
 mod sim;
 
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// The local daemon's view, peers, clients, groups and counters.
     Status(daemon_cmd::StatusArgs),
+    /// A live view of the cluster: `shoal status` of one or more daemons,
+    /// refreshed, with rates.
+    Monitor(monitor_cmd::MonitorArgs),
     /// A local cluster on loopback: one sender, N members, injected loss.
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Command::Send(args) => client_cmd::run_send(args),
         Command::Listen(args) => client_cmd::run_listen(args),
         Command::Status(args) => daemon_cmd::status(args),
+        Command::Monitor(args) => monitor_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(args),

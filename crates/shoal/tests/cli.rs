@@ -370,3 +370,85 @@ fn the_license_file_is_the_one_cargo_toml_names() {
     assert!(license.contains("Apache License\n                        Version 2.0, January 2004"));
     assert!(license.contains("END OF TERMS AND CONDITIONS"));
 }
+
+#[test]
+fn monitor_once_shows_the_groups_members_and_clients_and_speaks_json() {
+    let dir = temp_dir("monitor");
+    let (config, socket) = solo_config(&dir, "");
+    let _daemon = Daemon::start(&config, Stdio::null(), &[]);
+    assert!(status_wait(&socket, &[]).status.success());
+    let endpoint = Endpoint::Unix(socket.clone());
+    let mut alice = Client::connect_to(&endpoint, "alice").unwrap();
+    alice.join("chat").unwrap();
+    // Its own view says the join is done.
+    loop {
+        if let Received::Membership(v) = alice.receive().unwrap() {
+            if v.group == "chat" {
+                break;
+            }
+        }
+    }
+    let o = shoal()
+        .args(["monitor", "--once", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &v["daemons"][0];
+    assert_eq!(d["status"]["fields"]["node"], "solo");
+    assert_eq!(d["status"]["quorum"], true);
+    assert_eq!(
+        d["status"]["groups"],
+        serde_json::json!([{ "name": "chat", "members": ["#alice#solo"] }])
+    );
+    assert_eq!(d["status"]["clients"][0]["name"], "#alice#solo");
+    assert_eq!(d["rates"], serde_json::Value::Null, "one sample: no rates");
+
+    // The text view, once, without colours (not a terminal).
+    let o = shoal()
+        .args(["monitor", "--once", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.starts_with("daemon solo ("), "{text}");
+    assert!(text.contains("quorum held"), "{text}");
+    assert!(
+        text.contains("    chat                 #alice#solo\n"),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "{text}");
+
+    // Two refreshes in JSON: the second has rates.
+    let mut child = shoal()
+        .args(["monitor", "--json", "--interval", "0.2", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _first = lines.next().unwrap().unwrap();
+    let second: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        second["daemons"][0]["rates"]["messages_sent"].is_number(),
+        "{second}"
+    );
+
+    // A socket nobody serves: --once fails and says so.
+    let o = shoal()
+        .args(["monitor", "--once", "--socket"])
+        .arg(dir.join("nobody.sock"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("no daemon at"),
+        "{o:?}"
+    );
+    alice.disconnect().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

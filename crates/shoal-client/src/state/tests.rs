@@ -111,14 +111,14 @@ impl Bus {
             Item::View(members) => {
                 self.view_id += 1;
                 self.current.clone_from(&members);
-                let event = Received::Membership(Membership {
-                    group: G.into(),
-                    view_id: self.view_id,
-                    reason: Reason::Join,
-                    transitional: false,
-                    quorum: true,
-                    members: members.clone(),
-                });
+                let event = Received::Membership(Membership::new(
+                    G,
+                    self.view_id,
+                    Reason::Join,
+                    false,
+                    true,
+                    members.clone(),
+                ));
                 (event, members)
             }
             Item::Msg {
@@ -249,14 +249,14 @@ fn the_first_member_founds_and_a_later_lone_member_too() {
     assert!(bus.ready("a"));
     assert_eq!(bus.members[&pg("a")].st.provided(), 0);
     // Events of other groups are given back.
-    let other = Received::Membership(Membership {
-        group: "other".into(),
-        view_id: 1,
-        reason: Reason::Join,
-        transitional: false,
-        quorum: true,
-        members: vec![],
-    });
+    let other = Received::Membership(Membership::new(
+        "other",
+        1,
+        Reason::Join,
+        false,
+        true,
+        vec![],
+    ));
     let a = bus.members.get_mut(&pg("a")).unwrap();
     assert_eq!(a.st.handle(&mut a.log, other.clone()), Some(other));
 }

@@ -172,6 +172,20 @@ pub enum MembershipChange {
     Removed { view: u64, reason: RemovedReason },
 }
 
+/// One entry of the daemons' view history ([`Daemon::view_history`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewRecord {
+    /// When the engine learned it.
+    pub at: Instant,
+    pub change: MembershipChange,
+    /// Whether the daemons of the view hold their quorum (false when this
+    /// daemon was removed).
+    pub quorum: bool,
+}
+
+/// How many daemon membership changes [`Daemon::view_history`] keeps.
+pub const VIEW_HISTORY: usize = 32;
+
 /// Counters of the engine's own decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DaemonStats {
@@ -241,6 +255,8 @@ pub struct Daemon {
     left: bool,
     last_now: Instant,
     stats: DaemonStats,
+    /// The last [`VIEW_HISTORY`] daemon membership changes, oldest first.
+    history: VecDeque<ViewRecord>,
 }
 
 impl Daemon {
@@ -265,6 +281,7 @@ impl Daemon {
             left: false,
             last_now: Instant::ZERO,
             stats: DaemonStats::default(),
+            history: VecDeque::new(),
         }
     }
 
@@ -289,6 +306,17 @@ impl Daemon {
     /// Bytes queued to all clients and not yet written.
     pub fn client_queue_bytes(&self) -> usize {
         self.queued_total
+    }
+
+    /// Bytes queued to client `id` and not yet written (0 for an unknown one).
+    pub fn client_queued(&self, id: SessionId) -> usize {
+        self.conns.get(&id).map_or(0, |c| c.queued)
+    }
+
+    /// The last daemon membership changes this engine saw (at most
+    /// [`VIEW_HISTORY`]), oldest first.
+    pub fn view_history(&self) -> impl Iterator<Item = &ViewRecord> {
+        self.history.iter()
     }
 
     /// Open connections (connected or not yet).
@@ -371,11 +399,35 @@ impl Daemon {
         self.pump(now);
     }
 
-    /// Queues a `StatusReply` (the engine's lines, then `extra`), cut to
-    /// what one frame carries.
+    /// `shoal status` lines naming every group with its members
+    /// (`group NAME: #a#d0, #b#d1`), then this daemon's clients (`client
+    /// #a#d0: groups g1,g2; queued N bytes`).
+    pub fn table_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (group, members) in self.sessions.group_members() {
+            lines.push(format!("group {group}: {}", members.join(", ")));
+        }
+        for (id, client, groups) in self.sessions.local_clients() {
+            let groups = if groups.is_empty() {
+                "-".to_string()
+            } else {
+                groups.join(",")
+            };
+            let queued = self.client_queued(id);
+            lines.push(format!(
+                "client {client}: groups {groups}; queued {queued} bytes"
+            ));
+        }
+        lines
+    }
+
+    /// Queues a `StatusReply` (the engine's lines, then `extra`, then the
+    /// groups and clients, which may be many), cut to what one frame
+    /// carries.
     fn reply_status(&mut self, now: Instant, id: SessionId, extra: Vec<String>) {
         let mut lines = self.status_lines(now);
         lines.extend(extra);
+        lines.extend(self.table_lines());
         let mut text = lines.join("\n");
         let mut end = text.len().min(usize::from(u16::MAX));
         while !text.is_char_boundary(end) {
@@ -416,7 +468,37 @@ impl Daemon {
                 self.unconnected.remove(&id);
             }
             Frame::Status => self.reply_status(now, id, Vec::new()),
+            Frame::FlowQuery { nonce } if self.sessions.is_connected(id) => {
+                self.reply_flow(id, nonce)
+            }
             frame => self.sessions.frame(id, frame),
+        }
+    }
+
+    /// Answers a client's `FlowQuery`: what this daemon holds of its sends
+    /// (waiting for a batch, refused by a full window, being ordered, or
+    /// held back for `safe`)
+    /// and of its deliveries (its queue, ahead of this answer).
+    fn reply_flow(&mut self, id: SessionId, nonce: u32) {
+        let in_flight = self
+            .refused
+            .iter()
+            .chain(self.in_flight.iter().map(|(_, b)| b))
+            .map(|b| &b[..]);
+        let Some((messages, bytes)) = self.sessions.held_for(id, in_flight) else {
+            return;
+        };
+        let queued = self.conns.get(&id).map_or(0, |c| c.queued);
+        let answer = Frame::FlowState {
+            nonce,
+            accepting: self.accepts_input(),
+            held_messages: u32::try_from(messages).unwrap_or(u32::MAX),
+            held_bytes: bytes,
+            queued_bytes: queued as u64,
+            queue_limit: self.settings.limits.client_queue as u64,
+        };
+        if let Ok(frame) = answer.to_vec() {
+            self.queue(id, &frame);
         }
     }
 
@@ -467,6 +549,7 @@ impl Daemon {
                 Event::Deliver { .. } | Event::Unsequenced { .. } => None,
             };
             if let Some(event) = change {
+                self.record_view(&event);
                 self.events
                     .push_back(DaemonEvent::Membership { me: ev.me, event });
             }
@@ -536,6 +619,21 @@ impl Daemon {
             }
         }
         any
+    }
+
+    fn record_view(&mut self, change: &MembershipChange) {
+        let quorum = match change {
+            MembershipChange::View(v) => self.membership.holds_quorum(v.members.len()),
+            MembershipChange::Removed { .. } => false,
+        };
+        if self.history.len() == VIEW_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(ViewRecord {
+            at: self.last_now,
+            change: change.clone(),
+            quorum,
+        });
     }
 
     /// Hands batches to vsync as the batching hold allows. Returns whether

@@ -642,11 +642,15 @@ impl Sessions {
                 self.closed(session, Reason::Disconnect);
                 self.push_output(Output::Close(session, None));
             }
+            // The daemon engine answers it (it knows the client's queue):
+            // `Sessions::held_for` is the sessions' part.
+            Frame::FlowQuery { .. } => {}
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
             | Frame::MessageExt { .. }
             | Frame::Membership { .. }
             | Frame::StatusReply { .. }
+            | Frame::FlowState { .. }
             | Frame::Status
             | Frame::Error { .. } => {
                 let error =
@@ -1996,6 +2000,90 @@ impl Sessions {
             s.unsequenced_batches_sent, s.unsequenced_batches_received
         ));
         lines
+    }
+}
+
+/// Read-only queries for clients and observers: what the daemon holds of
+/// one client's sends (its flow-control query), the groups and the local
+/// clients (`shoal status`, the status page).
+impl Sessions {
+    /// Every group of the cluster and its members' private groups, by name.
+    pub fn group_members(&self) -> impl Iterator<Item = (&str, Vec<&str>)> + '_ {
+        self.table.iter().map(|(group, members)| {
+            let members = members.iter().map(|m| m.client.as_str()).collect();
+            (group.as_str(), members)
+        })
+    }
+
+    /// This daemon's clients: session, private group, and the groups it
+    /// joined (or asked to join), by session.
+    pub fn local_clients(&self) -> impl Iterator<Item = (SessionId, &str, Vec<&str>)> + '_ {
+        self.sessions.iter().map(|(id, s)| {
+            let groups = s.groups.iter().map(String::as_str).collect();
+            (*id, s.private_group.as_str(), groups)
+        })
+    }
+
+    /// Whether the daemons' view holds its quorum, as the clients' views
+    /// say.
+    pub fn quorum(&self) -> bool {
+        self.quorum
+    }
+
+    /// `session`'s messages that have not been delivered yet, as
+    /// `(messages, payload bytes)`: in the batches waiting here, in
+    /// `in_flight` (batches the engine handed to the daemons' group that
+    /// have not come back), and in ordered batches held back for `safe`
+    /// (until every daemon of the view holds them). A message cut in
+    /// fragments counts once, while its last fragment is held. `None` when
+    /// `session` is not connected.
+    /// It decodes the held batches (at most the engine's `pending_max`
+    /// plus its send window): for a query, not for every frame.
+    pub fn held_for<'a>(
+        &self,
+        session: SessionId,
+        in_flight: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Option<(u64, u64)> {
+        let me = self.sessions.get(&session)?.private_group.as_str();
+        let mut held = (0u64, 0u64);
+        let mut count = |batch: &[u8]| {
+            for item in groups::decode(batch).unwrap_or_default() {
+                match item {
+                    Item::Message {
+                        client, payload, ..
+                    } if client == me => {
+                        held.0 += 1;
+                        held.1 += payload.len() as u64;
+                    }
+                    Item::Fragment {
+                        client,
+                        total,
+                        offset,
+                        bytes,
+                        ..
+                    } if client == me => {
+                        let end = u64::from(offset) + bytes.len() as u64;
+                        held.0 += u64::from(end == u64::from(total));
+                        held.1 += bytes.len() as u64;
+                    }
+                    _ => {}
+                }
+            }
+        };
+        let waiting = self.pending.queue.iter().chain(&self.unsequenced.queue);
+        for batch in waiting {
+            // A batch being filled has its count filled in when taken.
+            let mut whole = batch.bytes.clone();
+            whole[..2].copy_from_slice(&batch.count.to_be_bytes());
+            count(&whole);
+        }
+        for batch in in_flight {
+            count(batch);
+        }
+        for batch in &self.held {
+            count(&batch.payload);
+        }
+        Some(held)
     }
 }
 

@@ -159,3 +159,161 @@ fn a_client_that_never_reads_is_cut_at_its_queue_limit() {
     assert!(closed, "status replies count against the queue");
     assert_eq!(d.client_queue_bytes(), 0);
 }
+
+#[test]
+fn a_flow_query_reports_what_the_daemon_holds_for_the_client() {
+    let mut d = lone_daemon();
+    let mut now = Instant::ZERO;
+    run_until(&mut d, &mut now, Instant::from_nanos(3_000 * MS));
+    let mut events = Vec::new();
+    d.handle_client(now, ClientInput::Opened { id: 1, tcp: false });
+    let connect = Frame::Connect {
+        name: "a".into(),
+        token: String::new(),
+    };
+    d.handle_client(now, ClientInput::Frame(1, connect));
+    d.handle_client(
+        now,
+        ClientInput::Frame(1, Frame::Join { group: "g".into() }),
+    );
+    let at = now;
+    events.extend(run_until(&mut d, &mut now, at + Duration::from_millis(100)));
+    // A lone daemon orders at once, so nothing stays held here (the
+    // sessions' tests hold messages back: `held_for`); what is exact is
+    // the queue ahead of the answer.
+    let sent = 500u64;
+    for _ in 0..sent {
+        let m = Frame::Multicast {
+            service: shoal_wire::client::Service::Agreed,
+            groups: vec!["g".into()],
+            payload: vec![7; 1024],
+        };
+        d.handle_client(now, ClientInput::Frame(1, m));
+    }
+    d.handle_client(now, ClientInput::Frame(1, Frame::FlowQuery { nonce: 9 }));
+    while let Some(ev) = d.poll_event() {
+        events.push(ev);
+    }
+    let got = frames(&events, 1);
+    let answer = got
+        .iter()
+        .position(|f| matches!(f, Frame::FlowState { .. }))
+        .expect("answered");
+    let before = &got[..answer];
+    let delivered = before
+        .iter()
+        .filter(|f| matches!(f, Frame::Message { .. }))
+        .count() as u64;
+    // Nothing was reported written: every byte before the answer waits.
+    let queued: usize = before.iter().map(|f| f.to_vec().unwrap().len()).sum();
+    match &got[answer] {
+        Frame::FlowState {
+            nonce,
+            accepting,
+            held_messages,
+            held_bytes,
+            queued_bytes,
+            queue_limit,
+        } => {
+            assert_eq!(*nonce, 9);
+            assert!(accepting);
+            assert_eq!(u64::from(*held_messages) + delivered, sent);
+            assert_eq!(*held_bytes, u64::from(*held_messages) * 1024);
+            assert_eq!(*queued_bytes, queued as u64);
+            assert_eq!(*queue_limit, Limits::default().client_queue as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once all is ordered and the client has read it: nothing held.
+    let at = now;
+    let later = run_until(&mut d, &mut now, at + Duration::from_secs(2));
+    let written: usize = later
+        .iter()
+        .chain(&events)
+        .map(|e| match e {
+            DaemonEvent::Frames(1, b) => b.len(),
+            _ => 0,
+        })
+        .sum();
+    d.handle_client(now, ClientInput::Written(1, written));
+    d.handle_client(now, ClientInput::Frame(1, Frame::FlowQuery { nonce: 10 }));
+    let last = run_until(&mut d, &mut now, at + Duration::from_secs(2));
+    let all: Vec<Frame> = frames(&later, 1);
+    let delivered_later = all
+        .iter()
+        .filter(|f| matches!(f, Frame::Message { .. }))
+        .count() as u64;
+    assert_eq!(delivered + delivered_later, sent, "every message delivered");
+    let answer = frames(&last, 1);
+    let want = Frame::FlowState {
+        nonce: 10,
+        accepting: true,
+        held_messages: 0,
+        held_bytes: 0,
+        queued_bytes: 0,
+        queue_limit: Limits::default().client_queue as u64,
+    };
+    assert_eq!(answer, vec![want]);
+}
+
+#[test]
+fn status_names_groups_members_clients_and_keeps_the_view_history() {
+    let mut d = lone_daemon();
+    let mut now = Instant::ZERO;
+    run_until(&mut d, &mut now, Instant::from_nanos(3_000 * MS));
+    let history: Vec<&ViewRecord> = d.view_history().collect();
+    assert!(
+        matches!(
+            history.as_slice(),
+            [ViewRecord { change: MembershipChange::View(v), quorum: true, .. }] if v.members.len() == 1
+        ),
+        "{history:?}"
+    );
+    for (id, name) in [(1, "a"), (2, "b")] {
+        d.handle_client(now, ClientInput::Opened { id, tcp: false });
+        let connect = Frame::Connect {
+            name: name.into(),
+            token: String::new(),
+        };
+        d.handle_client(now, ClientInput::Frame(id, connect));
+    }
+    for group in ["g", "h"] {
+        let join = Frame::Join {
+            group: group.into(),
+        };
+        d.handle_client(now, ClientInput::Frame(1, join));
+    }
+    let at = now;
+    let events = run_until(&mut d, &mut now, at + Duration::from_millis(100));
+    let queued: usize = events
+        .iter()
+        .map(|e| match e {
+            DaemonEvent::Frames(1, b) => b.len(),
+            _ => 0,
+        })
+        .sum();
+    // Nothing written yet: b's queue is its ConnectOk.
+    let ok = Frame::ConnectOk {
+        private_group: "#b#d0".into(),
+    };
+    let b_queued = ok.to_vec().unwrap().len();
+    assert_eq!(
+        d.table_lines(),
+        vec![
+            "group g: #a#d0".to_string(),
+            "group h: #a#d0".to_string(),
+            format!("client #a#d0: groups g,h; queued {queued} bytes"),
+            format!("client #b#d0: groups -; queued {b_queued} bytes"),
+        ]
+    );
+    d.handle_client(now, ClientInput::Frame(2, Frame::Status));
+    let events = run_until(&mut d, &mut now, at + Duration::from_millis(200));
+    match frames(&events, 2).as_slice() {
+        [Frame::StatusReply { text }] => {
+            assert!(text.contains("\nquorum: held\n"), "{text}");
+            let last = format!("client #b#d0: groups -; queued {b_queued} bytes");
+            assert!(text.ends_with(&last), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -275,19 +275,24 @@ async fn serve(
         }
         None => None,
     };
-    let metrics = match &config.metrics {
+    let metrics_listener = match &config.metrics {
         Some(m) => {
             let listener = TcpListener::bind(m.address)
                 .await
                 .map_err(io_error(format!("bind metrics {}", m.address)))?;
             endpoints.push(format!("metrics on {}", bound(&listener, m.address)?));
-            Some(tokio::spawn(super::metrics::serve(
-                listener,
-                node.controls(),
-            )))
+            Some(listener)
         }
         None => None,
     };
+    let endpoints = std::sync::Arc::new(endpoints);
+    let metrics = metrics_listener.map(|listener| {
+        tokio::spawn(super::metrics::serve(
+            listener,
+            node.controls(),
+            endpoints.clone(),
+        ))
+    });
     let limits = client::Limits {
         name_max: config.limits.group_name_len.max(128),
         payload_max: decode_payload_max(config.limits.message_size),
@@ -307,7 +312,7 @@ async fn serve(
         conns: conns_tx,
         limits,
         connect_limits,
-        endpoints: std::sync::Arc::new(endpoints),
+        endpoints,
     };
     let accept = tokio::spawn(accept_loop(unix, tcp, wiring));
     let ready = on_ready.map(|f| tokio::spawn(watch_ready(node.controls(), f)));

@@ -285,6 +285,8 @@ fn safe_waits_until_every_daemon_of_the_view_holds_it_and_nothing_overtakes_it()
     // Ordered, but not yet known to be held by every daemon: not delivered.
     assert!(messages(&c.take(0, 1)).is_empty());
     assert!(messages(&c.take(1, 1)).is_empty());
+    // Alice's daemon still holds it for her (her flow-control query).
+    assert_eq!(c.cores[0].held_for(1, []), Some((1, 4)));
     // Bob's agreed message is ordered after it and must not overtake it.
     c.frame(1, 1, multicast(Service::Agreed, &["chat"], b"after"));
     // Daemon 1's next batch holds its acknowledgement and bob's message.
@@ -299,6 +301,7 @@ fn safe_waits_until_every_daemon_of_the_view_holds_it_and_nothing_overtakes_it()
     ];
     assert_eq!(messages(&c.take(0, 1)), expect);
     assert_eq!(messages(&c.take(1, 1)), expect);
+    assert_eq!(c.cores[0].held_for(1, []), Some((0, 0)));
     assert!(c.cores[0].stats().batches_held >= 2);
     c.settle();
 }
@@ -878,4 +881,38 @@ fn a_large_table_reaches_a_joining_daemon_in_parts_that_fit_a_batch() {
     assert!(c.cores[2].ready());
     assert_eq!(c.cores[2].groups(), 7);
     assert_eq!(c.cores[2].table, c.cores[0].table);
+}
+
+#[test]
+fn held_for_counts_a_clients_messages_until_the_order_delivers_them() {
+    let mut c = Cluster::new(2);
+    c.connect(0, 1, "a");
+    c.connect(0, 2, "b");
+    c.frame(0, 1, join("chat"));
+    c.settle();
+    assert_eq!(c.cores[0].held_for(1, []), Some((0, 0)));
+    for _ in 0..5 {
+        c.frame(0, 1, multicast(Service::Agreed, &["chat"], &[1; 100]));
+    }
+    // Larger than a batch: fragments, counted as one message.
+    c.frame(0, 1, multicast(Service::Fifo, &["chat"], &[2; 2_500]));
+    c.frame(0, 1, multicast(Service::Unreliable, &["chat"], &[3; 10]));
+    // Another client's message is not this one's.
+    c.frame(0, 2, multicast(Service::Agreed, &["chat"], &[4; 50]));
+    let want = Some((7, 5 * 100 + 2_500 + 10));
+    assert_eq!(c.cores[0].held_for(1, []), want);
+    assert_eq!(c.cores[0].held_for(2, []), Some((1, 50)));
+    assert_eq!(c.cores[0].held_for(3, []), None, "not connected");
+    // A batch taken for the total order still counts, as in flight.
+    let batch = c.cores[0].take_batch().expect("a batch");
+    let in_flight = c.cores[0].held_for(1, [&batch[..]]);
+    assert_eq!(in_flight, want);
+    let left = c.cores[0].held_for(1, []).unwrap();
+    assert!(left.0 < 7, "the taken batch is no longer waiting: {left:?}");
+    c.cores[0].requeue(vec![batch], false);
+    c.settle();
+    c.spread_unsequenced(0);
+    assert_eq!(c.cores[0].held_for(1, []), Some((0, 0)));
+    // Its own seven and b's one.
+    assert_eq!(messages(&c.take(0, 1)).len(), 8);
 }
