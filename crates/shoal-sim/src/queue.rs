@@ -111,13 +111,13 @@ impl<T> Calendar<T> {
             let at = self.current.partition_point(|e| (e.time, e.order) > key);
             self.current.insert(at, entry);
         } else if bucket - self.cursor < BUCKETS as u64 {
-            self.to_ring(bucket, entry);
+            self.put_in_ring(bucket, entry);
         } else {
             self.far.push(Reverse(Far(entry)));
         }
     }
 
-    fn to_ring(&mut self, bucket: u64, entry: Entry<T>) {
+    fn put_in_ring(&mut self, bucket: u64, entry: Entry<T>) {
         let i = (bucket % BUCKETS as u64) as usize;
         self.ring[i].push(entry);
         self.occupied[i / 64] |= 1 << (i % 64);
@@ -165,7 +165,7 @@ impl<T> Calendar<T> {
                 if bucket == self.cursor {
                     self.current.push(entry);
                 } else {
-                    self.to_ring(bucket, entry);
+                    self.put_in_ring(bucket, entry);
                 }
             }
             let i = (self.cursor % BUCKETS as u64) as usize;
@@ -189,7 +189,7 @@ impl<T> Calendar<T> {
             }
             if !self.current.is_empty() {
                 self.current
-                    .sort_unstable_by(|a, b| (b.time, b.order).cmp(&(a.time, a.order)));
+                    .sort_unstable_by_key(|e| Reverse((e.time, e.order)));
                 return true;
             }
         }
