@@ -5,6 +5,7 @@
 
 pub mod metrics;
 pub mod network;
+pub mod queue;
 pub mod report;
 pub mod scenarios;
 pub mod sim;

@@ -200,6 +200,12 @@ impl Link {
     }
 
     fn forget_departed(&mut self, now: u64) {
+        // An idle link has sent everything: no need to read the queue (at
+        // 10^5 links, each read is a cache miss).
+        if self.busy_until <= now {
+            self.queue.clear();
+            return;
+        }
         while self.queue.front().is_some_and(|d| *d <= now) {
             self.queue.pop_front();
         }
@@ -370,24 +376,23 @@ impl TreeRoutes {
 
     /// The links on which `at` forwards a multicast from `source`: every
     /// link but the one towards the source whose far side hosts a member,
-    /// ordered by the node at the far end.
-    fn multicast_links(&self, links: &[Link], source: usize, at: usize) -> Vec<u32> {
+    /// ordered by the node at the far end; into `out` (emptied first).
+    fn multicast_links(&self, links: &[Link], source: usize, at: usize, out: &mut Vec<u32>) {
+        out.clear();
         let toward_source = self.route(at, source).map(|l| links[l].to);
-        let mut out: Vec<(usize, u32)> = Vec::new();
         if at != 0 {
             let p = self.parent[at] as usize;
             if Some(p) != toward_source && self.hosts > self.hosts_below[at] {
-                out.push((p, self.up[at]));
+                out.push(self.up[at]);
             }
         }
         for &(_, link) in self.children(at) {
             let c = links[link as usize].to;
             if Some(c) != toward_source && self.hosts_below[c] > 0 {
-                out.push((c, link));
+                out.push(link);
             }
         }
-        out.sort_unstable();
-        out.into_iter().map(|(_, link)| link).collect()
+        out.sort_unstable_by_key(|&link| links[link as usize].to);
     }
 }
 
@@ -490,11 +495,22 @@ impl Network {
     /// shortest-path tree's child links whose subtree holds a member, in
     /// the order of the nodes they lead to.
     pub fn multicast_links(&mut self, source: usize, at: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.multicast_links_into(source, at, &mut out);
+        out
+    }
+
+    /// As [`Network::multicast_links`], into `out` (emptied first), so a
+    /// caller forwarding millions of packets reuses one vector.
+    pub fn multicast_links_into(&mut self, source: usize, at: usize, out: &mut Vec<u32>) {
         match &mut self.routes {
-            Routes::Tree(tree) => tree.multicast_links(&self.links, source, at),
-            Routes::Graph { tree, .. } => tree[source]
-                .get_or_insert_with(|| build_tree(&self.adjacency, &self.is_host, source))[at]
-                .clone(),
+            Routes::Tree(tree) => tree.multicast_links(&self.links, source, at, out),
+            Routes::Graph { tree, .. } => {
+                let links = &tree[source]
+                    .get_or_insert_with(|| build_tree(&self.adjacency, &self.is_host, source))[at];
+                out.clear();
+                out.extend_from_slice(links);
+            }
         }
     }
 }

@@ -1,11 +1,11 @@
-//! The discrete-event loop: one queue of (time, insertion order, event),
-//! never ticked, driving the real engines over the simulated [`Network`].
+//! The discrete-event loop: one queue of (time, insertion order, event)
+//! (a calendar queue, [`crate::queue`]), never ticked, driving the real
+//! engines over the simulated [`Network`].
 //! Each host has at most one live wake-up; a later one replaces it through a
 //! generation counter. Seeded and deterministic: the same topology, engines
 //! and seed give the same run, event for event.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -15,6 +15,7 @@ use shoal_core::{Destination, Engine, Instant, NodeId};
 
 use crate::metrics::{HostMetrics, Violation};
 use crate::network::{Network, Offer, Topology};
+use crate::queue::Calendar;
 
 #[derive(Debug)]
 enum Ev {
@@ -64,68 +65,6 @@ struct Packet {
     bytes: Bytes,
 }
 
-/// The pending-event queue. The heap holds only small keys; events live in
-/// a slab whose slots are reused, so a heap sift moves 24 bytes instead of a
-/// whole event (the heap was the largest item in the profile).
-#[derive(Default)]
-struct Queue {
-    heap: BinaryHeap<Key>,
-    slots: Vec<Option<Ev>>,
-    free: Vec<u32>,
-    order: u64,
-}
-
-#[derive(PartialEq, Eq)]
-struct Key {
-    time: u64,
-    order: u64,
-    slot: u32,
-}
-
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Key {
-    /// Reversed: the heap pops the earliest (time, insertion order) first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.time, other.order).cmp(&(self.time, self.order))
-    }
-}
-
-impl Queue {
-    fn push(&mut self, time: u64, ev: Ev) {
-        self.order += 1;
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(ev);
-                slot
-            }
-            None => {
-                self.slots.push(Some(ev));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.heap.push(Key {
-            time,
-            order: self.order,
-            slot,
-        });
-    }
-
-    fn next_time(&self) -> Option<u64> {
-        self.heap.peek().map(|k| k.time)
-    }
-
-    fn pop(&mut self) -> Option<(u64, Ev)> {
-        let key = self.heap.pop()?;
-        let ev = self.slots[key.slot as usize].take().expect("live slot");
-        self.free.push(key.slot);
-        Some((key.time, ev))
-    }
-}
-
 struct Host<E> {
     node: usize,
     engine: E,
@@ -153,7 +92,7 @@ pub struct Sim<E> {
     hosts: Vec<Host<E>>,
     /// Node index to host index.
     host_at: Vec<Option<u32>>,
-    queue: Queue,
+    queue: Calendar<Ev>,
     now: u64,
     rng: Xoshiro256PlusPlus,
     cost: Option<ProcessingCost>,
@@ -167,6 +106,8 @@ pub struct Sim<E> {
     receive_loss: f64,
     pub events: u64,
     pub violations: Vec<Violation>,
+    /// Reused for the links a multicast leaves on.
+    scratch_links: Vec<u32>,
 }
 
 impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
@@ -217,7 +158,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             network: Network::new(topology, nodes),
             hosts,
             host_at,
-            queue: Queue::default(),
+            queue: Calendar::default(),
             now: 0,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x005E_ED0F_5111),
             cost: None,
@@ -227,6 +168,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             receive_loss: 0.0,
             events: 0,
             violations: Vec::new(),
+            scratch_links: Vec::new(),
         };
         for h in 0..sim.hosts.len() {
             sim.arm(h);
@@ -703,12 +645,14 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 None => at,
             },
             None => {
-                let links = self.network.multicast_links(node, node);
+                let mut links = std::mem::take(&mut self.scratch_links);
+                self.network.multicast_links_into(node, node, &mut links);
                 let mut taken = at;
-                for link in links {
+                for &link in &links {
                     let sent = self.send_first_hop(link as usize, packet.clone(), at);
                     taken = taken.max(sent);
                 }
+                self.scratch_links = links;
                 taken
             }
         }
@@ -736,10 +680,16 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     }
 
     fn forward_multicast(&mut self, at: usize, packet: Packet) {
-        let links = self.network.multicast_links(packet.from_node as usize, at);
-        for link in links {
-            self.send_on(link as usize, packet.clone());
+        let mut links = std::mem::take(&mut self.scratch_links);
+        self.network
+            .multicast_links_into(packet.from_node as usize, at, &mut links);
+        if let Some((&last, rest)) = links.split_last() {
+            for &link in rest {
+                self.send_on(link as usize, packet.clone());
+            }
+            self.send_on(last as usize, packet);
         }
+        self.scratch_links = links;
     }
 
     fn send_on(&mut self, link: usize, packet: Packet) {

@@ -54,9 +54,13 @@ pub(super) struct Held {
     pub recovered: bool,
 }
 
+/// A slot is 48 bytes: a missing message's bookkeeping (88 bytes) is boxed,
+/// as few slots are missing at once while every held message takes one, and
+/// at 10^4 members writing each new message's slot is a cache miss per
+/// member (half as many lines touched with the smaller slot).
 #[derive(Debug)]
 pub(super) enum Slot {
-    Missing(Missing),
+    Missing(Box<Missing>),
     Held(Held),
     Collected,
 }
@@ -98,6 +102,10 @@ pub(super) struct SourceLog {
     missing: usize,
     /// New messages since the last flow-control status sent to the source.
     pub unreported: u32,
+    /// Whether the engine's busy and gappy sets hold this source now (the
+    /// engine keeps them; the sets are then touched only on a change).
+    pub in_busy: bool,
+    pub in_gappy: bool,
 }
 
 impl Default for SourceLog {
@@ -118,6 +126,8 @@ impl SourceLog {
             held: 0,
             missing: 0,
             unreported: 0,
+            in_busy: false,
+            in_gappy: false,
         }
     }
 
@@ -178,14 +188,14 @@ impl SourceLog {
         }
         let last = last.min(self.end().saturating_add(limit));
         while self.end() <= last {
-            self.slots.push_back(Slot::Missing(Missing {
+            self.slots.push_back(Slot::Missing(Box::new(Missing {
                 since: now,
                 solicited_at: None,
                 solicited_of: 0,
                 asked_again: false,
                 evidence: 0,
                 invites: [None; 2],
-            }));
+            })));
             self.missing += 1;
         }
     }
@@ -209,6 +219,22 @@ impl SourceLog {
         }
         if seq < self.base || seq > self.end().saturating_add(limit) {
             return Inserted::Duplicate;
+        }
+        if seq == self.end() {
+            // The next message in order (the common case): as a gap opened
+            // and filled at once, with no ask or invite to time.
+            self.slots.push_back(Slot::Held(Held {
+                payload,
+                received: now,
+                delivered: false,
+                recovered: repaired_by.is_some(),
+            }));
+            self.held += 1;
+            self.unreported = self.unreported.saturating_add(1);
+            return Inserted::New {
+                answered_after: None,
+                pushed_after: None,
+            };
         }
         self.learn_up_to(seq, now, limit);
         let Some(slot) = self.slot_mut(seq) else {
@@ -351,6 +377,13 @@ impl SourceLog {
 
     /// Ranges of held messages, oldest first.
     pub fn held_ranges(&self) -> Vec<SeqRange> {
+        if self.held == self.slots.len() {
+            // All held, the usual state: one range, without reading a slot.
+            return SeqRange::new(self.base, self.end().wrapping_sub(1))
+                .filter(|_| self.held > 0)
+                .into_iter()
+                .collect();
+        }
         let mut builder = RangeBuilder::default();
         for (seq, slot) in (self.base..).zip(&self.slots) {
             if matches!(slot, Slot::Held(_)) {

@@ -452,6 +452,11 @@ impl Pbcast {
             log.check_invariants();
             assert_eq!(self.busy.contains(&source), !log.is_idle(), "busy set");
             assert_eq!(self.gappy.contains(&source), log.has_missing(), "gappy set");
+            assert_eq!(
+                (log.in_busy, log.in_gappy),
+                (!log.is_idle(), log.has_missing()),
+                "the log's record of the sets"
+            );
         }
         // A source without a log is idle and has no gaps.
         for source in self.busy.iter().chain(&self.gappy) {
@@ -462,24 +467,41 @@ impl Pbcast {
         }
     }
 
-    /// Keeps `busy` and `gappy` in step with one source's log.
+    /// Keeps `busy` and `gappy` in step with one source's log. The log
+    /// remembers whether the sets hold it, so that a message that changes
+    /// neither (most) costs no search of them. A source without a log is
+    /// in neither.
     fn track(&mut self, source: usize) {
-        let log = self.logs.get(source);
-        if log.is_idle() {
-            self.busy.remove(&source);
-        } else {
-            self.busy.insert(source);
+        let Some(log) = self.logs.get_mut(source) else {
+            return;
+        };
+        let busy = !log.is_idle();
+        if busy != log.in_busy {
+            log.in_busy = busy;
+            if busy {
+                self.busy.insert(source);
+            } else {
+                self.busy.remove(&source);
+            }
         }
-        if log.has_missing() {
-            self.gappy.insert(source);
-        } else {
-            self.gappy.remove(&source);
+        let gappy = log.has_missing();
+        if gappy != log.in_gappy {
+            log.in_gappy = gappy;
+            if gappy {
+                self.gappy.insert(source);
+            } else {
+                self.gappy.remove(&source);
+            }
         }
     }
 
     fn retrack_all(&mut self) {
         self.busy.clear();
         self.gappy.clear();
+        for (_, log) in self.logs.iter_mut() {
+            log.in_busy = false;
+            log.in_gappy = false;
+        }
         let sources: Vec<usize> = self.logs.iter().map(|(source, _)| source).collect();
         for source in sources {
             self.track(source);
@@ -729,7 +751,9 @@ impl Pbcast {
         awaited: &[SourceRanges],
     ) {
         let (mut wanted, mut again) = (Vec::new(), Vec::new());
-        let mut by_source: BTreeMap<usize, Advert> = BTreeMap::new();
+        // Ascending by source (a digest names a few sources: a sorted
+        // vector, not a map allocated per digest).
+        let mut adverts: Vec<Advert> = Vec::new();
         for (list, field) in [
             (digest, AdvertList::Held),
             (lacking, AdvertList::Lacking),
@@ -739,14 +763,16 @@ impl Pbcast {
                 let Some(source) = self.index_of(NodeId(entry.source)) else {
                     continue;
                 };
-                let advert = by_source
-                    .entry(source)
-                    .or_insert_with(|| Advert::new(source));
-                advert.list(field).extend_from_slice(&entry.ranges);
+                let i = match adverts.binary_search_by_key(&source, |a| a.source) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        adverts.insert(i, Advert::new(source));
+                        i
+                    }
+                };
+                adverts[i].list(field).extend_from_slice(&entry.ranges);
             }
         }
-        // Ascending by source.
-        let mut adverts: Vec<Advert> = by_source.into_values().collect();
         for advert in &mut adverts {
             advert.held.sort_unstable();
             advert.awaited.sort_unstable();

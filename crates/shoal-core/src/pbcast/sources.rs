@@ -55,6 +55,16 @@ impl Logs {
             .or_insert_with(|| SourceLog::empty(anchored))
     }
 
+    /// `source`'s log, if it has one.
+    pub fn get_mut(&mut self, source: usize) -> Option<&mut SourceLog> {
+        self.map.get_mut(&source)
+    }
+
+    /// The logs that exist, ascending by source.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut SourceLog)> {
+        self.map.iter_mut().map(|(&source, log)| (source, log))
+    }
+
     /// Gives `source` a log of its own (replacing any).
     pub fn insert(&mut self, source: usize, log: SourceLog) {
         self.map.insert(source, log);

@@ -15,6 +15,7 @@ pub mod p001;
 pub mod p001_fig1_star;
 pub mod p001_fig1_tree;
 pub mod p001_fig2_sparse;
+pub mod p001_fig2_sparse_10x;
 pub mod p001_fig3_histograms;
 pub mod p001_fig4_chain;
 pub mod p001_fig5_lan;
@@ -63,6 +64,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p001_fig1_tree::NAME, p001_fig1_tree::run),
     (p001_fig1_star::NAME, p001_fig1_star::run),
     (p001_fig2_sparse::NAME, p001_fig2_sparse::run),
+    (p001_fig2_sparse_10x::NAME, p001_fig2_sparse_10x::run),
     (p001_fig3_histograms::NAME, p001_fig3_histograms::run),
     (p001_fig4_chain::NAME, p001_fig4_chain::run),
     (p001_fig5_lan::NAME, p001_fig5_lan::run),
