@@ -188,7 +188,7 @@ impl HostMetrics {
     /// FIFO order expects `source`'s deliveries here to start at `seq` (a
     /// member that joins later starts where its first view does).
     pub fn expect_from(&mut self, source: u32, seq: u64) {
-        self.expected.insert(source, seq);
+        *self.expected.entry(source) = seq;
     }
 
     /// Checks exactly-once delivery only, not order (SRM, unordered pbcast).

@@ -15,8 +15,8 @@
 //! every engine's weights are O(n²): 1.2 GB at 10^4), so it is the first to
 //! run out of memory as n grows.
 
-use super::p001_fig2_sparse::pick_distinct;
-use super::{overhead_notes, overhead_plots, Figure, Protocol, Scale, Setup, Sweep};
+use super::p001::{overhead_notes, overhead_plots, pick_distinct, Setup, Sweep};
+use super::{Figure, Protocol, Scale};
 use crate::{LinkSpec, Topology};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
