@@ -122,6 +122,12 @@ class Requests:
         self.check_name("group name", group)
         return self.encode(codec.Leave(group))
 
+    def group_query(self, nonce: int, group: str) -> bytes:
+        self.check_name("group name", group)
+        if group.startswith("#"):
+            raise InvalidRequest(f"{group!r} is a private group, not a group one joins")
+        return self.encode(codec.GroupQuery(nonce, group))
+
     def disconnect(self) -> bytes:
         return self.encode(codec.Disconnect())
 

@@ -202,6 +202,34 @@ class Client:
         pending = self._writer.transport.get_write_buffer_size()
         return FlowControlState(pending, answer)
 
+    async def members(self, group: str, timeout: float = 5.0) -> list[str] | None:
+        """The members of ``group`` as this client's daemon knows them now,
+        without joining it; see :meth:`shoal_client.Client.members`. The
+        query joins the connection's write buffer; events that arrive while
+        waiting are kept for :meth:`receive`."""
+        if self._closed:
+            raise Disconnected("the client is closed")
+        nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
+        query = self._requests.group_query(nonce, group)
+        self._flow_nonce = nonce
+        self._writer.write(query)
+        limits = self._requests.limits
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    frame = await _next_frame(self._reader, self._buf, limits)
+                    if isinstance(frame, codec.GroupMembers):
+                        if frame.nonce == nonce:
+                            return list(frame.members)
+                    else:
+                        self._backlog.append(frame)
+        except TimeoutError:
+            return None
+        except ShoalClientError as e:
+            if not isinstance(e, Disconnected):
+                await self.close()
+            raise
+
     async def flush(self) -> None:
         """Waits until the write buffer is below its low-water mark."""
         await self._send(b"")
@@ -256,7 +284,7 @@ class Client:
                         frame = self._backlog.popleft()
                     else:
                         frame = await _next_frame(self._reader, self._buf, limits)
-                    if not isinstance(frame, codec.FlowState):
+                    if not isinstance(frame, (codec.FlowState, codec.GroupMembers)):
                         break
         except TimeoutError:
             return None

@@ -324,6 +324,41 @@ class Client:
                 elif time.monotonic() >= deadline:
                     return FlowControlState(len(self._pending), None)
 
+    def members(self, group: str, timeout: float = 5.0) -> list[str] | None:
+        """The members of ``group`` as this client's daemon knows them now,
+        without joining it (as corosync's ``cpg_membership_get``): a
+        ``GroupQuery`` and the daemon's answer, the members' private groups in
+        the order of a view's list; empty for a group nobody joined. ``None``
+        when the daemon did not answer within ``timeout`` seconds (it is not
+        reading this client). As :meth:`flow_control_state`, it keeps writing
+        what is pending while it waits and keeps events arriving meanwhile, in
+        order, for :meth:`receive`; a late answer is dropped. A name a join
+        refuses raises :class:`InvalidRequest`."""
+        nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
+        query = self._requests.group_query(nonce, group)
+        self._flow_nonce = nonce
+        with self._send_lock:
+            self._pending += query
+        deadline = time.monotonic() + timeout
+        with self._recv_lock:
+            while True:
+                with self._send_lock:
+                    self._write_now(self._pending)
+                step = min(deadline, time.monotonic() + FLOW_STEP)
+                try:
+                    frame = self._reader.next_frame(step)
+                except ShoalClientError as e:
+                    if not isinstance(e, Disconnected):
+                        self.close()
+                    raise
+                if isinstance(frame, codec.GroupMembers):
+                    if frame.nonce == nonce:
+                        return list(frame.members)
+                elif frame is not None:
+                    self._backlog.append(frame)
+                elif time.monotonic() >= deadline:
+                    return None
+
     def flush(self) -> None:
         """Writes what :meth:`try_multicast` left pending, waiting as needed."""
         self._send(b"")
@@ -386,7 +421,7 @@ class Client:
                         if not isinstance(e, Disconnected):
                             self.close()
                         raise
-                if not isinstance(frame, codec.FlowState):
+                if not isinstance(frame, (codec.FlowState, codec.GroupMembers)):
                     break
         return None if frame is None else self._views.event(frame)
 

@@ -41,6 +41,8 @@ __all__ = [
     "StatusReply",
     "FlowQuery",
     "FlowState",
+    "GroupQuery",
+    "GroupMembers",
     "Frame",
     "encode",
     "decode",
@@ -325,6 +327,28 @@ class FlowState:
     queue_limit: int
 
 
+@dataclass
+class GroupQuery:
+    """Client → daemon: who is in ``group``? Needs no join of the group;
+    ``nonce`` (``u32``) comes back in the answer."""
+
+    nonce: int
+    group: str
+
+
+@dataclass
+class GroupMembers:
+    """Daemon → client: the answer to :class:`GroupQuery`, the members of
+    ``group`` in the daemon's table when it read the query (none for a group
+    it does not know). ``view_id`` is 0: the daemon does not keep the last
+    view's id per group."""
+
+    nonce: int
+    group: str
+    view_id: int
+    members: list[str] = field(default_factory=list)
+
+
 Frame = Union[
     Connect,
     ConnectOk,
@@ -339,6 +363,8 @@ Frame = Union[
     StatusReply,
     FlowQuery,
     FlowState,
+    GroupQuery,
+    GroupMembers,
 ]
 
 _CONNECT = 1
@@ -356,6 +382,8 @@ _MULTICAST_EXT = 12
 _MESSAGE_EXT = 13
 _FLOW_QUERY = 14
 _FLOW_STATE = 15
+_GROUP_QUERY = 16
+_GROUP_MEMBERS = 17
 
 # ---- encoding ----
 
@@ -493,6 +521,16 @@ def encode(frame: Frame) -> bytes:
         w.u64(_check_range("held bytes", frame.held_bytes, 64))
         w.u64(_check_range("queued bytes", frame.queued_bytes, 64))
         w.u64(_check_range("queue limit", frame.queue_limit, 64))
+    elif isinstance(frame, GroupQuery):
+        w = _Writer(_GROUP_QUERY)
+        w.u32(_check_range("nonce", frame.nonce, 32))
+        w.string(frame.group)
+    elif isinstance(frame, GroupMembers):
+        w = _Writer(_GROUP_MEMBERS)
+        w.u32(_check_range("nonce", frame.nonce, 32))
+        w.string(frame.group)
+        w.u64(_check_range("view id", frame.view_id, 64))
+        w.strings(frame.members)
     else:
         raise TypeError(f"not a client-protocol frame: {frame!r}")
     return w.finish()
@@ -691,4 +729,9 @@ _BODY_DECODERS = {
     _MESSAGE_EXT: _decode_message_ext,
     _FLOW_QUERY: lambda r: FlowQuery(r.u32("nonce")),
     _FLOW_STATE: _decode_flow_state,
+    _GROUP_QUERY: lambda r: GroupQuery(r.u32("nonce"), r.name("group name")),
+    _GROUP_MEMBERS: lambda r: GroupMembers(
+        r.u32("nonce"), r.name("group name"), r.u64("view id"),
+        r.names("members", r.limits.members_max),
+    ),
 }

@@ -560,5 +560,47 @@ class FlowState(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((await c.receive(timeout=BOUND)).payload, b"after")
 
 
+class GroupMembers(unittest.IsolatedAsyncioTestCase):
+    """``members``: the query, its answer, events kept meanwhile, a query
+    the daemon does not answer in time, and names a join refuses."""
+
+    @staticmethod
+    def script(peer: Peer) -> None:
+        peer.accept_client("#a#h")
+        assert peer.frame() == codec.GroupQuery(1, "g")
+        peer.send(Message("#b#h", Service.AGREED, ["h"], b"before"),
+                  codec.GroupMembers(1, "g", 0, ["#b#h", "#c#k"]))
+        assert peer.frame() == codec.GroupQuery(2, "g")
+        assert peer.frame() == codec.Join("h")
+        peer.send(codec.GroupMembers(2, "g", 0, []),
+                  Message("#b#h", Service.AGREED, ["h"], b"after"))
+        assert isinstance(peer.frame(), codec.Disconnect)
+
+    def test_blocking(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        with Client.connect("a", d.address, timeout=BOUND) as c:
+            self.assertEqual(c.members("g", BOUND), ["#b#h", "#c#k"])
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"before")
+            self.assertIsNone(c.members("g", 0.05))
+            for bad in ("#b#h", ""):
+                with self.assertRaises(InvalidRequest):
+                    c.members(bad, BOUND)
+            c.join("h")
+            self.assertEqual(c.receive(timeout=BOUND).payload, b"after")
+
+    async def test_asyncio(self) -> None:
+        d = FakeDaemon(self.script)
+        self.addCleanup(d.finish)
+        async with await aio.Client.connect("a", d.address) as c:
+            self.assertEqual(await c.members("g", BOUND), ["#b#h", "#c#k"])
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"before")
+            self.assertIsNone(await c.members("g", 0.05))
+            with self.assertRaises(InvalidRequest):
+                await c.members("#b#h", BOUND)
+            await c.join("h")
+            self.assertEqual((await c.receive(timeout=BOUND)).payload, b"after")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -75,6 +75,9 @@ def sample_frames() -> list[codec.Frame]:
         codec.FlowQuery(2**32 - 1),
         codec.FlowState(7, True, 2, 300, 40, 1 << 25),
         codec.FlowState(2**32 - 1, False, 0, 2**64 - 1, 0, 0),
+        codec.GroupQuery(0, "chat"),
+        codec.GroupMembers(2**32 - 1, "chat", 2**64 - 1, ["#alice#a", "#bob#b"]),
+        codec.GroupMembers(3, "nobody", 0, []),
     ] + [Multicast(s, ["g"], s.label.encode()) for s in Service]
 
 
@@ -150,6 +153,21 @@ class GoldenBytes(unittest.TestCase):
             struct.pack(">Q", v) for v in (3, 4, 5)
         )
         self.assertEqual(encode(codec.FlowState(1, True, 2, 3, 4, 5)), want)
+
+    def test_group_query_and_members(self) -> None:
+        # The same bytes as shoal_wire's test of these frames.
+        self.assertEqual(
+            encode(codec.GroupQuery(7, "g")),
+            bytes([0, 0, 0, 9, 2, 16, 0, 0, 0, 7, 0, 1]) + b"g",
+        )
+        want = (
+            bytes([0, 0, 0, 31, 2, 17, 0, 0, 0, 1, 0, 1]) + b"g" + struct.pack(">Q", 5)
+            + bytes([0, 2, 0, 4]) + b"#a#n" + bytes([0, 4]) + b"#b#n"
+        )
+        self.assertEqual(encode(codec.GroupMembers(1, "g", 5, ["#a#n", "#b#n"])), want)
+        # The group name is checked as a join's: an empty one is refused.
+        with self.assertRaises(codec.FrameError):
+            decode(bytes([0, 0, 0, 8, 2, 16, 0, 0, 0, 7, 0, 0]))
 
     def test_multicast(self) -> None:
         # service 5 (agreed); 1 group "chat"; payload of 2 bytes "hi".

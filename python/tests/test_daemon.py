@@ -501,6 +501,22 @@ class TwoDaemons(unittest.TestCase):
         self.assertIsNotNone(mine.daemon)
         self.assertEqual(len(messages(bob, 20)), 20)
 
+    def test_a_client_that_never_joined_sees_the_members_of_a_group(self) -> None:
+        group = f"members{self.n}"
+        alice, bob = self.pair(group)
+        both = sorted([alice.private_group, bob.private_group])
+        # Each daemon's table had both when its member heard the view.
+        watcher = self.client(self.cluster.b, "watcher")
+        self.assertEqual(watcher.members(group, timeout=PATIENCE), both)
+        self.assertEqual(watcher.members(f"nobody{self.n}", timeout=PATIENCE), [])
+
+        async def ask() -> list[str] | None:
+            c = await aio.Client.connect(f"awatcher{self.n}", self.cluster.a.socket)
+            async with c:
+                return await c.members(group, timeout=PATIENCE)
+
+        self.assertEqual(asyncio.run(ask()), both)
+
     def test_the_asyncio_client_talks_to_a_blocking_one(self) -> None:
         group = f"aio{self.n}"
         alice = self.client(self.cluster.a, "alice")

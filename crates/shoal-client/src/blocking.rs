@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, split_private_group, ClientError, DaemonFlow, Encoder,
-    Endpoint, FlowControl, FlowControlState, Limits, ReadBuf, Received, SendOptions, Service,
-    Views, DISCONNECT_WAIT, FLOW_STEP,
+    after_disconnect, connect_answer, members_answer, split_private_group, stale_answer,
+    ClientError, DaemonFlow, Encoder, Endpoint, FlowControl, FlowControlState, Limits, ReadBuf,
+    Received, SendOptions, Service, Views, DISCONNECT_WAIT, FLOW_STEP,
 };
 
 /// A connected socket of either kind.
@@ -364,6 +364,44 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The members of `group` as this client's daemon knows them now,
+    /// without joining it (as corosync's `cpg_membership_get`): a
+    /// `GroupQuery` to the daemon, and its answer, the private groups
+    /// (`#name#daemon`) of the members in the order of a view's list; none
+    /// for a group nobody joined. `None` when the daemon did not answer
+    /// within `timeout` (it is not reading this client). Like
+    /// [`Client::flow_control_state`], it keeps writing what is pending
+    /// while it waits, and keeps messages and views arriving meanwhile, in
+    /// order, for `receive`; a late answer is dropped.
+    pub fn members(
+        &mut self,
+        group: &str,
+        timeout: Duration,
+    ) -> Result<Option<Vec<String>>, ClientError> {
+        self.flow_nonce = self.flow_nonce.wrapping_add(1);
+        let nonce = self.flow_nonce;
+        self.send.enc.group_query(nonce, group)?;
+        self.send.pending.extend_from_slice(&self.send.enc.out);
+        self.send.enc.written();
+        let start = Instant::now();
+        loop {
+            self.send.flow_control()?;
+            let waited = start.elapsed();
+            let step = FLOW_STEP.min(timeout.saturating_sub(waited));
+            let frame = self.recv.next_frame(Some(Instant::now() + step))?;
+            match frame.as_ref().map(members_answer) {
+                Some(Some((n, members))) if n == nonce => return Ok(Some(members.to_vec())),
+                // A late answer to an earlier query.
+                Some(Some(_)) => {}
+                Some(None) => self.recv.backlog.extend(frame),
+                None if waited >= timeout => return Ok(None),
+                None => {}
+            }
+        }
+    }
+}
+
 /// The sending half of a [`Client`].
 ///
 /// One thread at a time: to share it, put it in a `Mutex` (each request is
@@ -600,7 +638,7 @@ impl RecvHalf {
                     None => return Ok(None),
                 },
             };
-            if !matches!(frame, Frame::FlowState { .. }) {
+            if !stale_answer(&frame) {
                 return Ok(Some(frame));
             }
         }

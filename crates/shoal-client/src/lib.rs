@@ -218,6 +218,20 @@ impl DaemonFlow {
     }
 }
 
+/// The nonce and member list of a `GroupMembers` answer.
+pub(crate) fn members_answer(frame: &Frame) -> Option<(u32, &[String])> {
+    match frame {
+        Frame::GroupMembers { nonce, members, .. } => Some((*nonce, members)),
+        _ => None,
+    }
+}
+
+/// Whether `receive` drops the frame: an answer to a query nobody waits
+/// for any more.
+pub(crate) fn stale_answer(frame: &Frame) -> bool {
+    matches!(frame, Frame::FlowState { .. } | Frame::GroupMembers { .. })
+}
+
 /// How often a flow-control query that waits for its answer tries again to
 /// write what is pending (the query may be among it).
 pub(crate) const FLOW_STEP: Duration = Duration::from_millis(5);
@@ -612,6 +626,19 @@ impl Encoder {
         self.frame(&Frame::FlowQuery { nonce })
     }
 
+    pub(crate) fn group_query(&mut self, nonce: u32, group: &str) -> Result<&[u8], ClientError> {
+        self.check_name("group name", group)?;
+        if group.starts_with('#') {
+            return Err(ClientError::Invalid(format!(
+                "{group:?} is a private group, not a group one joins"
+            )));
+        }
+        self.frame(&Frame::GroupQuery {
+            nonce,
+            group: group.to_owned(),
+        })
+    }
+
     pub(crate) fn disconnect(&mut self) -> Result<&[u8], ClientError> {
         self.frame(&Frame::Disconnect)
     }
@@ -831,6 +858,8 @@ pub(crate) fn unwanted(frame: Frame) -> ClientError {
         Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
         Frame::FlowQuery { .. } => ClientError::Unexpected("FlowQuery"),
         Frame::FlowState { .. } => ClientError::Unexpected("FlowState"),
+        Frame::GroupQuery { .. } => ClientError::Unexpected("GroupQuery"),
+        Frame::GroupMembers { .. } => ClientError::Unexpected("GroupMembers"),
     }
 }
 

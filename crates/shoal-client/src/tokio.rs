@@ -33,9 +33,9 @@ use ::tokio::net::{TcpStream, UnixStream};
 use shoal_wire::client::Frame;
 
 use crate::{
-    after_disconnect, connect_answer, split_private_group, ClientError, DaemonFlow, Encoder,
-    Endpoint, FlowControl, FlowControlState, Limits, ReadBuf, Received, SendOptions, Service,
-    Views, DISCONNECT_WAIT, FLOW_STEP,
+    after_disconnect, connect_answer, members_answer, split_private_group, stale_answer,
+    ClientError, DaemonFlow, Encoder, Endpoint, FlowControl, FlowControlState, Limits, ReadBuf,
+    Received, SendOptions, Service, Views, DISCONNECT_WAIT, FLOW_STEP,
 };
 
 type Reader = Box<dyn AsyncRead + Send + Sync + Unpin>;
@@ -294,6 +294,42 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The members of `group` as this client's daemon knows them now,
+    /// without joining it; see [`crate::Client::members`]. Events that
+    /// arrive while it waits are kept for `receive`. Cancel-safe as
+    /// `receive` is.
+    pub async fn members(
+        &mut self,
+        group: &str,
+        timeout: Duration,
+    ) -> Result<Option<Vec<String>>, ClientError> {
+        self.flow_nonce = self.flow_nonce.wrapping_add(1);
+        let nonce = self.flow_nonce;
+        self.send.enc.group_query(nonce, group)?;
+        self.send.pending.extend_from_slice(&self.send.enc.out);
+        self.send.enc.written();
+        let start = ::tokio::time::Instant::now();
+        loop {
+            self.send.flow_control()?;
+            let waited = start.elapsed();
+            let step = FLOW_STEP.min(timeout.saturating_sub(waited));
+            let frame = match ::tokio::time::timeout(step, self.recv.next_frame()).await {
+                Ok(frame) => Some(frame?),
+                Err(_elapsed) => None,
+            };
+            match frame.as_ref().map(members_answer) {
+                Some(Some((n, members))) if n == nonce => return Ok(Some(members.to_vec())),
+                // A late answer to an earlier query.
+                Some(Some(_)) => {}
+                Some(None) => self.recv.backlog.extend(frame),
+                None if waited >= timeout => return Ok(None),
+                None => {}
+            }
+        }
+    }
+}
+
 /// The sending half of an async [`Client`].
 pub struct SendHalf {
     write: Writer,
@@ -507,7 +543,7 @@ impl RecvHalf {
                 Some(frame) => frame,
                 None => self.next_frame().await?,
             };
-            if !matches!(frame, Frame::FlowState { .. }) {
+            if !stale_answer(&frame) {
                 return self.views.received(&self.private_group, frame);
             }
         }

@@ -696,3 +696,65 @@ fn flow_control_state_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
     client.disconnect().unwrap();
     daemon.finish();
 }
+
+fn group_members(nonce: u32, group: &str, members: &[&str]) -> Frame {
+    Frame::GroupMembers {
+        nonce,
+        group: group.into(),
+        view_id: 0,
+        members: members.iter().map(|m| m.to_string()).collect(),
+    }
+}
+
+#[test]
+fn members_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        let query = |nonce| Frame::GroupQuery {
+            nonce,
+            group: "g".into(),
+        };
+        assert_eq!(peer.read_frame(), query(1));
+        // A message queued ahead of the answer.
+        peer.send(&message("#b#h", &["h"], b"before"));
+        peer.send(&group_members(1, "g", &["#b#h", "#c#k"]));
+        // The second query goes unanswered in time; its late answer comes
+        // before the next message.
+        assert_eq!(peer.read_frame(), query(2));
+        assert_eq!(peer.read_frame(), Frame::Join { group: "h".into() });
+        peer.send(&group_members(2, "g", &[]));
+        peer.send(&message("#b#h", &["h"], b"after"));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "a").unwrap();
+    assert_eq!(
+        client.members("g", BOUND).unwrap(),
+        Some(vec!["#b#h".to_string(), "#c#k".to_string()])
+    );
+    match client.receive().unwrap() {
+        Received::Message(m) => assert_eq!(m.payload, b"before"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        client.members("g", Duration::from_millis(50)).unwrap(),
+        None,
+        "no answer in time"
+    );
+    // Names a join refuses are refused here, before anything is sent.
+    assert!(matches!(
+        client.members("#b#h", BOUND),
+        Err(ClientError::Invalid(_))
+    ));
+    assert!(matches!(
+        client.members("", BOUND),
+        Err(ClientError::Invalid(_))
+    ));
+    client.join("h").unwrap();
+    // The late answer is not an event.
+    match client.receive_timeout(BOUND).unwrap() {
+        Some(Received::Message(m)) => assert_eq!(m.payload, b"after"),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}

@@ -534,3 +534,57 @@ async fn flow_control_state_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
     .await;
     daemon.finish();
 }
+
+#[tokio::test]
+async fn members_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#a#h");
+        let query = |nonce| Frame::GroupQuery {
+            nonce,
+            group: "g".into(),
+        };
+        assert_eq!(peer.read_frame(), query(1));
+        peer.send(&message("#b#h", &["h"], b"before"));
+        peer.send(&Frame::GroupMembers {
+            nonce: 1,
+            group: "g".into(),
+            view_id: 0,
+            members: vec!["#b#h".into(), "#c#k".into()],
+        });
+        assert_eq!(peer.read_frame(), query(2));
+        assert_eq!(peer.read_frame(), Frame::Join { group: "h".into() });
+        // The late answer to the second query, then a message.
+        peer.send(&Frame::GroupMembers {
+            nonce: 2,
+            group: "g".into(),
+            view_id: 0,
+            members: Vec::new(),
+        });
+        peer.send(&message("#b#h", &["h"], b"after"));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    bounded(async {
+        let mut client = Client::connect_to(&daemon.endpoint(), "a").await.unwrap();
+        let members = client.members("g", Duration::from_secs(20)).await.unwrap();
+        assert_eq!(members, Some(vec!["#b#h".to_string(), "#c#k".to_string()]));
+        match client.receive().await.unwrap() {
+            Received::Message(m) => assert_eq!(m.payload, b"before"),
+            other => panic!("{other:?}"),
+        }
+        let late = client.members("g", Duration::from_millis(50)).await;
+        assert_eq!(late.unwrap(), None, "no answer in time");
+        assert!(matches!(
+            client.members("#b#h", Duration::from_secs(1)).await,
+            Err(ClientError::Invalid(_))
+        ));
+        client.join("h").await.unwrap();
+        // The late answer is not an event.
+        match client.receive().await.unwrap() {
+            Received::Message(m) => assert_eq!(m.payload, b"after"),
+            other => panic!("{other:?}"),
+        }
+        client.disconnect().await.unwrap();
+    })
+    .await;
+    daemon.finish();
+}

@@ -190,6 +190,17 @@ fn the_status_page_shows_the_daemon_groups_clients_and_history() {
     assert_eq!(flow.queue_limit, 32 << 20);
     assert_eq!(state.client_pending_bytes, 0);
 
+    // The membership query: a client that never joined sees the members
+    // of the group the two others joined (its table had both when alice
+    // heard the view of two).
+    let mut carol = daemon.client("carol");
+    let members = carol.members("chat", BOUND).unwrap();
+    assert_eq!(
+        members,
+        Some(vec!["#alice#s1".to_string(), "#bob#s1".to_string()])
+    );
+    assert_eq!(carol.members("nobody", BOUND).unwrap(), Some(Vec::new()));
+
     let text = shoal_client::status(&daemon.endpoint(), BOUND).unwrap();
     assert!(
         text.contains("\ngroup chat: #alice#s1, #bob#s1\n"),

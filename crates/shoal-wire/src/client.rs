@@ -206,6 +206,23 @@ pub enum Frame {
         /// is disconnected as slow.
         queue_limit: u64,
     },
+    /// Client → daemon: who is in `group`? (as corosync's
+    /// `cpg_membership_get`). Needs no join of the group; `nonce` comes
+    /// back in the answer.
+    GroupQuery {
+        nonce: u32,
+        group: String,
+    },
+    /// Daemon → client: the answer to `GroupQuery`, as the daemon's table
+    /// stood when it read the query: the members of `group` and the id of
+    /// the last regular view it announced for the group; an unknown or
+    /// empty group has no members and `view_id` 0.
+    GroupMembers {
+        nonce: u32,
+        group: String,
+        view_id: u64,
+        members: Vec<String>,
+    },
 }
 
 /// Where a daemon serves clients when not configured otherwise, and where a
@@ -276,6 +293,8 @@ const MULTICAST_EXT: u8 = 12;
 const MESSAGE_EXT: u8 = 13;
 const FLOW_QUERY: u8 = 14;
 const FLOW_STATE: u8 = 15;
+const GROUP_QUERY: u8 = 16;
+const GROUP_MEMBERS: u8 = 17;
 
 /// Bounds the decoder enforces (each a daemon setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,6 +497,16 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
                 queue_limit: r.u64("queue limit")?,
             }
         }
+        GROUP_QUERY => Frame::GroupQuery {
+            nonce: r.u32("nonce")?,
+            group: r.name("group name")?,
+        },
+        GROUP_MEMBERS => Frame::GroupMembers {
+            nonce: r.u32("nonce")?,
+            group: r.name("group name")?,
+            view_id: r.u64("view id")?,
+            members: r.names("members", limits.members_max)?,
+        },
         other => return Err(FrameError::UnknownType(other)),
     };
     if !r.rest.is_empty() {
@@ -738,6 +767,23 @@ impl Frame {
                     w.out.extend_from_slice(&v.to_be_bytes());
                 }
             }
+            Frame::GroupQuery { nonce, group } => {
+                w.u8(GROUP_QUERY);
+                w.out.extend_from_slice(&nonce.to_be_bytes());
+                w.string(group)?;
+            }
+            Frame::GroupMembers {
+                nonce,
+                group,
+                view_id,
+                members,
+            } => {
+                w.u8(GROUP_MEMBERS);
+                w.out.extend_from_slice(&nonce.to_be_bytes());
+                w.string(group)?;
+                w.out.extend_from_slice(&view_id.to_be_bytes());
+                w.strings(members)?;
+            }
         }
         finish_length(out, start)
     }
@@ -884,6 +930,19 @@ mod tests {
                         queue_limit: c,
                     }
                 }),
+            (any::<u32>(), name()).prop_map(|(nonce, group)| Frame::GroupQuery { nonce, group }),
+            (
+                any::<u32>(),
+                name(),
+                any::<u64>(),
+                proptest::collection::vec(name(), 0..4)
+            )
+                .prop_map(|(nonce, group, view_id, members)| Frame::GroupMembers {
+                    nonce,
+                    group,
+                    view_id,
+                    members,
+                }),
         ]
     }
 
@@ -927,6 +986,33 @@ mod tests {
             want.extend_from_slice(&v.to_be_bytes());
         }
         assert_eq!(state.to_vec().unwrap(), want);
+    }
+
+    #[test]
+    fn group_frames_have_the_documented_bytes() {
+        let query = Frame::GroupQuery {
+            nonce: 7,
+            group: "g".into(),
+        };
+        assert_eq!(
+            query.to_vec().unwrap(),
+            [0, 0, 0, 9, 2, 16, 0, 0, 0, 7, 0, 1, b'g']
+        );
+        let members = Frame::GroupMembers {
+            nonce: 1,
+            group: "g".into(),
+            view_id: 5,
+            members: vec!["#a#n".into(), "#b#n".into()],
+        };
+        let mut want = vec![0, 0, 0, 31, 2, 17, 0, 0, 0, 1, 0, 1, b'g'];
+        want.extend_from_slice(&5u64.to_be_bytes());
+        want.extend_from_slice(&[0, 2, 0, 4]);
+        want.extend_from_slice(b"#a#n");
+        want.extend_from_slice(&[0, 4]);
+        want.extend_from_slice(b"#b#n");
+        assert_eq!(members.to_vec().unwrap(), want);
+        // The group name is checked as a join's: an empty one is refused.
+        assert!(decode(&raw(&[16, 0, 0, 0, 7, 0, 0]), &Limits::default()).is_err());
     }
 
     proptest! {

@@ -645,12 +645,14 @@ impl Sessions {
             // The daemon engine answers it (it knows the client's queue):
             // `Sessions::held_for` is the sessions' part.
             Frame::FlowQuery { .. } => {}
+            Frame::GroupQuery { nonce, group } => self.answer_group_query(session, nonce, group),
             Frame::ConnectOk { .. }
             | Frame::Message { .. }
             | Frame::MessageExt { .. }
             | Frame::Membership { .. }
             | Frame::StatusReply { .. }
             | Frame::FlowState { .. }
+            | Frame::GroupMembers { .. }
             | Frame::Status
             | Frame::Error { .. } => {
                 let error =
@@ -750,6 +752,30 @@ impl Sessions {
             ));
         }
         None
+    }
+
+    /// Answers a `GroupQuery`: the members this daemon's table holds for
+    /// `group` now (none for an unknown group), in the order and form of a
+    /// view's list. The last view's id is not kept per group: `view_id` is 0.
+    fn answer_group_query(&mut self, session: SessionId, nonce: u32, group: String) {
+        if let Some(error) = self.check_group_name(&group) {
+            self.send(session, error);
+            return;
+        }
+        let mut members: Vec<String> = self
+            .table
+            .get(&group)
+            .map(|m| m.iter().map(|m| m.client.clone()).collect())
+            .unwrap_or_default();
+        members.sort();
+        members.dedup();
+        let answer = Frame::GroupMembers {
+            nonce,
+            group,
+            view_id: 0,
+            members,
+        };
+        self.send(session, answer);
     }
 
     /// `ext`: the multicast's flags and message type (zeros for a plain

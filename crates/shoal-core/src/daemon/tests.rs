@@ -257,6 +257,72 @@ fn a_flow_query_reports_what_the_daemon_holds_for_the_client() {
 }
 
 #[test]
+fn a_group_query_lists_the_members_without_joining() {
+    let mut d = lone_daemon();
+    let mut now = Instant::ZERO;
+    run_until(&mut d, &mut now, Instant::from_nanos(3_000 * MS));
+    for (id, name) in [(1, "a"), (2, "b"), (3, "watcher")] {
+        d.handle_client(now, ClientInput::Opened { id, tcp: false });
+        let connect = Frame::Connect {
+            name: name.into(),
+            token: String::new(),
+        };
+        d.handle_client(now, ClientInput::Frame(id, connect));
+    }
+    for id in [1, 2] {
+        let join = Frame::Join { group: "g".into() };
+        d.handle_client(now, ClientInput::Frame(id, join));
+    }
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_millis(100));
+    let ask = |nonce: u32, group: &str| {
+        ClientInput::Frame(
+            3,
+            Frame::GroupQuery {
+                nonce,
+                group: group.into(),
+            },
+        )
+    };
+    d.handle_client(now, ask(4, "g"));
+    d.handle_client(now, ask(5, "nobody"));
+    let at = now;
+    let got = frames(
+        &run_until(&mut d, &mut now, at + Duration::from_millis(100)),
+        3,
+    );
+    let members = match &got[..] {
+        [Frame::GroupMembers {
+            nonce: 4,
+            group,
+            view_id: 0,
+            members,
+        }, Frame::GroupMembers {
+            nonce: 5,
+            group: nobody,
+            view_id: 0,
+            members: none,
+        }] if group == "g" && nobody == "nobody" && none.is_empty() => members.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(members[0].starts_with("#a#") && members[1].starts_with("#b#"));
+    // The watcher did not join: it got no view of the group.
+    assert!(!got.iter().any(|f| matches!(f, Frame::Membership { .. })));
+    // A private group is refused as a join is.
+    d.handle_client(now, ask(6, "#a#x"));
+    let at = now;
+    let got = frames(
+        &run_until(&mut d, &mut now, at + Duration::from_millis(100)),
+        3,
+    );
+    assert!(
+        matches!(&got[..], [Frame::Error { code, .. }] if *code == shoal_wire::client::code::BAD_GROUP),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn status_names_groups_members_clients_and_keeps_the_view_history() {
     let mut d = lone_daemon();
     let mut now = Instant::ZERO;
