@@ -257,6 +257,9 @@ impl Daemon {
         let mut sessions =
             Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
         sessions.set_epoch_floor(settings.epoch_floor);
+        // Region instances are derived at points of the order that every
+        // daemon must see alike, `safe` releases included.
+        sessions.set_stable_in_order(settings.qsm.enabled);
         let regions = Regions::new(settings.qsm.clone(), settings.batch_max);
         Daemon {
             settings,
@@ -499,10 +502,14 @@ impl Daemon {
     }
 
     /// Whether none of this daemon's batches waits for or is in flight in
-    /// the total order (a region message may then go without overtaking
-    /// one of its clients' ordered messages).
+    /// the total order, and no ordered batch is held back for `safe` (a
+    /// region message may then go without overtaking one of its clients'
+    /// ordered messages).
     fn order_idle(&self) -> bool {
-        self.in_flight.is_empty() && self.refused.is_none() && !self.sessions.batch_waiting()
+        self.in_flight.is_empty()
+            && self.refused.is_none()
+            && self.sessions.pending_bytes() == 0
+            && self.sessions.held_batches() == 0
     }
 
     fn take_membership_events(&mut self, now: Instant) -> bool {

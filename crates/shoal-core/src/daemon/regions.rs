@@ -250,8 +250,9 @@ pub struct Regions {
     /// Events of the daemons' group not handed on yet, in order.
     queue: VecDeque<MembershipEvent>,
     gate: Option<Gate>,
-    /// A change point was handed on: derive the region after it.
-    derive_due: bool,
+    /// The global sequence number of the latest event handed on (batch or
+    /// view): part of the next instance's id.
+    derive_at: u64,
     /// This daemon was removed from its group: gates give way at once.
     removed: bool,
     /// Members of the latest daemon view seen.
@@ -263,7 +264,7 @@ pub struct Regions {
     /// Client frames waiting (a flush, or the engine's buffer full).
     held: VecDeque<(SessionId, Frame)>,
     /// Flush reports for instances not retired here yet, by instance.
-    early_reports: BTreeMap<u32, BTreeMap<u32, Report>>,
+    early_reports: VecDeque<(u32, u32, Report)>,
     /// Datagrams for instances not created yet: (instance, from, packet).
     early: VecDeque<(u32, NodeId, Bytes)>,
     /// Instances retired and dropped (their packets are dropped).
@@ -275,6 +276,8 @@ pub struct Regions {
 
 /// Instances remembered as gone.
 const GONE_MAX: usize = 64;
+/// Flush reports kept for instances not retired here yet.
+const EARLY_REPORTS_MAX: usize = 4096;
 /// Bytes of a QSM data packet before the payload: header, region, group,
 /// seq.
 const DATA_OVERHEAD: usize = HEADER_LEN + 16;
@@ -291,14 +294,14 @@ impl Regions {
             retired: Vec::new(),
             queue: VecDeque::new(),
             gate: None,
-            derive_due: false,
+            derive_at: 0,
             removed: false,
             view_members: Vec::new(),
             applied_gseq: 0,
             cut_due: false,
             held: VecDeque::new(),
             early: VecDeque::new(),
-            early_reports: BTreeMap::new(),
+            early_reports: VecDeque::new(),
             gone: VecDeque::new(),
             out: VecDeque::new(),
             last_now: Instant::ZERO,
@@ -454,17 +457,14 @@ impl Regions {
                 }
                 // A peer passed the change point first: kept until this
                 // daemon retires the instance there.
+                // (Reports of instances this daemon is not in come too; the
+                // oldest go first.)
                 None if !self.gone.contains(&instance) => {
-                    if !self.early_reports.contains_key(&instance)
-                        && self.early_reports.len() >= GONE_MAX
-                    {
-                        self.early_reports.pop_first();
+                    if self.early_reports.len() >= EARLY_REPORTS_MAX {
+                        self.early_reports.pop_front();
                     }
                     self.early_reports
-                        .entry(instance)
-                        .or_default()
-                        .entry(slot_of(sender))
-                        .or_insert(report);
+                        .push_back((instance, slot_of(sender), report));
                 }
                 None => {}
             }
@@ -487,7 +487,8 @@ impl Regions {
                 return Some(self.hand_on(ev));
             }
             let ev = self.queue.front()?;
-            if !self.removed && self.is_change(ev) && self.current.is_some() {
+            let held = sessions.held_batches();
+            if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
                 self.retire(now, sessions);
                 self.gate = Some(Gate::Change { since: now });
                 continue;
@@ -507,47 +508,51 @@ impl Regions {
         match &ev.event {
             Event::Deliver { gseq, .. } => {
                 self.applied_gseq = self.applied_gseq.max(*gseq);
-                if self.is_change(&ev) {
-                    self.derive_due = true;
-                }
+                self.derive_at = *gseq;
             }
-            Event::View(_) => self.derive_due = true,
+            Event::View(v) => self.derive_at = v.gseq,
             Event::Removed { .. } => self.reset(),
             Event::Unsequenced { .. } => {}
         }
         ev
     }
 
-    /// After the sessions applied an event: a change point (or the table
-    /// just installed) gives a new region.
+    /// After the sessions applied an event: without an instance (after a
+    /// change point's flush, or the table just installed), this daemon's
+    /// region is derived.
     pub fn after_event(&mut self, now: Instant, sessions: &Sessions) {
         if !sessions.holds_table() {
             return;
         }
-        if self.derive_due || self.current.is_none() && self.me.is_some() && !self.removed {
-            self.derive_due = false;
+        // An instance is replaced only through a flush (`retire`).
+        if self.current.is_none() && self.me.is_some() && !self.removed {
             self.derive(now, sessions);
         }
     }
 
-    /// Whether handing `ev` on changes the group → daemons map.
-    fn is_change(&self, ev: &MembershipEvent) -> bool {
+    /// Whether handing `ev` on may change the group table: it carries a
+    /// change, or it may release batches the sessions hold for `safe` (a
+    /// RECEIVED item, a view), which may carry changes.
+    fn is_change(ev: &MembershipEvent, held: usize) -> bool {
         match &ev.event {
             Event::Deliver { payload, .. } => groups::decode(payload).is_ok_and(|items| {
-                items.iter().any(|i| {
-                    matches!(
-                        i,
-                        Item::Join { .. }
-                            | Item::Leave { .. }
-                            | Item::Gone { .. }
-                            | Item::Goodbye
-                            | Item::Snapshot { .. }
-                            | Item::Table { .. }
-                    )
+                items.iter().any(|i| match i {
+                    Item::Join { .. }
+                    | Item::Leave { .. }
+                    | Item::Gone { .. }
+                    | Item::Goodbye
+                    | Item::Snapshot { .. }
+                    | Item::Table { .. } => true,
+                    Item::Received { .. } => held > 0,
+                    _ => false,
                 })
             }),
             Event::View(v) => {
-                !v.first && (!v.joined.is_empty() || !v.left.is_empty() || !v.failed.is_empty())
+                !v.first
+                    && (held > 0
+                        || !v.joined.is_empty()
+                        || !v.left.is_empty()
+                        || !v.failed.is_empty())
             }
             Event::Removed { .. } | Event::Unsequenced { .. } => false,
         }
@@ -670,7 +675,11 @@ impl Regions {
             .filter(|(s, d)| **s != me && alive.contains(d) && settled.contains(d))
             .map(|(s, _)| *s)
             .collect();
-        let mut reports = self.early_reports.remove(&inst.id).unwrap_or_default();
+        let mut reports = BTreeMap::new();
+        for (_, slot, r) in self.early_reports.iter().filter(|(i, _, _)| *i == inst.id) {
+            reports.entry(*slot).or_insert_with(|| r.clone());
+        }
+        self.early_reports.retain(|(i, _, _)| *i != inst.id);
         reports.insert(me, mine.clone());
         let mut flush = Flush {
             mine,
@@ -697,7 +706,6 @@ impl Regions {
         }
         self.gate = None;
         self.removed = false;
-        self.derive_due = false;
         self.view_members.clear();
         self.applied_gseq = 0;
         self.cut_due = false;
@@ -714,9 +722,16 @@ impl Regions {
         // Per group: its daemons (the table is in group order).
         let mut sets: BTreeMap<NodeId, Vec<u64>> = BTreeMap::new();
         let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+        // Only daemons that hold the whole table take part: a joining
+        // daemon creates instances only once it has it, so a group with a
+        // member there is not carried until then (its `count` is above the
+        // region's size).
+        let settled = sessions.settled_daemons();
         sessions.for_each_group_daemon(|group, daemon| {
             let h = group_hash(group);
-            sets.entry(daemon).or_default().push(h);
+            if settled.contains(&daemon) {
+                sets.entry(daemon).or_default().push(h);
+            }
             *count.entry(h).or_default() += 1;
         });
         let Some(mine) = sets.get(&me) else {
@@ -742,7 +757,7 @@ impl Regions {
         groups.sort_unstable();
         groups.dedup();
         groups.shrink_to_fit();
-        let id = instance_id(sessions.change_point(), by_slot.values());
+        let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
         let view = RegionView {
             id: RegionId(id),
             view: 1,
@@ -1198,10 +1213,13 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
-/// An instance's id on the wire: a hash of the change point that created it
+/// An instance's id on the wire: a hash of the view-change counter, the
+/// global sequence number of the event after which it was created (two
+/// instances of one table, one after a flush that changed nothing, differ)
 /// and its members.
-fn instance_id<'a>(change_point: u64, members: impl Iterator<Item = &'a NodeId>) -> u32 {
+fn instance_id<'a>(change_point: u64, gseq: u64, members: impl Iterator<Item = &'a NodeId>) -> u32 {
     let mut h = fnv(0xcbf2_9ce4_8422_2325, &change_point.to_be_bytes());
+    h = fnv(h, &gseq.to_be_bytes());
     for m in members {
         h = fnv(h, &m.0.to_be_bytes());
     }

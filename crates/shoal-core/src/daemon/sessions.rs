@@ -303,6 +303,10 @@ pub struct Sessions {
     snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
     /// Whether the daemons' view holds its quorum (set by the daemon engine).
     quorum: bool,
+    /// This daemon's own RECEIVED counts only once ordered, so that held
+    /// `safe` batches are applied at the same point of the order at every
+    /// daemon (the QSM region layer needs that; off by default).
+    stable_in_order: bool,
     stats: SessionStats,
 }
 
@@ -341,6 +345,7 @@ impl Sessions {
             goodbye_delivered: false,
             snapshot_before: BTreeMap::new(),
             quorum: true,
+            stable_in_order: false,
             stats: SessionStats::default(),
         }
     }
@@ -950,11 +955,15 @@ impl Sessions {
         let Some(me) = self.me else {
             return;
         };
-        let known = self.received.entry(me).or_default();
-        *known = (*known).max(gseq);
         if self.daemons.len() > 1 {
             self.push_item(&Item::Received { gseq });
+            if self.stable_in_order {
+                // Counted when the item comes back in the total order.
+                return;
+            }
         }
+        let known = self.received.entry(me).or_default();
+        *known = (*known).max(gseq);
     }
 
     /// Whether every daemon of the view holds `gseq`.
@@ -1832,6 +1841,17 @@ impl Sessions {
     /// Whether this daemon is in a view and holds the whole group table.
     pub fn holds_table(&self) -> bool {
         self.me.is_some() && self.joining.is_none()
+    }
+
+    /// Counts this daemon's own RECEIVED only once ordered (see the field).
+    pub fn set_stable_in_order(&mut self, on: bool) {
+        self.stable_in_order = on;
+    }
+
+    /// Batches held back for `safe` (applied later, when a RECEIVED item
+    /// or a view makes them stable).
+    pub fn held_batches(&self) -> usize {
+        self.held.len()
     }
 
     /// Daemons of the view that hold the whole table.

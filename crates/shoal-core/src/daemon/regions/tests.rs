@@ -308,7 +308,16 @@ fn lost_region_datagrams_are_recovered() {
     net.run_until(12_000);
     let want: Vec<String> = (0..300).map(|k| format!("c0:{k:04}")).collect();
     for slot in 0..3 {
-        assert_eq!(net.got(slot, 1), want, "at {slot}");
+        let got = net.got(slot, 1);
+        if got != want {
+            eprintln!(
+                "at {slot}: {} of 300, {:?}",
+                got.len(),
+                net.d(slot).regions().stats()
+            );
+            eprintln!("{:?}", net.d(slot).status_lines(net.at()));
+        }
+        assert_eq!(got, want, "at {slot}");
     }
 }
 
