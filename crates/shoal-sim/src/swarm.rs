@@ -47,6 +47,8 @@ pub struct SwarmConfig {
     pub faults: FaultKinds,
     /// Faults at fixed times, beside the drawn ones (a scenario to pin).
     pub script: Vec<(Duration, Scripted)>,
+    /// Daemons carry `reliable` and `fifo` over QSM regions (`[qsm]`).
+    pub qsm: bool,
 }
 
 /// A fault at a fixed time ([`SwarmConfig::script`]).
@@ -104,6 +106,7 @@ impl SwarmConfig {
             converge_within: Duration::from_secs(30),
             faults: FaultKinds::ALL,
             script: Vec::new(),
+            qsm: false,
         }
     }
 }
@@ -409,6 +412,7 @@ impl World {
         let batch_max = self.membership_config.vsync.max_payload();
         let mut settings = Settings::new(&format!("d{slot}"), Limits::default(), batch_max);
         settings.epoch_floor = self.now / 1_000_000;
+        settings.qsm.enabled = self.cfg.qsm;
         let d = &mut self.daemons[slot];
         d.engine = Some(Daemon::new(settings, m));
         d.asleep = false;
@@ -1070,6 +1074,8 @@ pub struct Shape {
     pub daemons: Option<usize>,
     pub clients_per_daemon: Option<usize>,
     pub no_faults: bool,
+    /// Daemons with `[qsm]` on.
+    pub qsm: bool,
 }
 
 /// Runs seeds `seeds` on `threads` threads; returns outcomes in seed order.
@@ -1093,6 +1099,7 @@ pub fn run_seeds_shaped(seeds: std::ops::Range<u64>, threads: usize, shape: Shap
                 if shape.no_faults {
                     cfg.faults = FaultKinds::NONE;
                 }
+                cfg.qsm = shape.qsm;
                 let outcome = run(cfg);
                 results.lock().expect("not poisoned").push(outcome);
             });

@@ -21,6 +21,7 @@
 //! | 9 | MESSAGE_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, payload |
 //! | 10 | FRAGMENT_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
 //! | 11 | TABLE | joiner `u32`, as-of gseq `u64`, as-of index `u32`, view-id counters (epoch `u64`, changes `u64`, owner slot `u32`), `flags u8` (bit 0 first part, bit 1 last part), settled daemons (`u16` count × `u32`), `count u32` × (daemon `u32`, client, groups): every group member as of a point of the order, for a daemon that joined |
+//! | 12 | REGION_FLUSH | instance `u32`, `flags u8` (bit 0: a cut, not a change point's flush), sent `u64`, `count u16` × (source `u32`, delivered `u64`): the sending daemon's next sequence number in QSM region instance `instance` and the prefix it delivered of each other source (`docs/qsm.md`, "In the daemon") |
 //!
 //! A message or fragment whose flags and type are both zero is encoded with
 //! the shorter tag (4 or 5), so batches without typed messages are what
@@ -44,6 +45,7 @@ const RECEIVED: u8 = 8;
 const MESSAGE_EXT: u8 = 9;
 const FRAGMENT_EXT: u8 = 10;
 const TABLE: u8 = 11;
+const REGION_FLUSH: u8 = 12;
 
 /// One item of a batch; strings and bytes borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +118,17 @@ pub enum Item<'a> {
         last: bool,
         settled: Vec<u32>,
         entries: Vec<(u32, &'a str, Vec<&'a str>)>,
+    },
+    /// Where the sending daemon stopped in QSM region instance `instance`:
+    /// `sent` is its next sequence number there, `delivered` the prefix it
+    /// delivered of each other source (ascending by source). With `cut`,
+    /// only a marker before its next total-order message (FIFO across the
+    /// two paths); without, its flush at a change point.
+    RegionFlush {
+        instance: u32,
+        cut: bool,
+        sent: u64,
+        delivered: Vec<(u32, u64)>,
     },
 }
 
@@ -224,6 +237,7 @@ impl Item<'_> {
             }
             Item::Goodbye => 0,
             Item::Received { .. } => 8,
+            Item::RegionFlush { delivered, .. } => 4 + 1 + 8 + 2 + 12 * delivered.len(),
             Item::Table {
                 settled, entries, ..
             } => {
@@ -328,6 +342,26 @@ impl Item<'_> {
             Item::Received { gseq } => {
                 w.u8(RECEIVED);
                 w.out.extend_from_slice(&gseq.to_be_bytes());
+            }
+            Item::RegionFlush {
+                instance,
+                cut,
+                sent,
+                delivered,
+            } => {
+                w.u8(REGION_FLUSH);
+                w.out.extend_from_slice(&instance.to_be_bytes());
+                w.u8(u8::from(*cut));
+                w.out.extend_from_slice(&sent.to_be_bytes());
+                let n = u16::try_from(delivered.len()).map_err(|_| GroupsError::TooLong {
+                    what: "region flush",
+                    len: delivered.len(),
+                })?;
+                w.out.extend_from_slice(&n.to_be_bytes());
+                for (source, upto) in delivered {
+                    w.out.extend_from_slice(&source.to_be_bytes());
+                    w.out.extend_from_slice(&upto.to_be_bytes());
+                }
             }
             Item::Table {
                 joiner,
@@ -589,6 +623,30 @@ impl<'a> Reader<'a> {
                     entries,
                 }
             }
+            REGION_FLUSH => {
+                let instance = self.u32("flush instance")?;
+                let flags = self.u8("flush flags")?;
+                if flags > 1 {
+                    return Err(GroupsError::BadFlags(flags));
+                }
+                let sent = self.u64("flush sent")?;
+                let n = usize::from(self.u16("flush count")?);
+                if n > self.rest.len() / 12 {
+                    return Err(GroupsError::CountTooLarge {
+                        what: "region flush",
+                        count: n,
+                    });
+                }
+                let delivered = (0..n)
+                    .map(|_| Ok((self.u32("flush source")?, self.u64("flush delivered")?)))
+                    .collect::<Result<_, GroupsError>>()?;
+                Item::RegionFlush {
+                    instance,
+                    cut: flags == 1,
+                    sent,
+                    delivered,
+                }
+            }
             other => return Err(GroupsError::UnknownTag(other)),
         })
     }
@@ -677,6 +735,18 @@ mod tests {
             },
             Item::Goodbye,
             Item::Received { gseq: 1 << 40 },
+            Item::RegionFlush {
+                instance: 0xDEAD_BEEF,
+                cut: true,
+                sent: 7,
+                delivered: vec![(0x100, 3), (0x201, 1 << 33)],
+            },
+            Item::RegionFlush {
+                instance: 1,
+                cut: false,
+                sent: 0,
+                delivered: vec![],
+            },
             Item::Table {
                 joiner: 0x201,
                 as_of: (77, 3),

@@ -76,9 +76,15 @@ pub struct BenchArgs {
     /// Service type.
     #[arg(long, default_value = "fifo")]
     service: Service,
-    /// Groups joined in all (memory mode).
+    /// Groups joined in all (memory mode); in stream mode, every client
+    /// joins this many groups and the senders spread their messages over
+    /// them in turn (0: one group).
     #[arg(long, default_value_t = 0)]
     groups: usize,
+    /// The daemons the bench starts carry `reliable` and `fifo` over QSM
+    /// regions (`[qsm] enabled = true`).
+    #[arg(long)]
+    qsm: bool,
     /// Append a CSV row with the results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -220,6 +226,8 @@ impl LocalCluster {
         exe: Option<&Path>,
         committee: u32,
         multicast: bool,
+        qsm: bool,
+        groups: usize,
     ) -> anyhow::Result<LocalCluster> {
         let exe = match exe {
             Some(e) => e.to_path_buf(),
@@ -265,10 +273,11 @@ impl LocalCluster {
             std::fs::write(
                 &config,
                 format!(
-                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n{multicast_line}\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n",
+                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n{multicast_line}\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n[limits]\ngroups_per_client = {}\n[qsm]\nenabled = {qsm}\n",
                     socket.display(),
                     addrs[i],
-                    peers.join(", ")
+                    peers.join(", "),
+                    groups.max(256) + 1
                 ),
             )?;
             let child = std::process::Command::new(&exe)
@@ -361,6 +370,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.daemon_exe.as_deref(),
             args.committee,
             args.multicast,
+            args.qsm,
+            args.groups,
         )?;
         let s = c.sockets.clone();
         pids = c.children.iter().map(|c| c.id()).collect();
@@ -423,14 +434,20 @@ fn cpu_seconds(pids: &[u32]) -> Option<(f64, f64)> {
 
 fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     let group = "bench";
+    // With --groups, messages go to these in turn (one per batch).
+    let spread: Arc<Vec<String>> = Arc::new((0..args.groups).map(|g| format!("g{g:05}")).collect());
     let mut conns = Vec::new();
     for (d, socket) in sockets.iter().enumerate() {
         for k in 0..args.clients {
             let mut c = client(socket, &format!("bench{d}x{k}"))?;
             c.join(group)?;
+            for g in spread.iter() {
+                c.join(g)?;
+            }
             conns.push(c);
         }
     }
+    let setup = Instant::now();
     let n = conns.len();
     anyhow::ensure!(
         args.senders >= 1 && args.senders <= n,
@@ -438,6 +455,16 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
     );
     for c in conns.iter_mut() {
         wait_members(c, group, n)?;
+        if let Some(last) = spread.last() {
+            wait_members(c, last, n)?;
+        }
+    }
+    if !spread.is_empty() {
+        println!(
+            "{} groups joined by {n} clients in {:.1} s",
+            spread.len(),
+            setup.elapsed().as_secs_f64()
+        );
     }
     let expected = args.count * args.senders as u64;
     let origin = Instant::now();
@@ -465,6 +492,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
             let senders_n = args.senders as u64;
             let (count, rate, size, service, batch) =
                 (args.count, args.rate, args.size, args.service, args.batch);
+            let spread = spread.clone();
             senders.push(std::thread::spawn(move || -> anyhow::Result<()> {
                 barrier.wait();
                 let start = Instant::now();
@@ -492,7 +520,11 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf]) -> anyhow::Result<()> {
                         let now = origin.elapsed().as_nanos() as u64;
                         payloads.push(payload(size, seq, now));
                     }
-                    out.multicast_batch(service, &[group], &payloads)?;
+                    let to = match spread.len() {
+                        0 => group,
+                        g => spread[(first / batch) as usize % g].as_str(),
+                    };
+                    out.multicast_batch(service, &[to], &payloads)?;
                 }
                 Ok(())
             }));

@@ -91,6 +91,10 @@ pub struct SimArgs {
     /// swarm: no faults (a cluster under load only, for speed figures).
     #[arg(long)]
     pub no_faults: bool,
+    /// swarm: daemons carry `reliable` and `fifo` over QSM regions
+    /// (`[qsm] enabled = true`).
+    #[arg(long)]
+    pub qsm: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -365,6 +369,7 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         daemons: args.daemons,
         clients_per_daemon: args.clients_per_daemon,
         no_faults: args.no_faults,
+        qsm: args.qsm,
     };
     let started = std::time::Instant::now();
     let outcomes = shoal_sim::swarm::run_seeds_shaped(a..b, args.threads.unwrap_or(2), shape);

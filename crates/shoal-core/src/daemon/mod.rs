@@ -26,6 +26,7 @@
 //! client.
 
 pub mod membership;
+pub mod regions;
 pub mod sessions;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +40,7 @@ use crate::engine::{Engine, NodeId, SendError, Transmit};
 use crate::time::Instant;
 use crate::vsync::{Event, RemovedReason, View};
 pub use membership::{Membership, MembershipEvent};
+pub use regions::{QsmSettings, RegionStats, Regions};
 pub use sessions::{daemon_name, Output, SessionId, SessionStats, Sessions};
 
 /// Resource limits of one daemon (`[limits]` in its configuration).
@@ -115,6 +117,9 @@ pub struct Settings {
     /// simulator its virtual time: a restarted daemon that founds a group
     /// alone then never names a view as its earlier life did.
     pub epoch_floor: u64,
+    /// `[qsm]`: `reliable` and `fifo` groups carried by QSM regions
+    /// (default off).
+    pub qsm: QsmSettings,
 }
 
 impl Settings {
@@ -129,6 +134,7 @@ impl Settings {
             pending_max: 4 << 20,
             token: None,
             epoch_floor: 0,
+            qsm: QsmSettings::default(),
         }
     }
 }
@@ -234,6 +240,8 @@ pub struct Daemon {
     settings: Settings,
     membership: Membership,
     sessions: Sessions,
+    /// QSM regions (`[qsm]`): inert unless enabled.
+    regions: Regions,
     conns: BTreeMap<SessionId, Conn>,
     /// Connections that have not been accepted yet, and when they opened.
     unconnected: BTreeMap<SessionId, Instant>,
@@ -265,10 +273,15 @@ impl Daemon {
         let mut sessions =
             Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
         sessions.set_epoch_floor(settings.epoch_floor);
+        // Region instances are derived at points of the order that every
+        // daemon must see alike, `safe` releases included.
+        sessions.set_stable_in_order(settings.qsm.enabled);
+        let regions = Regions::new(settings.qsm.clone(), settings.batch_max);
         Daemon {
             settings,
             membership,
             sessions,
+            regions,
             conns: BTreeMap::new(),
             unconnected: BTreeMap::new(),
             dirty: Vec::new(),
@@ -293,6 +306,11 @@ impl Daemon {
 
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    /// The QSM region layer.
+    pub fn regions(&self) -> &Regions {
+        &self.regions
     }
 
     pub fn settings(&self) -> &Settings {
@@ -338,6 +356,9 @@ impl Daemon {
     pub fn status_lines(&self, now: Instant) -> Vec<String> {
         let mut lines = self.sessions.status_lines();
         lines.extend(membership_lines(&self.membership, now));
+        if self.regions.enabled() {
+            lines.extend(self.regions.status_lines());
+        }
         let s = &self.stats;
         lines.push(format!(
             "client queues: {} bytes; slow in total {}; connect timeouts {}; window full {}",
@@ -471,6 +492,16 @@ impl Daemon {
             Frame::FlowQuery { nonce } if self.sessions.is_connected(id) => {
                 self.reply_flow(id, nonce)
             }
+            // QSM regions: a carried multicast may go by its region.
+            frame if self.regions.enabled() => {
+                let idle = self.order_idle();
+                if let Some((id, frame)) =
+                    self.regions
+                        .client_frame(now, &mut self.sessions, id, frame, idle)
+                {
+                    self.sessions.frame(id, frame);
+                }
+            }
             frame => self.sessions.frame(id, frame),
         }
     }
@@ -509,7 +540,10 @@ impl Daemon {
     /// sessions' outputs to the clients' queues.
     fn pump(&mut self, now: Instant) {
         loop {
-            let mut moved = self.take_membership_events();
+            let mut moved = self.take_membership_events(now);
+            if self.regions.enabled() {
+                moved |= self.region_work(now);
+            }
             while let Some(batch) = self.sessions.take_unsequenced() {
                 let _ = self.membership.multicast_unsequenced(now, &batch);
                 moved = true;
@@ -523,9 +557,46 @@ impl Daemon {
         }
     }
 
-    fn take_membership_events(&mut self) -> bool {
-        let mut any = false;
+    // ---- QSM regions (`regions.rs`): the hooks --------------------------------
+
+    /// The next event of the daemons' group to act on: with QSM on, the
+    /// region layer may hold it back (a flush, a cut).
+    fn next_membership_event(&mut self, now: Instant) -> Option<MembershipEvent> {
+        if !self.regions.enabled() {
+            return self.membership.poll_event();
+        }
         while let Some(ev) = self.membership.poll_event() {
+            self.regions.push_event(ev);
+        }
+        self.regions.next_event(now, &mut self.sessions)
+    }
+
+    /// Region deliveries to the sessions, and client frames the region
+    /// layer held, on their way. Returns whether anything moved.
+    fn region_work(&mut self, now: Instant) -> bool {
+        let mut moved = self.regions.deliver_ready(now, &mut self.sessions);
+        let idle = self.order_idle();
+        for (id, frame) in self.regions.release_held(now, &mut self.sessions, idle) {
+            self.sessions.frame(id, frame);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Whether none of this daemon's batches waits for or is in flight in
+    /// the total order, and no ordered batch is held back for `safe` (a
+    /// region message may then go without overtaking one of its clients'
+    /// ordered messages).
+    fn order_idle(&self) -> bool {
+        self.in_flight.is_empty()
+            && self.refused.is_none()
+            && self.sessions.pending_bytes() == 0
+            && self.sessions.held_batches() == 0
+    }
+
+    fn take_membership_events(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        while let Some(ev) = self.next_membership_event(now) {
             any = true;
             let change = match &ev.event {
                 Event::Deliver {
@@ -576,6 +647,9 @@ impl Daemon {
                 self.sessions.set_quorum(quorum);
             }
             self.sessions.cluster_event(ev.me, ev.event);
+            if self.regions.enabled() {
+                self.regions.after_event(now, &self.sessions);
+            }
             if let Some(view_gseq) = view_change {
                 // Every member moving into the view delivered the same
                 // messages of the old one: what was sequenced in it (before
@@ -901,12 +975,23 @@ impl Engine for Daemon {
 
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
         let now = self.advance(now);
+        if self.regions.enabled() && Regions::is_qsm(datagram) {
+            let bytes = Bytes::copy_from_slice(datagram);
+            self.regions.handle_datagram(now, from, &bytes);
+            self.pump(now);
+            return;
+        }
         self.membership.handle_datagram(now, from, datagram);
         self.pump(now);
     }
 
     fn handle_datagram_bytes(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
         let now = self.advance(now);
+        if self.regions.enabled() && Regions::is_qsm(datagram) {
+            self.regions.handle_datagram(now, from, datagram);
+            self.pump(now);
+            return;
+        }
         self.membership.handle_datagram_bytes(now, from, datagram);
         self.pump(now);
     }
@@ -917,6 +1002,9 @@ impl Engine for Daemon {
             self.membership.handle_timeout(now);
         }
         self.expire_unconnected(now);
+        if self.regions.enabled() {
+            self.regions.handle_timeout(now);
+        }
         self.pump(now);
     }
 
@@ -930,7 +1018,13 @@ impl Engine for Daemon {
     }
 
     fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
-        self.membership.poll_transmit(now)
+        if let Some(t) = self.membership.poll_transmit(now) {
+            return Some(t);
+        }
+        if self.regions.enabled() {
+            return self.regions.poll_transmit(now);
+        }
+        None
     }
 
     /// Client frames are gathered per client and handed over as one chunk
@@ -957,6 +1051,7 @@ impl Engine for Daemon {
             retry,
             shutdown,
             self.connect_deadline(),
+            self.regions.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -964,7 +1059,7 @@ impl Engine for Daemon {
     }
 
     fn accepts_input(&self) -> bool {
-        self.sessions.pending_bytes() < self.settings.pending_max
+        self.sessions.pending_bytes() < self.settings.pending_max && self.regions.accepts_input()
     }
 }
 

@@ -330,6 +330,10 @@ pub struct Sessions {
     snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
     /// Whether the daemons' view holds its quorum (set by the daemon engine).
     quorum: bool,
+    /// This daemon's own RECEIVED counts only once ordered, so that held
+    /// `safe` batches are applied at the same point of the order at every
+    /// daemon (the QSM region layer needs that; off by default).
+    stable_in_order: bool,
     stats: SessionStats,
 }
 
@@ -370,6 +374,7 @@ impl Sessions {
             goodbye_delivered: false,
             snapshot_before: BTreeMap::new(),
             quorum: true,
+            stable_in_order: false,
             stats: SessionStats::default(),
         }
     }
@@ -1009,11 +1014,15 @@ impl Sessions {
         let Some(me) = self.me else {
             return;
         };
-        let known = self.received.entry(me).or_default();
-        *known = (*known).max(gseq);
         if self.daemons.len() > 1 {
             self.push_item(&Item::Received { gseq });
+            if self.stable_in_order {
+                // Counted when the item comes back in the total order.
+                return;
+            }
         }
+        let known = self.received.entry(me).or_default();
+        *known = (*known).max(gseq);
     }
 
     /// Whether every daemon of the view holds `gseq`.
@@ -1176,6 +1185,9 @@ impl Sessions {
             }
             // Counted on arrival (`note_received`).
             Item::Received { .. } => {}
+            // QSM region flushes and cuts: read by the daemon's region
+            // layer (`super::regions`) before the batch gets here.
+            Item::RegionFlush { .. } => {}
             Item::Goodbye => {
                 if Some(daemon) == self.me {
                     self.goodbye_delivered = true;
@@ -1984,6 +1996,73 @@ impl Sessions {
         }
         self.sessions.clear();
         self.by_name.clear();
+    }
+
+    // ---- hooks for the QSM region layer (`super::regions`) -----------------
+
+    /// Whether this daemon is in a view and holds the whole group table.
+    pub fn holds_table(&self) -> bool {
+        self.me.is_some() && self.joining.is_none()
+    }
+
+    /// Counts this daemon's own RECEIVED only once ordered (see the field).
+    pub fn set_stable_in_order(&mut self, on: bool) {
+        self.stable_in_order = on;
+    }
+
+    /// Batches held back for `safe` (applied later, when a RECEIVED item
+    /// or a view makes them stable).
+    pub fn held_batches(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Daemons of the view that hold the whole table.
+    pub fn settled_daemons(&self) -> &BTreeSet<NodeId> {
+        &self.settled
+    }
+
+    /// The id of the latest regular view change (the same at every daemon
+    /// that holds the table, at the same point of the total order).
+    pub fn change_point(&self) -> u64 {
+        self.view_id()
+    }
+
+    /// Calls `f(group, daemon)` for each daemon with a member of each group.
+    pub fn for_each_group_daemon(&self, mut f: impl FnMut(&str, NodeId)) {
+        for (group, members) in &self.table {
+            let mut last = None;
+            for m in members {
+                if last != Some(m.daemon) {
+                    f(group, m.daemon);
+                    last = Some(m.daemon);
+                }
+            }
+        }
+    }
+
+    /// The private group of a connected client.
+    pub fn private_group(&self, session: SessionId) -> Option<&str> {
+        self.sessions
+            .get(&session)
+            .map(|s| s.private_group.as_str())
+    }
+
+    /// Delivers a message a QSM region carried to the local members of
+    /// `groups`, as a message of the total order is delivered.
+    pub fn deliver_region(
+        &mut self,
+        client: &str,
+        service: u8,
+        ext: (u8, u16),
+        groups: &[&str],
+        payload: &[u8],
+    ) {
+        self.deliver_message(client, service, ext, groups, payload);
+    }
+
+    /// Puts a region layer's item into the next batch for the total order.
+    pub fn push_region_item(&mut self, item: &Item<'_>) {
+        self.push_item(item);
     }
 
     /// Lines for `shoal status`.

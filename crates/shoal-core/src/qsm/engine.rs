@@ -634,8 +634,13 @@ impl Qsm {
         recovered: bool,
     ) {
         // Only members of the region send in it: a forged source id must
-        // not size the per-source table.
-        if source == self.me || self.layout.members.binary_search(&source).is_err() {
+        // not size the per-source table. A source already known that left
+        // the view (a crashed sender) is still repaired among the others.
+        let known = self
+            .inbound
+            .get(source.0 as usize)
+            .is_some_and(Option::is_some);
+        if source == self.me || self.layout.members.binary_search(&source).is_err() && !known {
             return;
         }
         let mine = self.layout.my_partition();

@@ -235,6 +235,10 @@ pub struct DaemonConfig {
     /// The Prometheus endpoint (`GET /metrics`).
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
+    /// `[qsm]`: `reliable` and `fifo` groups carried by QSM regions,
+    /// outside the total order (off by default; `docs/qsm.md`).
+    #[serde(default)]
+    pub qsm: shoal_core::daemon::QsmSettings,
 }
 
 /// `[metrics]`: where to serve the Prometheus text endpoint.
@@ -506,6 +510,7 @@ impl Default for DaemonConfig {
             cluster: default_cluster(),
             auth: None,
             metrics: None,
+            qsm: shoal_core::daemon::QsmSettings::default(),
         }
     }
 }
@@ -928,6 +933,9 @@ impl DaemonConfig {
             key,
             why: why.to_string(),
         };
+        if let Err(e) = self.qsm.engine.validate() {
+            return Err(invalid("qsm.engine", &e.to_string()));
+        }
         if self.node.is_empty() {
             return Err(invalid("node", "must not be empty"));
         }
@@ -1021,6 +1029,29 @@ mod tests {
         assert_eq!(c.limits.message_size, 1 << 20);
         assert!(c.peers.is_empty());
         assert!(c.tcp.is_none());
+    }
+
+    #[test]
+    fn the_qsm_section_is_off_by_default_and_parses() {
+        let c = DaemonConfig::parse("").unwrap();
+        assert!(!c.qsm.enabled);
+        let c = DaemonConfig::parse(
+            "[qsm]\nenabled = true\nservices = [\"fifo\"]\nflush_timeout = 5000\n[qsm.engine]\ntoken_interval = 500\n",
+        )
+        .unwrap();
+        assert!(c.qsm.enabled);
+        assert_eq!(
+            c.qsm.services,
+            vec![shoal_core::daemon::regions::RegionService::Fifo]
+        );
+        assert_eq!(c.qsm.flush_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(
+            c.qsm.engine.token_interval,
+            std::time::Duration::from_millis(500)
+        );
+        let bad = DaemonConfig::parse("[qsm.engine]\ntoken_interval = 0\n").unwrap_err();
+        assert!(bad.to_string().contains("qsm.engine"), "{bad}");
+        assert!(DaemonConfig::parse("[qsm]\nservices = [\"agreed\"]\n").is_err());
     }
 
     #[test]

@@ -199,6 +199,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     );
     settings.token = config.tcp.as_ref().map(|t| t.token.clone());
     settings.epoch_floor = unix_ms() & u64::from(u32::MAX);
+    settings.qsm = config.qsm.clone();
     let engine = Daemon::new(settings, engine);
     let mut node_config = NodeConfig::new(book);
     node_config.command_queue_len = 16;

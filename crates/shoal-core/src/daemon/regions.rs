@@ -1,0 +1,1230 @@
+//! `reliable` and `fifo` messages carried by QSM regions, outside the
+//! daemons' total order ([A] Ostrowski, Birman, Phanishayee, "QuickSilver
+//! Scalable Multicast", §2.1-§3; `docs/qsm.md`, "In the daemon").
+//!
+//! - **Region views** follow from the group table ([`super::Sessions`]):
+//!   joins, leaves and daemon views are applied in the total order, so every
+//!   daemon that holds the table computes the same group → daemons map at
+//!   the same point, hence the same region (the daemons whose sets of
+//!   groups are identical). This daemon runs one [`Qsm`] engine for its
+//!   region (an *instance*), plus the retired one while it is flushed.
+//! - **Which messages**: `reliable`/`fifo` (the `services` setting) to
+//!   public groups that each span only this daemon's region, small enough
+//!   for one region datagram. Everything else keeps the total order.
+//! - **FIFO across the two paths**: a CUT item in the total order before the
+//!   first ordered message after region messages (receivers apply nothing
+//!   past it before they delivered the region messages below it); a region
+//!   message is sent only when none of the daemon's batches waits for or is
+//!   in flight in the order, and carries the global sequence number its
+//!   daemon had applied, which a receiver applies before delivering it.
+//! - **Flush**: at a *change point* (a batch that changes the group table,
+//!   a daemon view that adds or drops daemons) each daemon retires its
+//!   instance, pauses client input, puts a REGION_FLUSH item (its next
+//!   sequence number, the prefix it delivered of each other source) into
+//!   the order, and holds the change and everything after it until it
+//!   delivered the retired instance's messages exactly up to each source's
+//!   bound: the source's own flush, or, for a daemon gone without one, the
+//!   highest prefix any reporter delivered. A flush that cannot finish
+//!   within `flush_timeout` completes without the missing messages, which
+//!   are counted (`flush_lost`).
+//!
+//! Engines number members by daemon slot (a small dense id, which the
+//! runtime's slot check accepts as a datagram's sender); the wire's region
+//! field names the instance: a hash of the change point that created it and
+//! its members, alike at every daemon.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use shoal_wire::client::{Frame, Service};
+use shoal_wire::groups::{self, Item};
+use shoal_wire::{packets, Packet, HEADER_LEN};
+
+use super::membership::{slot_of, MembershipEvent};
+use super::sessions::{SessionId, Sessions};
+use crate::engine::{Destination, Engine, NodeId, Transmit};
+use crate::qsm::{self, GroupId, Qsm, RegionId, RegionView};
+use crate::time::Instant;
+use crate::vsync::Event;
+
+/// A service a region may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegionService {
+    Reliable,
+    Fifo,
+}
+
+/// `[qsm]` in the daemon's configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QsmSettings {
+    /// Carry `services` over regions (default false: every message goes
+    /// through the total order).
+    pub enabled: bool,
+    /// The services regions carry (default `["reliable", "fifo"]`; the
+    /// stronger ones need the total order).
+    pub services: Vec<RegionService>,
+    /// A flush that has not completed after this long completes without
+    /// what it still misses, counted as `flush_lost` (default 10 s: a token
+    /// interval, several rounds of repair, and a daemon view change).
+    #[serde(with = "crate::serde_ms")]
+    pub flush_timeout: Duration,
+    /// Datagrams for a region instance this daemon has not created yet
+    /// (a peer applied the change first) kept at most (default 4,096).
+    pub early_max: usize,
+    /// Client frames held while a flush pauses input or the engine's send
+    /// buffer is full, before the daemon stops reading clients (default
+    /// 1,024).
+    pub held_max: usize,
+    /// The region engine's settings (`qsm::Config`, the papers' defaults),
+    /// except `send_buffer`, which is 4,096 here: client frames arrive in
+    /// bursts of a socket read, and each one the engine refuses waits in
+    /// the daemon instead.
+    pub engine: qsm::Config,
+}
+
+impl Default for QsmSettings {
+    fn default() -> Self {
+        QsmSettings {
+            enabled: false,
+            services: vec![RegionService::Reliable, RegionService::Fifo],
+            flush_timeout: Duration::from_secs(10),
+            early_max: 4096,
+            held_max: 1024,
+            engine: qsm::Config {
+                send_buffer: NonZeroU32::new(4096).expect("non-zero"),
+                ..qsm::Config::default()
+            },
+        }
+    }
+}
+
+impl QsmSettings {
+    fn carries(&self, service: Service) -> bool {
+        match service {
+            Service::Reliable => self.services.contains(&RegionService::Reliable),
+            Service::Fifo => self.services.contains(&RegionService::Fifo),
+            _ => false,
+        }
+    }
+}
+
+/// Counters shown by `shoal status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Region instances created.
+    pub instances: u64,
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    /// Multicasts of a carried service that went by the total order
+    /// (another region, a private group, too large, batches in flight).
+    pub ordered_instead: u64,
+    pub cuts_sent: u64,
+    pub flushes: u64,
+    pub flush_timeouts: u64,
+    /// Messages below a flush bound this daemon never got (a timeout).
+    pub flush_lost: u64,
+    /// Messages received above a gone source's bound: not delivered.
+    pub beyond_bound: u64,
+    /// Datagrams for unknown instances dropped (buffer full or retired).
+    pub early_dropped: u64,
+    pub bad_datagrams: u64,
+}
+
+/// What a reporter said at a flush.
+#[derive(Debug, Clone)]
+struct Report {
+    sent: u64,
+    delivered: BTreeMap<u32, u64>,
+}
+
+/// A delivery the engine made, waiting for its turn.
+struct Waiting {
+    source: u32,
+    seq: u64,
+    payload: Bytes,
+}
+
+/// One region instance this daemon is a member of.
+struct Instance {
+    id: u32,
+    engine: Qsm,
+    /// Daemon ids by slot.
+    members: BTreeMap<u32, NodeId>,
+    /// Hashes of the groups that span only this region, ascending.
+    groups: Vec<u64>,
+    /// Next sequence number of this daemon's messages.
+    next_seq: u64,
+    /// Per source slot: messages handed to the sessions.
+    delivered: BTreeMap<u32, u64>,
+    /// Engine deliveries not yet handed over (a dependency on the total
+    /// order not applied yet, or a flush bound not known yet), in order.
+    waiting: VecDeque<Waiting>,
+    /// Set when retired: this daemon's report, the others', and the
+    /// reporters expected.
+    flush: Option<Flush>,
+}
+
+struct Flush {
+    mine: Report,
+    reports: BTreeMap<u32, Report>,
+    expected: BTreeSet<u32>,
+    /// Every source's bound, fixed at the point of the total order where
+    /// the last expected report arrived (alike at every daemon).
+    frozen: Option<BTreeMap<u32, u64>>,
+}
+
+impl Flush {
+    /// Fixes the bounds once every expected reporter has reported: a
+    /// reporter's own `sent`, else the highest prefix reported.
+    fn freeze(&mut self) {
+        if self.frozen.is_some() || !self.expected.iter().all(|s| self.reports.contains_key(s)) {
+            return;
+        }
+        let mut bounds: BTreeMap<u32, u64> = BTreeMap::new();
+        for r in self.reports.values() {
+            for (s, n) in &r.delivered {
+                let b = bounds.entry(*s).or_default();
+                *b = (*b).max(*n);
+            }
+        }
+        for (s, r) in &self.reports {
+            bounds.insert(*s, r.sent);
+        }
+        self.frozen = Some(bounds);
+    }
+}
+
+impl Instance {
+    /// The bound of `source`, once known.
+    fn bound(&self, source: u32) -> Option<u64> {
+        let flush = self.flush.as_ref()?;
+        if let Some(r) = flush.reports.get(&source) {
+            return Some(r.sent);
+        }
+        flush
+            .frozen
+            .as_ref()
+            .map(|b| b.get(&source).copied().unwrap_or(0))
+    }
+
+    /// Whether the flush is over here: bounds fixed and every source
+    /// delivered up to its bound.
+    fn flushed(&self) -> bool {
+        let Some(bounds) = self.flush.as_ref().and_then(|f| f.frozen.as_ref()) else {
+            return false;
+        };
+        bounds
+            .iter()
+            .all(|(s, b)| self.delivered.get(s).copied().unwrap_or(0) >= *b)
+    }
+}
+
+/// What holds the total order back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// A change point: the retired instances' flushes.
+    Change { since: Instant },
+    /// A CUT of `source` in instance `instance` up to `upto`.
+    Cut {
+        instance: u32,
+        source: u32,
+        upto: u64,
+        since: Instant,
+    },
+}
+
+/// The daemon's QSM layer. The daemon engine routes through it every event
+/// of the daemons' group (which it may hold back), every multicast of a
+/// carried service, and every QSM datagram.
+pub struct Regions {
+    settings: QsmSettings,
+    datagram_max: usize,
+    me: Option<NodeId>,
+    current: Option<Instance>,
+    retired: Vec<Instance>,
+    /// Events of the daemons' group not handed on yet, in order.
+    queue: VecDeque<MembershipEvent>,
+    gate: Option<Gate>,
+    /// The global sequence number of the latest event handed on (batch or
+    /// view): part of the next instance's id.
+    derive_at: u64,
+    /// This daemon was removed from its group: gates give way at once.
+    removed: bool,
+    /// Members of the latest daemon view seen.
+    view_members: Vec<NodeId>,
+    /// The latest total-order batch handed to the sessions.
+    applied_gseq: u64,
+    /// Region messages sent since the last cut or flush.
+    cut_due: bool,
+    /// Client frames waiting (a flush, or the engine's buffer full).
+    held: VecDeque<(SessionId, Frame)>,
+    /// Flush reports for instances not retired here yet, by instance.
+    early_reports: VecDeque<(u32, u32, Report)>,
+    /// Datagrams for instances not created yet: (instance, from, packet).
+    early: VecDeque<(u32, NodeId, Bytes)>,
+    /// Instances retired and dropped (their packets are dropped).
+    gone: VecDeque<u32>,
+    out: VecDeque<Transmit>,
+    last_now: Instant,
+    stats: RegionStats,
+}
+
+/// Instances remembered as gone.
+const GONE_MAX: usize = 64;
+/// Flush reports kept for instances not retired here yet.
+const EARLY_REPORTS_MAX: usize = 4096;
+/// Bytes of a QSM data packet before the payload: header, region, group,
+/// seq.
+const DATA_OVERHEAD: usize = HEADER_LEN + 16;
+
+impl Regions {
+    /// The layer for a daemon whose datagrams carry at most `datagram_max`
+    /// bytes.
+    pub fn new(settings: QsmSettings, datagram_max: usize) -> Regions {
+        Regions {
+            settings,
+            datagram_max,
+            me: None,
+            current: None,
+            retired: Vec::new(),
+            queue: VecDeque::new(),
+            gate: None,
+            derive_at: 0,
+            removed: false,
+            view_members: Vec::new(),
+            applied_gseq: 0,
+            cut_due: false,
+            held: VecDeque::new(),
+            early: VecDeque::new(),
+            early_reports: VecDeque::new(),
+            gone: VecDeque::new(),
+            out: VecDeque::new(),
+            last_now: Instant::ZERO,
+            stats: RegionStats::default(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    pub fn settings(&self) -> &QsmSettings {
+        &self.settings
+    }
+
+    pub fn stats(&self) -> &RegionStats {
+        &self.stats
+    }
+
+    /// The current instance: (id, members' daemon ids, groups carried).
+    pub fn region(&self) -> Option<(u32, Vec<NodeId>, usize)> {
+        let i = self.current.as_ref()?;
+        Some((i.id, i.members.values().copied().collect(), i.groups.len()))
+    }
+
+    /// Whether a flush or a cut holds the total order back.
+    pub fn gated(&self) -> bool {
+        self.gate.is_some()
+    }
+
+    /// Whether client input should be read (false while frames wait).
+    pub fn accepts_input(&self) -> bool {
+        self.held.len() < self.settings.held_max
+    }
+
+    /// Bytes of state per carried group in this daemon's region layer: the
+    /// group list and the engine's group table, by their allocations (the
+    /// sessions' group table, which every daemon has with or without QSM,
+    /// is not counted here).
+    pub fn bytes_per_group(&self) -> Option<usize> {
+        let i = self.current.as_ref()?;
+        let n = i.groups.len().max(1);
+        let own = i.groups.capacity() * std::mem::size_of::<u64>();
+        Some(own / n + i.engine.bytes_per_group())
+    }
+
+    /// Lines for `shoal status`.
+    pub fn status_lines(&self) -> Vec<String> {
+        if !self.settings.enabled {
+            return vec!["qsm: off".into()];
+        }
+        let s = &self.stats;
+        let region = match &self.current {
+            Some(i) => format!(
+                "instance {:08x}, {} daemons, {} groups",
+                i.id,
+                i.members.len(),
+                i.groups.len()
+            ),
+            None => "none".into(),
+        };
+        vec![
+            format!(
+                "qsm: region {region}; retired {}; {}",
+                self.retired.len(),
+                if self.gate.is_some() { "flushing" } else { "open" }
+            ),
+            format!(
+                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}",
+                s.messages_sent,
+                s.messages_delivered,
+                s.ordered_instead,
+                s.instances,
+                s.cuts_sent,
+                s.flushes,
+                s.flush_timeouts,
+                s.flush_lost,
+                s.beyond_bound,
+                s.early_dropped,
+                s.bad_datagrams
+            ),
+        ]
+    }
+
+    // ---- the daemons' group -------------------------------------------------------
+
+    /// An event of the daemons' group arrived: it waits in order (flush
+    /// reports are read from it at once).
+    pub fn push_event(&mut self, ev: MembershipEvent) {
+        self.me = Some(ev.me);
+        match &ev.event {
+            Event::Deliver {
+                sender, payload, ..
+            } => self.read_reports(*sender, payload),
+            Event::View(v) => {
+                self.view_members = v.members.clone();
+                let alive: BTreeSet<u32> = v.members.iter().map(|d| slot_of(*d)).collect();
+                let now = self.last_now;
+                for inst in self.retired.iter_mut() {
+                    if let Some(f) = inst.flush.as_mut() {
+                        f.expected.retain(|s| alive.contains(s));
+                        f.freeze();
+                    }
+                    // Recovery goes on among the survivors: the token's
+                    // route leaves the gone daemons out.
+                    let survivors: Vec<NodeId> = inst
+                        .members
+                        .iter()
+                        .filter(|(_, d)| v.members.contains(d))
+                        .map(|(s, _)| NodeId(*s))
+                        .collect();
+                    if survivors.len() < inst.members.len() && !survivors.is_empty() {
+                        let view = RegionView {
+                            id: RegionId(inst.id),
+                            view: inst.engine.view() + 1,
+                            members: survivors,
+                            groups: Vec::new(),
+                        };
+                        inst.engine.handle_view(now, &view);
+                    }
+                }
+            }
+            Event::Removed { .. } => self.removed = true,
+            Event::Unsequenced { .. } => {}
+        }
+        self.queue.push_back(ev);
+    }
+
+    fn read_reports(&mut self, sender: NodeId, payload: &[u8]) {
+        let Ok(items) = groups::decode(payload) else {
+            return;
+        };
+        for item in items {
+            let Item::RegionFlush {
+                instance,
+                cut: false,
+                sent,
+                delivered,
+            } = item
+            else {
+                continue;
+            };
+            let report = Report {
+                sent,
+                delivered: delivered.into_iter().collect(),
+            };
+            match self.retired.iter_mut().find(|i| i.id == instance) {
+                Some(inst) => {
+                    if let Some(f) = inst.flush.as_mut() {
+                        f.reports.entry(slot_of(sender)).or_insert(report);
+                        f.freeze();
+                    }
+                }
+                // A peer passed the change point first: kept until this
+                // daemon retires the instance there.
+                // (Reports of instances this daemon is not in come too; the
+                // oldest go first.)
+                None if !self.gone.contains(&instance) => {
+                    if self.early_reports.len() >= EARLY_REPORTS_MAX {
+                        self.early_reports.pop_front();
+                    }
+                    self.early_reports
+                        .push_back((instance, slot_of(sender), report));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The next event to hand to the sessions, unless a gate holds it. A
+    /// change point retires the instance and starts a flush here (its
+    /// report goes into `sessions`' next batch).
+    pub fn next_event(&mut self, now: Instant, sessions: &mut Sessions) -> Option<MembershipEvent> {
+        self.last_now = self.last_now.max(now);
+        loop {
+            if let Some(gate) = self.gate {
+                if !self.gate_open(now, gate) {
+                    return None;
+                }
+                self.finish_gate(now, gate, sessions);
+                // The change, or the batch with the cut, goes now.
+                let ev = self.queue.pop_front()?;
+                return Some(self.hand_on(ev));
+            }
+            let ev = self.queue.front()?;
+            let held = sessions.held_batches();
+            if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
+                self.retire(now, sessions);
+                self.gate = Some(Gate::Change { since: now });
+                continue;
+            }
+            if !self.removed {
+                if let Some(cut) = self.cut_in(ev, now) {
+                    self.gate = Some(cut);
+                    continue;
+                }
+            }
+            let ev = self.queue.pop_front()?;
+            return Some(self.hand_on(ev));
+        }
+    }
+
+    fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
+        match &ev.event {
+            Event::Deliver { gseq, .. } => {
+                self.applied_gseq = self.applied_gseq.max(*gseq);
+                self.derive_at = *gseq;
+            }
+            Event::View(v) => self.derive_at = v.gseq,
+            Event::Removed { .. } => self.reset(),
+            Event::Unsequenced { .. } => {}
+        }
+        ev
+    }
+
+    /// After the sessions applied an event: without an instance (after a
+    /// change point's flush, or the table just installed), this daemon's
+    /// region is derived.
+    pub fn after_event(&mut self, now: Instant, sessions: &Sessions) {
+        if !sessions.holds_table() {
+            return;
+        }
+        // An instance is replaced only through a flush (`retire`).
+        if self.current.is_none() && self.me.is_some() && !self.removed {
+            self.derive(now, sessions);
+        }
+    }
+
+    /// Whether handing `ev` on may change the group table: it carries a
+    /// change, or it may release batches the sessions hold for `safe` (a
+    /// RECEIVED item, a view), which may carry changes.
+    fn is_change(ev: &MembershipEvent, held: usize) -> bool {
+        match &ev.event {
+            Event::Deliver { payload, .. } => groups::decode(payload).is_ok_and(|items| {
+                items.iter().any(|i| match i {
+                    Item::Join { .. }
+                    | Item::Leave { .. }
+                    | Item::Gone { .. }
+                    | Item::Goodbye
+                    | Item::Snapshot { .. }
+                    | Item::Table { .. } => true,
+                    Item::Received { .. } => held > 0,
+                    _ => false,
+                })
+            }),
+            Event::View(v) => {
+                !v.first
+                    && (held > 0
+                        || !v.joined.is_empty()
+                        || !v.left.is_empty()
+                        || !v.failed.is_empty())
+            }
+            Event::Removed { .. } | Event::Unsequenced { .. } => false,
+        }
+    }
+
+    /// A CUT in `ev` this daemon must wait for.
+    fn cut_in(&self, ev: &MembershipEvent, now: Instant) -> Option<Gate> {
+        let Event::Deliver {
+            sender, payload, ..
+        } = &ev.event
+        else {
+            return None;
+        };
+        if Some(*sender) == self.me || self.current.is_none() && self.retired.is_empty() {
+            return None;
+        }
+        let items = groups::decode(payload).ok()?;
+        let source = slot_of(*sender);
+        items.into_iter().find_map(|item| match item {
+            Item::RegionFlush {
+                instance,
+                cut: true,
+                sent,
+                ..
+            } => {
+                let inst = self.instance(instance)?;
+                let have = inst.delivered.get(&source).copied().unwrap_or(0);
+                (have < sent).then_some(Gate::Cut {
+                    instance,
+                    source,
+                    upto: sent,
+                    since: now,
+                })
+            }
+            _ => None,
+        })
+    }
+
+    fn instance(&self, id: u32) -> Option<&Instance> {
+        self.current
+            .iter()
+            .chain(self.retired.iter())
+            .find(|i| i.id == id)
+    }
+
+    fn gate_open(&mut self, now: Instant, gate: Gate) -> bool {
+        if self.removed {
+            return true;
+        }
+        let since = match gate {
+            Gate::Change { since } | Gate::Cut { since, .. } => since,
+        };
+        if now >= since + self.settings.flush_timeout {
+            self.stats.flush_timeouts += 1;
+            return true;
+        }
+        match gate {
+            Gate::Change { .. } => self.retired.iter().all(Instance::flushed),
+            Gate::Cut {
+                instance,
+                source,
+                upto,
+                ..
+            } => self
+                .instance(instance)
+                .is_none_or(|i| i.delivered.get(&source).copied().unwrap_or(0) >= upto),
+        }
+    }
+
+    /// The gate gives way: a change's retired instances are dropped (what
+    /// they still miss below a bound is counted lost; what waits above it is
+    /// dropped).
+    fn finish_gate(&mut self, now: Instant, gate: Gate, sessions: &mut Sessions) {
+        self.gate = None;
+        if let Gate::Change { .. } = gate {
+            self.deliver_ready(now, sessions);
+            for inst in std::mem::take(&mut self.retired) {
+                for (s, have) in &inst.delivered {
+                    if let Some(b) = inst.bound(*s) {
+                        self.stats.flush_lost += b.saturating_sub(*have);
+                    }
+                }
+                self.stats.beyond_bound += inst.waiting.len() as u64;
+                self.forget(inst.id);
+            }
+        }
+    }
+
+    fn forget(&mut self, id: u32) {
+        self.gone.push_back(id);
+        while self.gone.len() > GONE_MAX {
+            self.gone.pop_front();
+        }
+        self.early.retain(|(i, _, _)| *i != id);
+    }
+
+    /// Retires the current instance at a change point: its report goes into
+    /// the total order.
+    fn retire(&mut self, _now: Instant, sessions: &mut Sessions) {
+        let Some(mut inst) = self.current.take() else {
+            return;
+        };
+        let me = self.me.map(slot_of).unwrap_or(0);
+        let mine = Report {
+            sent: inst.next_seq,
+            delivered: inst.delivered.clone(),
+        };
+        let delivered: Vec<(u32, u64)> = mine.delivered.iter().map(|(s, n)| (*s, *n)).collect();
+        sessions.push_region_item(&Item::RegionFlush {
+            instance: inst.id,
+            cut: false,
+            sent: inst.next_seq,
+            delivered,
+        });
+        let alive: BTreeSet<NodeId> = self.view_members.iter().copied().collect();
+        let settled = sessions.settled_daemons();
+        let expected = inst
+            .members
+            .iter()
+            .filter(|(s, d)| **s != me && alive.contains(d) && settled.contains(d))
+            .map(|(s, _)| *s)
+            .collect();
+        let mut reports = BTreeMap::new();
+        for (_, slot, r) in self.early_reports.iter().filter(|(i, _, _)| *i == inst.id) {
+            reports.entry(*slot).or_insert_with(|| r.clone());
+        }
+        self.early_reports.retain(|(i, _, _)| *i != inst.id);
+        reports.insert(me, mine.clone());
+        let mut flush = Flush {
+            mine,
+            reports,
+            expected,
+            frozen: None,
+        };
+        flush.freeze();
+        inst.flush = Some(flush);
+        self.cut_due = false;
+        self.stats.flushes += 1;
+        self.retired.push(inst);
+    }
+
+    /// Forgets every instance (this daemon left its group).
+    fn reset(&mut self) {
+        for inst in self
+            .current
+            .take()
+            .into_iter()
+            .chain(self.retired.drain(..))
+        {
+            self.gone.push_back(inst.id);
+        }
+        self.gate = None;
+        self.removed = false;
+        self.view_members.clear();
+        self.applied_gseq = 0;
+        self.cut_due = false;
+        self.early.clear();
+        self.early_reports.clear();
+        self.out.clear();
+    }
+
+    /// Computes this daemon's region from the table and starts its instance.
+    fn derive(&mut self, now: Instant, sessions: &Sessions) {
+        let Some(me) = self.me else {
+            return;
+        };
+        // Per group: its daemons (the table is in group order).
+        let mut sets: BTreeMap<NodeId, Vec<u64>> = BTreeMap::new();
+        let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+        // Only daemons that hold the whole table take part: a joining
+        // daemon creates instances only once it has it, so a group with a
+        // member there is not carried until then (its `count` is above the
+        // region's size).
+        let settled = sessions.settled_daemons();
+        sessions.for_each_group_daemon(|group, daemon| {
+            let h = group_hash(group);
+            if settled.contains(&daemon) {
+                sets.entry(daemon).or_default().push(h);
+            }
+            *count.entry(h).or_default() += 1;
+        });
+        let Some(mine) = sets.get(&me) else {
+            return;
+        };
+        let mut by_slot: BTreeMap<u32, NodeId> = BTreeMap::new();
+        for (d, set) in &sets {
+            if set == mine {
+                // Two incarnations of one slot: the newer (a larger id).
+                let e = by_slot.entry(slot_of(*d)).or_insert(*d);
+                *e = (*e).max(*d);
+            }
+        }
+        if by_slot.get(&slot_of(me)) != Some(&me) {
+            return;
+        }
+        let n = by_slot.len();
+        let mut groups: Vec<u64> = mine
+            .iter()
+            .copied()
+            .filter(|h| count.get(h) == Some(&n))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups.shrink_to_fit();
+        let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
+        let view = RegionView {
+            id: RegionId(id),
+            view: 1,
+            members: by_slot.keys().map(|s| NodeId(*s)).collect(),
+            groups: groups.iter().map(|h| GroupId(*h as u32)).collect(),
+        };
+        let seed = u64::from(id) << 32 | u64::from(me.0);
+        let Ok(engine) = Qsm::new(
+            NodeId(slot_of(me)),
+            &view,
+            self.settings.engine.clone(),
+            seed,
+            now,
+        ) else {
+            return;
+        };
+        self.stats.instances += 1;
+        self.current = Some(Instance {
+            id,
+            engine,
+            members: by_slot,
+            groups,
+            next_seq: 0,
+            delivered: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            flush: None,
+        });
+        // What peers sent it before this daemon got here.
+        let early: Vec<_> = self
+            .early
+            .iter()
+            .filter(|(i, _, _)| *i == id)
+            .cloned()
+            .collect();
+        self.early.retain(|(i, _, _)| *i != id);
+        for (_, from, packet) in early {
+            if let Some(inst) = self.current.as_mut() {
+                inst.engine.handle_datagram_bytes(now, from, &packet);
+            }
+        }
+    }
+
+    // ---- clients ---------------------------------------------------------------------
+
+    /// A client frame. Returns it back when the sessions should take it
+    /// (not a carried multicast, or one the region cannot take); a frame
+    /// that must wait is kept. `order_idle`: none of this daemon's batches
+    /// waits for or is in flight in the total order.
+    pub fn client_frame(
+        &mut self,
+        now: Instant,
+        sessions: &mut Sessions,
+        session: SessionId,
+        frame: Frame,
+        order_idle: bool,
+    ) -> Option<(SessionId, Frame)> {
+        let orders = matches!(
+            frame,
+            Frame::Multicast { .. }
+                | Frame::MulticastExt { .. }
+                | Frame::Join { .. }
+                | Frame::Leave { .. }
+        );
+        if !orders {
+            return Some((session, frame));
+        }
+        if self.gate.is_some() || !self.held.is_empty() {
+            self.held.push_back((session, frame));
+            return None;
+        }
+        self.route(now, sessions, session, frame, order_idle)
+    }
+
+    /// Frames held (a flush, a full engine) go on while they can. Returns
+    /// those for the sessions, in order.
+    pub fn release_held(
+        &mut self,
+        now: Instant,
+        sessions: &mut Sessions,
+        order_idle: bool,
+    ) -> Vec<(SessionId, Frame)> {
+        let mut out = Vec::new();
+        let mut idle = order_idle;
+        while self.gate.is_none() {
+            let Some((session, frame)) = self.held.pop_front() else {
+                break;
+            };
+            match self.route(now, sessions, session, frame, idle) {
+                Some(f) => {
+                    // Handed to the sessions: batches wait from now on.
+                    idle = false;
+                    out.push(f);
+                }
+                None if self.held.front().is_some() && !self.engine_can_send() => break,
+                None => {}
+            }
+        }
+        out
+    }
+
+    fn engine_can_send(&self) -> bool {
+        self.current.as_ref().is_some_and(|i| i.engine.can_send())
+    }
+
+    fn route(
+        &mut self,
+        now: Instant,
+        sessions: &mut Sessions,
+        session: SessionId,
+        frame: Frame,
+        order_idle: bool,
+    ) -> Option<(SessionId, Frame)> {
+        let (service, flags, mess_type, groups, payload) = match &frame {
+            Frame::Multicast {
+                service,
+                groups,
+                payload,
+            } => (*service, 0, 0, groups, payload),
+            Frame::MulticastExt {
+                service,
+                flags,
+                mess_type,
+                groups,
+                payload,
+            } => (*service, *flags, *mess_type, groups, payload),
+            _ => return Some((session, frame)),
+        };
+        if !self.settings.carries(service) {
+            return self.ordered(sessions, session, frame);
+        }
+        let Some(client) = sessions.private_group(session).map(str::to_string) else {
+            return Some((session, frame));
+        };
+        let encoded = self.eligible(
+            order_idle,
+            &client,
+            service,
+            (flags, mess_type),
+            groups,
+            payload,
+        );
+        let Some((group, bytes)) = encoded else {
+            self.stats.ordered_instead += 1;
+            return self.ordered(sessions, session, frame);
+        };
+        let inst = self.current.as_mut().expect("eligible");
+        if !inst.engine.can_send() {
+            self.held.push_front((session, frame));
+            return None;
+        }
+        match inst.engine.multicast_to(now, GroupId(group as u32), bytes) {
+            Ok(seq) => {
+                inst.next_seq = seq + 1;
+                self.cut_due = true;
+                self.stats.messages_sent += 1;
+                None
+            }
+            Err(_) => {
+                self.held.push_front((session, frame));
+                None
+            }
+        }
+    }
+
+    /// A frame for the total order: a multicast after region messages goes
+    /// behind a CUT.
+    fn ordered(
+        &mut self,
+        sessions: &mut Sessions,
+        session: SessionId,
+        frame: Frame,
+    ) -> Option<(SessionId, Frame)> {
+        let message = matches!(frame, Frame::Multicast { .. } | Frame::MulticastExt { .. });
+        if message && self.cut_due {
+            if let Some(inst) = &self.current {
+                sessions.push_region_item(&Item::RegionFlush {
+                    instance: inst.id,
+                    cut: true,
+                    sent: inst.next_seq,
+                    delivered: Vec::new(),
+                });
+                self.stats.cuts_sent += 1;
+            }
+            self.cut_due = false;
+        }
+        Some((session, frame))
+    }
+
+    /// The region payload of a multicast the region can carry: the group
+    /// hash for the engine's counters and `after_gseq u64` then a batch of
+    /// one MESSAGE item.
+    fn eligible(
+        &self,
+        order_idle: bool,
+        client: &str,
+        service: Service,
+        (flags, mess_type): (u8, u16),
+        groups: &[String],
+        payload: &[u8],
+    ) -> Option<(u64, Bytes)> {
+        let inst = self.current.as_ref()?;
+        if !order_idle || groups.is_empty() {
+            return None;
+        }
+        let mut first = None;
+        for g in groups {
+            if g.starts_with('#') {
+                return None;
+            }
+            let h = group_hash(g);
+            inst.groups.binary_search(&h).ok()?;
+            first.get_or_insert(h);
+        }
+        let item = Item::Message {
+            client,
+            service: service as u8,
+            flags,
+            mess_type,
+            groups: groups.iter().map(String::as_str).collect(),
+            payload,
+        };
+        let len = 8 + 2 + item.encoded_len();
+        if len + DATA_OVERHEAD > self.datagram_max {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(&self.applied_gseq.to_be_bytes());
+        bytes.extend_from_slice(&1u16.to_be_bytes());
+        item.encode(&mut bytes).ok()?;
+        Some((first?, Bytes::from(bytes)))
+    }
+
+    // ---- deliveries ------------------------------------------------------------------
+
+    /// Hands the engines' deliveries to the sessions as their dependencies
+    /// allow. Returns whether any went.
+    pub fn deliver_ready(&mut self, _now: Instant, sessions: &mut Sessions) -> bool {
+        let mut any = false;
+        let applied = self.applied_gseq;
+        let stats = &mut self.stats;
+        for inst in self.retired.iter_mut().chain(self.current.iter_mut()) {
+            while let Some(qsm::Event::Deliver {
+                source,
+                seq,
+                payload,
+                ..
+            }) = inst.engine.poll_event()
+            {
+                inst.waiting.push_back(Waiting {
+                    source: source.0,
+                    seq,
+                    payload,
+                });
+            }
+            any |= drain_waiting(inst, applied, sessions, stats);
+        }
+        any
+    }
+
+    // ---- datagrams -------------------------------------------------------------------
+
+    /// Whether `datagram` is QSM's (kinds 30-35).
+    pub fn is_qsm(datagram: &[u8]) -> bool {
+        matches!(packets(datagram).next(), Some(Ok((_, Packet::Qsm { .. }))))
+    }
+
+    /// A QSM datagram: each packet goes to the instance its region field
+    /// names.
+    pub fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &Bytes) {
+        let mut at = 0;
+        for packet in packets(datagram) {
+            let Ok((header, Packet::Qsm { body, .. })) = packet else {
+                self.stats.bad_datagrams += 1;
+                return;
+            };
+            let len = HEADER_LEN + header.body_len;
+            let bytes = datagram.slice(at..at + len);
+            at += len;
+            let Some(id) = body
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            else {
+                self.stats.bad_datagrams += 1;
+                continue;
+            };
+            let from = NodeId(slot_of(from));
+            if let Some(inst) = self
+                .current
+                .iter_mut()
+                .chain(self.retired.iter_mut())
+                .find(|i| i.id == id)
+            {
+                inst.engine.handle_datagram_bytes(now, from, &bytes);
+            } else if self.gone.contains(&id) || self.early.len() >= self.settings.early_max {
+                self.stats.early_dropped += 1;
+            } else {
+                self.early.push_back((id, from, bytes));
+            }
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+            if inst.engine.poll_timeout().is_some_and(|t| t <= now) {
+                inst.engine.handle_timeout(now);
+            }
+        }
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let gate = match self.gate {
+            Some(Gate::Change { since } | Gate::Cut { since, .. }) => {
+                Some(since + self.settings.flush_timeout)
+            }
+            None => None,
+        };
+        self.current
+            .iter()
+            .chain(self.retired.iter())
+            .filter_map(|i| i.engine.poll_timeout())
+            .chain(gate)
+            .min()
+    }
+
+    /// The next datagram: the engines' packets, packed per destination up
+    /// to the datagram size, an engine multicast sent to each other member.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if self.out.is_empty() {
+            self.pack(now);
+        }
+        self.out.pop_front()
+    }
+
+    fn pack(&mut self, now: Instant) {
+        let me = self.me;
+        let max = self.datagram_max;
+        let mut open: BTreeMap<NodeId, Vec<u8>> = BTreeMap::new();
+        let mut out = Vec::new();
+        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+            while let Some(t) = inst.engine.poll_transmit(now) {
+                let to: Vec<NodeId> = match t.destination {
+                    Destination::Node(slot) => {
+                        inst.members.get(&slot.0).copied().into_iter().collect()
+                    }
+                    Destination::Multicast => inst
+                        .members
+                        .values()
+                        .copied()
+                        .filter(|d| Some(*d) != me)
+                        .collect(),
+                };
+                for d in to {
+                    let buf = open.entry(d).or_default();
+                    if !buf.is_empty() && buf.len() + t.payload.len() > max {
+                        out.push(Transmit {
+                            destination: Destination::Node(d),
+                            payload: Bytes::from(std::mem::take(buf)),
+                        });
+                    }
+                    buf.extend_from_slice(&t.payload);
+                }
+            }
+        }
+        for (d, buf) in open {
+            if !buf.is_empty() {
+                out.push(Transmit {
+                    destination: Destination::Node(d),
+                    payload: Bytes::from(buf),
+                });
+            }
+        }
+        self.out.extend(out);
+    }
+}
+
+/// Hands an instance's waiting deliveries on while each may go: its
+/// sender's order point applied, and within the flush bound of a retired
+/// instance (beyond this daemon's own report only once the bound is known).
+fn drain_waiting(
+    inst: &mut Instance,
+    applied: u64,
+    sessions: &mut Sessions,
+    stats: &mut RegionStats,
+) -> bool {
+    let mut any = false;
+    while let Some(w) = inst.waiting.front() {
+        let have = inst.delivered.get(&w.source).copied().unwrap_or(0);
+        if w.seq < have {
+            inst.waiting.pop_front();
+            continue;
+        }
+        if let Some(f) = &inst.flush {
+            let reported = f.mine.delivered.get(&w.source).copied().unwrap_or(0);
+            if w.seq >= reported {
+                match inst.bound(w.source) {
+                    None => break,
+                    Some(b) if w.seq >= b => {
+                        // Beyond the agreed end of a gone source: dropped.
+                        inst.waiting.pop_front();
+                        stats.beyond_bound += 1;
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let Some(after) = w.payload.get(..8) else {
+            inst.waiting.pop_front();
+            stats.bad_datagrams += 1;
+            continue;
+        };
+        let after = u64::from_be_bytes(after.try_into().expect("8 bytes"));
+        if after > applied {
+            break;
+        }
+        let w = inst.waiting.pop_front().expect("front");
+        inst.delivered.insert(w.source, w.seq + 1);
+        any = true;
+        let Ok(items) = groups::decode(&w.payload[8..]) else {
+            stats.bad_datagrams += 1;
+            continue;
+        };
+        for item in items {
+            if let Item::Message {
+                client,
+                service,
+                flags,
+                mess_type,
+                groups,
+                payload,
+            } = item
+            {
+                stats.messages_delivered += 1;
+                sessions.deliver_region(client, service, (flags, mess_type), &groups, payload);
+            }
+        }
+    }
+    any
+}
+
+/// A group name's 64-bit FNV-1a hash: how regions name groups (a collision
+/// between two groups' names, about 1 in 10^11 pairs at 10,000 groups,
+/// would let a message of one go by the other's region).
+pub fn group_hash(name: &str) -> u64 {
+    fnv(0xcbf2_9ce4_8422_2325, name.as_bytes())
+}
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// An instance's id on the wire: a hash of the view-change counter, the
+/// global sequence number of the event after which it was created (two
+/// instances of one table, one after a flush that changed nothing, differ)
+/// and its members.
+fn instance_id<'a>(change_point: u64, gseq: u64, members: impl Iterator<Item = &'a NodeId>) -> u32 {
+    let mut h = fnv(0xcbf2_9ce4_8422_2325, &change_point.to_be_bytes());
+    h = fnv(h, &gseq.to_be_bytes());
+    for m in members {
+        h = fnv(h, &m.0.to_be_bytes());
+    }
+    (h ^ (h >> 32)) as u32
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,500 @@
+//! Daemons with `[qsm]` on, in virtual time: a small network that routes
+//! by slot (as the runtime does) and may lose QSM datagrams, clients whose
+//! frames are recorded, a crash.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use shoal_wire::client::{Frame, Service};
+
+use super::*;
+use crate::daemon::{membership, ClientInput, Daemon, DaemonEvent, Limits, Membership, Settings};
+
+const MS: u64 = 1_000_000;
+
+/// (arrival, order, to slot, from id, bytes)
+type InFlight = Reverse<(u64, u64, u32, u32, Bytes)>;
+
+struct Net {
+    daemons: Vec<Option<Daemon>>,
+    queue: BinaryHeap<InFlight>,
+    order: u64,
+    now: u64,
+    /// Probability that a QSM datagram is lost.
+    qsm_loss: f64,
+    /// QSM datagrams from the first slot to the second are lost.
+    qsm_cut: Option<(usize, u32)>,
+    rng: Xoshiro256PlusPlus,
+    /// Frames each client (slot, session) received, in order.
+    frames: BTreeMap<(usize, SessionId), Vec<Frame>>,
+}
+
+fn settings(slot: usize, batch_max: usize, qsm: bool) -> Settings {
+    let limits = Limits {
+        groups_per_client: 20_000,
+        ..Limits::default()
+    };
+    let mut s = Settings::new(&format!("d{slot}"), limits, batch_max);
+    s.qsm.enabled = qsm;
+    s
+}
+
+impl Net {
+    fn new(n: usize, qsm: bool) -> Net {
+        let mut config = membership::Config::default();
+        config.vsync.view_period = Duration::from_secs(2);
+        config.vsync.committee_size = std::num::NonZeroU32::new(3).unwrap();
+        let batch_max = config.vsync.max_payload();
+        let daemons = (0..n)
+            .map(|slot| {
+                let m = Membership::new(
+                    slot as u32,
+                    n as u32,
+                    1,
+                    config.clone(),
+                    7 + slot as u64,
+                    Instant::ZERO,
+                )
+                .unwrap();
+                Some(Daemon::new(settings(slot, batch_max, qsm), m))
+            })
+            .collect();
+        Net {
+            daemons,
+            queue: BinaryHeap::new(),
+            order: 0,
+            now: 0,
+            qsm_loss: 0.0,
+            qsm_cut: None,
+            rng: Xoshiro256PlusPlus::seed_from_u64(1),
+            frames: BTreeMap::new(),
+        }
+    }
+
+    fn at(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    fn d(&self, slot: usize) -> &Daemon {
+        self.daemons[slot].as_ref().expect("running")
+    }
+
+    fn drain(&mut self, i: usize) {
+        let now = self.at();
+        let Some(d) = self.daemons[i].as_mut() else {
+            return;
+        };
+        let from = d.node_id().0;
+        let mut out = Vec::new();
+        while let Some(t) = d.poll_transmit(now) {
+            out.push(t);
+        }
+        let mut events = Vec::new();
+        while let Some(e) = d.poll_event() {
+            events.push(e);
+        }
+        for e in events {
+            if let DaemonEvent::Frames(id, bytes) = e {
+                let mut rest = &bytes[..];
+                while let Ok(Some((f, n))) = shoal_wire::client::decode(rest, &Default::default()) {
+                    self.frames.entry((i, id)).or_default().push(f);
+                    rest = &rest[n..];
+                }
+                let d = self.daemons[i].as_mut().unwrap();
+                d.handle_client(now, ClientInput::Written(id, bytes.len()));
+            }
+        }
+        for t in out {
+            let qsm = Regions::is_qsm(&t.payload);
+            let targets: Vec<u32> = match t.destination {
+                Destination::Node(to) => vec![membership::slot_of(to)],
+                Destination::Multicast => (0..self.daemons.len() as u32)
+                    .filter(|s| *s as usize != i)
+                    .collect(),
+            };
+            for to in targets {
+                if qsm && self.rng.random::<f64>() < self.qsm_loss {
+                    continue;
+                }
+                if qsm && self.qsm_cut == Some((i, to)) {
+                    continue;
+                }
+                self.order += 1;
+                let at = self.now + MS / 5;
+                self.queue
+                    .push(Reverse((at, self.order, to, from, t.payload.clone())));
+            }
+        }
+    }
+
+    fn run_until(&mut self, until_ms: u64) {
+        let until = until_ms * MS;
+        for i in 0..self.daemons.len() {
+            self.drain(i);
+        }
+        loop {
+            let timer = self
+                .daemons
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| Some((d.as_ref()?.poll_timeout()?.as_nanos(), i)))
+                .min();
+            let packet = self.queue.peek().map(|Reverse((at, ..))| *at);
+            let next = match (timer, packet) {
+                (Some((t, _)), Some(p)) => t.min(p),
+                (Some((t, _)), None) => t,
+                (None, Some(p)) => p,
+                (None, None) => break,
+            };
+            if next > until {
+                break;
+            }
+            self.now = self.now.max(next);
+            let now = self.at();
+            if packet == Some(next) {
+                let Reverse((_, _, to, from, bytes)) = self.queue.pop().unwrap();
+                if let Some(d) = self.daemons[to as usize].as_mut() {
+                    d.handle_datagram_bytes(now, NodeId(from), &bytes);
+                    d.check_invariants();
+                }
+                self.drain(to as usize);
+            } else {
+                let (_, i) = timer.unwrap();
+                self.daemons[i].as_mut().unwrap().handle_timeout(now);
+                self.drain(i);
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn client(&mut self, slot: usize, id: SessionId, name: &str) {
+        self.input(slot, ClientInput::Opened { id, tcp: false });
+        self.frame(
+            slot,
+            id,
+            Frame::Connect {
+                name: name.into(),
+                token: String::new(),
+            },
+        );
+    }
+
+    fn input(&mut self, slot: usize, input: ClientInput) {
+        let now = self.at();
+        self.daemons[slot]
+            .as_mut()
+            .unwrap()
+            .handle_client(now, input);
+        self.drain(slot);
+    }
+
+    fn frame(&mut self, slot: usize, id: SessionId, frame: Frame) {
+        self.input(slot, ClientInput::Frame(id, frame));
+    }
+
+    fn send(&mut self, slot: usize, id: SessionId, service: Service, group: &str, text: String) {
+        self.frame(
+            slot,
+            id,
+            Frame::Multicast {
+                service,
+                groups: vec![group.into()],
+                payload: text.into_bytes(),
+            },
+        );
+    }
+
+    /// Payloads client (slot, id) received, as text.
+    fn got(&self, slot: usize, id: SessionId) -> Vec<String> {
+        self.frames
+            .get(&(slot, id))
+            .into_iter()
+            .flatten()
+            .filter_map(|f| match f {
+                Frame::Message { payload, .. } | Frame::MessageExt { payload, .. } => {
+                    Some(String::from_utf8_lossy(payload).into_owned())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What client (slot, id) saw: `V<members>` for a membership of
+    /// `group`, else the message text.
+    fn history(&self, slot: usize, id: SessionId, group: &str) -> Vec<String> {
+        self.frames
+            .get(&(slot, id))
+            .into_iter()
+            .flatten()
+            .filter_map(|f| match f {
+                Frame::Message { payload, .. } | Frame::MessageExt { payload, .. } => {
+                    Some(String::from_utf8_lossy(payload).into_owned())
+                }
+                Frame::Membership {
+                    group: g, members, ..
+                } if g == group => Some(format!("V{}", members.len())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Three daemons, one client each in group `g`.
+fn three_in_g(qsm: bool) -> Net {
+    let mut net = Net::new(3, qsm);
+    net.run_until(4_000);
+    for slot in 0..3 {
+        net.client(slot, 1, &format!("c{slot}"));
+        net.frame(slot, 1, Frame::Join { group: "g".into() });
+    }
+    net.run_until(4_500);
+    net
+}
+
+/// Messages of `sender` (prefix) in the order received.
+fn of(got: &[String], sender: &str) -> Vec<String> {
+    got.iter()
+        .filter(|m| m.starts_with(sender))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn fifo_messages_go_by_the_region_in_each_senders_order() {
+    let mut net = three_in_g(true);
+    for slot in 0..3 {
+        assert!(
+            net.d(slot).regions().region().is_some(),
+            "daemon {slot} in a region"
+        );
+        let (_, members, groups) = net.d(slot).regions().region().unwrap();
+        assert_eq!((members.len(), groups), (3, 1));
+    }
+    let batches_before = net.d(0).sessions().stats().batches_sent;
+    for k in 0..200 {
+        for slot in 0..3 {
+            net.send(slot, 1, Service::Fifo, "g", format!("c{slot}:{k:04}"));
+        }
+    }
+    net.run_until(6_000);
+    for slot in 0..3 {
+        let got = net.got(slot, 1);
+        for s in 0..3 {
+            let want: Vec<String> = (0..200).map(|k| format!("c{s}:{k:04}")).collect();
+            assert_eq!(of(&got, &format!("c{s}:")), want, "at {slot} from {s}");
+        }
+        let st = net.d(slot).regions().stats();
+        assert_eq!(st.messages_sent, 200, "daemon {slot}: {st:?}");
+        assert_eq!(st.messages_delivered, 600, "daemon {slot}: {st:?}");
+    }
+    // None of them went through the total order.
+    assert_eq!(net.d(0).sessions().stats().batches_sent, batches_before);
+}
+
+#[test]
+fn lost_region_datagrams_are_recovered() {
+    let mut net = three_in_g(true);
+    net.qsm_loss = 0.1;
+    for k in 0..300 {
+        net.send(0, 1, Service::Reliable, "g", format!("c0:{k:04}"));
+        if k % 50 == 0 {
+            net.run_until(net.now / MS + 5);
+        }
+    }
+    net.run_until(12_000);
+    let want: Vec<String> = (0..300).map(|k| format!("c0:{k:04}")).collect();
+    for slot in 0..3 {
+        let got = net.got(slot, 1);
+        if got != want {
+            eprintln!(
+                "at {slot}: {} of 300, {:?}",
+                got.len(),
+                net.d(slot).regions().stats()
+            );
+            eprintln!("{:?}", net.d(slot).status_lines(net.at()));
+        }
+        assert_eq!(got, want, "at {slot}");
+    }
+}
+
+#[test]
+fn a_join_is_announced_after_the_same_messages_everywhere() {
+    let mut net = three_in_g(true);
+    // Sender keeps sending while a fourth client joins at daemon 2.
+    for k in 0..100 {
+        net.send(0, 1, Service::Fifo, "g", format!("c0:{k:04}"));
+        if k == 50 {
+            net.client(2, 2, "late");
+            net.frame(2, 2, Frame::Join { group: "g".into() });
+        }
+        if k % 10 == 0 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(8_000);
+    // Every member of the first view sees the same messages before V4.
+    let cut = |h: &[String]| {
+        let at = h.iter().position(|x| x == "V4").expect("saw the join");
+        h[..at]
+            .iter()
+            .filter(|x| !x.starts_with('V'))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let h0 = net.history(0, 1, "g");
+    for slot in 1..3 {
+        assert_eq!(cut(&net.history(slot, 1, "g")), cut(&h0), "daemon {slot}");
+    }
+    // The late client gets exactly what came after its view.
+    let late = net.history(2, 2, "g");
+    assert_eq!(late.first().map(String::as_str), Some("V4"), "{late:?}");
+    let after: Vec<String> = h0[h0.iter().position(|x| x == "V4").unwrap() + 1..]
+        .iter()
+        .filter(|x| !x.starts_with('V'))
+        .cloned()
+        .collect();
+    assert_eq!(&late[1..], &after[..]);
+    assert_eq!(of(&net.got(1, 1), "c0:").len(), 100);
+    assert!(net.d(0).regions().stats().flushes >= 1);
+}
+
+#[test]
+fn fifo_holds_across_the_region_and_the_total_order() {
+    let mut net = three_in_g(true);
+    for k in 0..120 {
+        let service = if k % 7 < 4 {
+            Service::Fifo
+        } else {
+            Service::Agreed
+        };
+        net.send(0, 1, service, "g", format!("c0:{k:04}"));
+        if k % 13 == 0 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(8_000);
+    let want: Vec<String> = (0..120).map(|k| format!("c0:{k:04}")).collect();
+    for slot in 0..3 {
+        assert_eq!(net.got(slot, 1), want, "at {slot}");
+    }
+    let st = net.d(0).regions().stats();
+    assert!(st.messages_sent > 0 && st.cuts_sent > 0, "{st:?}");
+}
+
+#[test]
+fn a_crashed_senders_messages_end_alike_at_the_survivors() {
+    let mut net = three_in_g(true);
+    // Daemon 1 hears nothing of daemon 2's region traffic; daemon 0 all.
+    net.qsm_cut = Some((2, 1));
+    for k in 0..200 {
+        net.send(2, 1, Service::Fifo, "g", format!("c2:{k:04}"));
+    }
+    net.run_until(4_505);
+    assert_eq!(of(&net.got(0, 1), "c2:").len(), 200);
+    assert_eq!(of(&net.got(1, 1), "c2:").len(), 0);
+    net.daemons[2] = None;
+    net.run_until(30_000);
+    // The flush's bound is the most any survivor delivered: daemon 1
+    // recovers all 200 from daemon 0 before the view without daemon 2.
+    let want: Vec<String> = (0..200).map(|k| format!("c2:{k:04}")).collect();
+    for slot in 0..2 {
+        let h = net.history(slot, 1, "g");
+        let v2 = h
+            .iter()
+            .rposition(|x| x == "V2")
+            .expect("the view without c2");
+        let before: Vec<String> = h[..v2]
+            .iter()
+            .filter(|x| x.starts_with("c2:"))
+            .cloned()
+            .collect();
+        assert_eq!(before, want, "at {slot}");
+        assert_eq!(net.d(slot).regions().stats().flush_lost, 0);
+    }
+}
+
+#[test]
+fn groups_spanning_two_regions_keep_the_total_order() {
+    let mut net = three_in_g(true);
+    // Daemon 2's client also joins h: regions {0,1} and {2}; g spans both.
+    net.frame(2, 1, Frame::Join { group: "h".into() });
+    net.run_until(5_000);
+    assert_eq!(net.d(0).regions().region().unwrap().1.len(), 2);
+    net.send(0, 1, Service::Fifo, "g", "c0:x".into());
+    net.run_until(5_500);
+    for slot in 0..3 {
+        assert_eq!(net.got(slot, 1), vec!["c0:x".to_string()], "at {slot}");
+    }
+    assert_eq!(net.d(0).regions().stats().ordered_instead, 1);
+    assert_eq!(net.d(0).regions().stats().messages_sent, 0);
+}
+
+#[test]
+fn off_by_default_and_then_nothing_changes() {
+    let mut net = three_in_g(false);
+    net.send(0, 1, Service::Fifo, "g", "c0:x".into());
+    net.run_until(5_000);
+    assert_eq!(net.got(1, 1), vec!["c0:x".to_string()]);
+    assert!(net.d(0).regions().region().is_none());
+    assert!(!QsmSettings::default().enabled);
+}
+
+#[test]
+fn per_group_state_of_ten_thousand_region_groups_stays_under_512_bytes() {
+    let mut net = three_in_g(true);
+    for slot in 0..3 {
+        for g in 0..10_000 {
+            net.frame(
+                slot,
+                1,
+                Frame::Join {
+                    group: format!("g{g:05}"),
+                },
+            );
+        }
+    }
+    // Every change point is a flush: 30,000 joins take a while.
+    let done =
+        |net: &Net| (0..3).all(|s| net.d(s).regions().region().is_some_and(|r| r.2 == 10_001));
+    while !done(&net) && net.now < 120_000 * MS {
+        let t = net.now / MS + 1_000;
+        net.run_until(t);
+    }
+    eprintln!("10,000 groups joined by 3 clients at {} ms", net.now / MS);
+    if !done(&net) {
+        for slot in 0..3 {
+            eprintln!("{:#?}", net.d(slot).status_lines(net.at()));
+        }
+    }
+    for slot in 0..3 {
+        let r = net.d(slot).regions();
+        let (_, members, groups) = r.region().expect("a region");
+        assert_eq!((members.len(), groups), (3, 10_001));
+        let per_group = r.bytes_per_group().unwrap();
+        // Measured: 8 (the group hash) + 24 (the engine's record).
+        assert!(per_group <= 512, "{per_group} bytes per group");
+        assert_eq!(per_group, 32, "the measured figure changed");
+    }
+    // Sending (daemon 0) and receiving (1, 2) daemons after traffic.
+    for k in 0..100 {
+        net.send(
+            0,
+            1,
+            Service::Fifo,
+            &format!("g{:05}", k * 97),
+            format!("c0:{k:04}"),
+        );
+    }
+    let t = net.now / MS + 2_000;
+    net.run_until(t);
+    assert_eq!(net.got(2, 1).len(), 100);
+    for slot in 0..3 {
+        assert_eq!(net.d(slot).regions().bytes_per_group(), Some(32));
+    }
+}
