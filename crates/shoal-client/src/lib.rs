@@ -219,9 +219,9 @@ impl DaemonFlow {
 }
 
 /// The nonce and member list of a `GroupMembers` answer.
-pub(crate) fn members_answer(frame: &Frame) -> Option<(u32, &[String])> {
+pub(crate) fn members_answer(frame: &Frame) -> Option<(u32, Vec<String>)> {
     match frame {
-        Frame::GroupMembers { nonce, members, .. } => Some((*nonce, members)),
+        Frame::GroupMembers { nonce, members, .. } => Some((*nonce, members.clone())),
         _ => None,
     }
 }

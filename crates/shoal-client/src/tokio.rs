@@ -261,36 +261,17 @@ impl Client {
         &mut self,
         timeout: Duration,
     ) -> Result<FlowControlState, ClientError> {
-        self.flow_nonce = self.flow_nonce.wrapping_add(1);
-        let nonce = self.flow_nonce;
+        let nonce = self.next_nonce();
         self.send.enc.flow_query(nonce)?;
         self.send.pending.extend_from_slice(&self.send.enc.out);
         self.send.enc.written();
-        let start = ::tokio::time::Instant::now();
-        loop {
-            self.send.flow_control()?;
-            let waited = start.elapsed();
-            let step = FLOW_STEP.min(timeout.saturating_sub(waited));
-            let frame = match ::tokio::time::timeout(step, self.recv.next_frame()).await {
-                Ok(frame) => Some(frame?),
-                Err(_elapsed) => None,
-            };
-            let daemon = match frame.as_ref().map(DaemonFlow::from_frame) {
-                Some(Some((n, flow))) if n == nonce => Some(flow),
-                // A late answer to an earlier query.
-                Some(Some(_)) => continue,
-                Some(None) => {
-                    self.recv.backlog.extend(frame);
-                    continue;
-                }
-                None if waited >= timeout => None,
-                None => continue,
-            };
-            return Ok(FlowControlState {
-                client_pending_bytes: self.send.pending.len(),
-                daemon,
-            });
-        }
+        let daemon = self
+            .await_answer(nonce, timeout, DaemonFlow::from_frame)
+            .await?;
+        Ok(FlowControlState {
+            client_pending_bytes: self.send.pending.len(),
+            daemon,
+        })
     }
 }
 
@@ -304,11 +285,28 @@ impl Client {
         group: &str,
         timeout: Duration,
     ) -> Result<Option<Vec<String>>, ClientError> {
-        self.flow_nonce = self.flow_nonce.wrapping_add(1);
-        let nonce = self.flow_nonce;
+        let nonce = self.next_nonce();
         self.send.enc.group_query(nonce, group)?;
         self.send.pending.extend_from_slice(&self.send.enc.out);
         self.send.enc.written();
+        self.await_answer(nonce, timeout, members_answer).await
+    }
+
+    fn next_nonce(&mut self) -> u32 {
+        self.flow_nonce = self.flow_nonce.wrapping_add(1);
+        self.flow_nonce
+    }
+
+    /// Waits (at most `timeout`) for the answer numbered `nonce` to a
+    /// query already queued, writing what is pending meanwhile; other
+    /// frames are kept, in order, for `receive`, and late answers to
+    /// earlier queries dropped. `None`: no answer in time.
+    async fn await_answer<T>(
+        &mut self,
+        nonce: u32,
+        timeout: Duration,
+        answer: fn(&Frame) -> Option<(u32, T)>,
+    ) -> Result<Option<T>, ClientError> {
         let start = ::tokio::time::Instant::now();
         loop {
             self.send.flow_control()?;
@@ -318,8 +316,8 @@ impl Client {
                 Ok(frame) => Some(frame?),
                 Err(_elapsed) => None,
             };
-            match frame.as_ref().map(members_answer) {
-                Some(Some((n, members))) if n == nonce => return Ok(Some(members.to_vec())),
+            match frame.as_ref().map(answer) {
+                Some(Some((n, value))) if n == nonce => return Ok(Some(value)),
                 // A late answer to an earlier query.
                 Some(Some(_)) => {}
                 Some(None) => self.recv.backlog.extend(frame),
