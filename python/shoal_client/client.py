@@ -302,27 +302,8 @@ class Client:
         self._flow_nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
         nonce = self._flow_nonce
         query = codec.encode(codec.FlowQuery(nonce))
-        with self._send_lock:
-            self._pending += query
-        deadline = time.monotonic() + timeout
-        with self._recv_lock:
-            while True:
-                with self._send_lock:
-                    self._write_now(self._pending)
-                step = min(deadline, time.monotonic() + FLOW_STEP)
-                try:
-                    frame = self._reader.next_frame(step)
-                except ShoalClientError as e:
-                    if not isinstance(e, Disconnected):
-                        self.close()
-                    raise
-                if isinstance(frame, codec.FlowState):
-                    if frame.nonce == nonce:
-                        return FlowControlState(len(self._pending), DaemonFlow.of(frame))
-                elif frame is not None:
-                    self._backlog.append(frame)
-                elif time.monotonic() >= deadline:
-                    return FlowControlState(len(self._pending), None)
+        flow = self._await_answer(query, nonce, codec.FlowState, timeout)
+        return FlowControlState(len(self._pending), None if flow is None else DaemonFlow.of(flow))
 
     def members(self, group: str, timeout: float = 5.0) -> list[str] | None:
         """The members of ``group`` as this client's daemon knows them now,
@@ -337,6 +318,14 @@ class Client:
         nonce = (self._flow_nonce + 1) & 0xFFFFFFFF
         query = self._requests.group_query(nonce, group)
         self._flow_nonce = nonce
+        answer = self._await_answer(query, nonce, codec.GroupMembers, timeout)
+        return None if answer is None else list(answer.members)
+
+    def _await_answer(self, query: bytes, nonce: int, kind: type, timeout: float):
+        """Queues ``query`` and waits (at most ``timeout`` seconds) for the
+        ``kind`` frame numbered ``nonce``, writing what is pending meanwhile;
+        other frames are kept, in order, for :meth:`receive`, and late
+        answers to earlier queries dropped. ``None``: no answer in time."""
         with self._send_lock:
             self._pending += query
         deadline = time.monotonic() + timeout
@@ -351,9 +340,9 @@ class Client:
                     if not isinstance(e, Disconnected):
                         self.close()
                     raise
-                if isinstance(frame, codec.GroupMembers):
+                if isinstance(frame, kind):
                     if frame.nonce == nonce:
-                        return list(frame.members)
+                        return frame
                 elif frame is not None:
                     self._backlog.append(frame)
                 elif time.monotonic() >= deadline:
