@@ -21,6 +21,7 @@
 //! | 9 | MESSAGE_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, payload |
 //! | 10 | FRAGMENT_EXT | client, service `u8`, flags `u8`, message type `u16`, groups, message id `u64`, total length `u32`, offset `u32`, bytes |
 //! | 11 | TABLE | joiner `u32`, as-of gseq `u64`, as-of index `u32`, view-id counters (epoch `u64`, changes `u64`, owner slot `u32`), `flags u8` (bit 0 first part, bit 1 last part), settled daemons (`u16` count × `u32`), `count u32` × (daemon `u32`, client, groups): every group member as of a point of the order, for a daemon that joined |
+//! | 13 | TABLE_PARTIAL | joiner `u32`, daemon `u32`, client, service `u8`, flags `u8`, message type `u16`, groups, message id `u64`, total length `u32`, offset `u32`, bytes: part of a message that `daemon` had begun to send in pieces and not finished as of the table's point, for `joiner` (which did not receive those pieces), sent before the table's last part |
 //! | 12 | REGION_FLUSH | instance `u32`, `flags u8` (bit 0: a cut, not a change point's flush), sent `u64`, `count u16` × (source `u32`, delivered `u64`): the sending daemon's next sequence number in QSM region instance `instance` and the prefix it delivered of each other source (`docs/qsm.md`, "In the daemon") |
 //!
 //! A message or fragment whose flags and type are both zero is encoded with
@@ -46,6 +47,7 @@ const MESSAGE_EXT: u8 = 9;
 const FRAGMENT_EXT: u8 = 10;
 const TABLE: u8 = 11;
 const REGION_FLUSH: u8 = 12;
+const TABLE_PARTIAL: u8 = 13;
 
 /// One item of a batch; strings and bytes borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +120,23 @@ pub enum Item<'a> {
         last: bool,
         settled: Vec<u32>,
         entries: Vec<(u32, &'a str, Vec<&'a str>)>,
+    },
+    /// For `joiner`, with the table: the pieces that `daemon`'s message
+    /// `id` had got to as of the table's point (from `offset`), which a
+    /// daemon that joined since did not receive; without them it could
+    /// not complete the message the others deliver.
+    TablePartial {
+        joiner: u32,
+        daemon: u32,
+        client: &'a str,
+        service: u8,
+        flags: u8,
+        mess_type: u16,
+        groups: Vec<&'a str>,
+        id: u64,
+        total: u32,
+        offset: u32,
+        bytes: &'a [u8],
     },
     /// Where the sending daemon stopped in QSM region instance `instance`:
     /// `sent` is its next sequence number there, `delivered` the prefix it
@@ -232,6 +251,12 @@ impl Item<'_> {
                     + 4
                     + bytes.len()
             }
+            Item::TablePartial {
+                client,
+                groups,
+                bytes,
+                ..
+            } => 4 + 4 + s(client) + 1 + 3 + list(groups) + 8 + 4 + 4 + 4 + bytes.len(),
             Item::Snapshot { clients, .. } => {
                 8 + 1 + 4 + clients.iter().map(|(c, g)| s(c) + list(g)).sum::<usize>()
             }
@@ -313,6 +338,32 @@ impl Item<'_> {
                     w.u8(*flags);
                     w.out.extend_from_slice(&mess_type.to_be_bytes());
                 }
+                w.list(groups)?;
+                w.out.extend_from_slice(&id.to_be_bytes());
+                w.out.extend_from_slice(&total.to_be_bytes());
+                w.out.extend_from_slice(&offset.to_be_bytes());
+                w.bytes(bytes)?;
+            }
+            Item::TablePartial {
+                joiner,
+                daemon,
+                client,
+                service,
+                flags,
+                mess_type,
+                groups,
+                id,
+                total,
+                offset,
+                bytes,
+            } => {
+                w.u8(TABLE_PARTIAL);
+                w.out.extend_from_slice(&joiner.to_be_bytes());
+                w.out.extend_from_slice(&daemon.to_be_bytes());
+                w.str(client)?;
+                w.u8(*service);
+                w.u8(*flags);
+                w.out.extend_from_slice(&mess_type.to_be_bytes());
                 w.list(groups)?;
                 w.out.extend_from_slice(&id.to_be_bytes());
                 w.out.extend_from_slice(&total.to_be_bytes());
@@ -549,6 +600,19 @@ impl<'a> Reader<'a> {
                     bytes: self.bytes("fragment")?,
                 }
             }
+            TABLE_PARTIAL => Item::TablePartial {
+                joiner: self.u32("partial joiner")?,
+                daemon: self.u32("partial daemon")?,
+                client: self.str("client")?,
+                service: self.u8("service")?,
+                flags: self.u8("flags")?,
+                mess_type: self.u16("message type")?,
+                groups: self.list("groups")?,
+                id: self.u64("message id")?,
+                total: self.u32("total length")?,
+                offset: self.u32("offset")?,
+                bytes: self.bytes("partial")?,
+            },
             SNAPSHOT => {
                 let epoch = self.u64("snapshot epoch")?;
                 let flags = self.u8("snapshot flags")?;
@@ -726,6 +790,19 @@ mod tests {
                 total: 100_000,
                 offset: 0,
                 bytes: &[8; 30],
+            },
+            Item::TablePartial {
+                joiner: 513,
+                daemon: 258,
+                client: "#a#n2",
+                service: 3,
+                flags: 0,
+                mess_type: 0,
+                groups: vec!["big", "log"],
+                id: 11,
+                total: 100_000,
+                offset: 16_000,
+                bytes: &[9; 400],
             },
             Item::Snapshot {
                 epoch: 7,

@@ -142,6 +142,48 @@ fn in_parts<T>(entries: Vec<T>, room: usize, len: impl Fn(&T) -> usize) -> Vec<V
     parts
 }
 
+/// For a joiner's table, the messages begun in pieces and not yet complete
+/// as of the table's point. Their first pieces may have been ordered before
+/// the joiner was in the daemons' view (or before the point its table starts
+/// from): without them the joiner would drop a message that everyone else
+/// delivers to members its clients share views with. In key order, cut to
+/// fit a batch.
+fn push_partials(
+    partials: &HashMap<(NodeId, u64), Partial>,
+    pending: &mut Batches,
+    batch_max: usize,
+    joiner: NodeId,
+) {
+    let mut keys: Vec<&(NodeId, u64)> = partials.keys().collect();
+    keys.sort_unstable();
+    for key in keys {
+        let p = &partials[key];
+        let groups: Vec<&str> = p.groups.iter().map(String::as_str).collect();
+        let piece = |offset: usize, bytes| Item::TablePartial {
+            joiner: joiner.0,
+            daemon: key.0 .0,
+            client: &p.client,
+            service: p.service,
+            flags: p.flags,
+            mess_type: p.mess_type,
+            groups: groups.clone(),
+            id: key.1,
+            total: p.total as u32,
+            offset: offset as u32,
+            bytes,
+        };
+        let room = batch_max
+            .saturating_sub(2 + piece(0, &[]).encoded_len())
+            .max(1);
+        let mut offset = 0;
+        while offset < p.bytes.len() {
+            let end = (offset + room).min(p.bytes.len());
+            pending.push(&piece(offset, &p.bytes[offset..end]), batch_max);
+            offset = end;
+        }
+    }
+}
+
 /// Encoded bytes of a name and a list of names (`shoal_wire::groups`).
 fn name_and_list_len(name: &str, list: &[&str]) -> usize {
     2 + name.len() + 2 + list.iter().map(|x| 2 + x.len()).sum::<usize>()
@@ -157,6 +199,9 @@ const CHANGES_MASK: u64 = 0xFF_FFFF;
 struct Joining {
     buffer: Vec<Buffered>,
     parts: Vec<(NodeId, String, Vec<String>)>,
+    /// Messages others had begun to receive in pieces as of the table's
+    /// point (`Item::TablePartial`), completed by the pieces that follow.
+    partials: BTreeMap<(NodeId, u64), Partial>,
     settled: Vec<NodeId>,
     view_ids: (u64, u64, u32),
 }
@@ -1185,6 +1230,8 @@ impl Sessions {
             }
             // Counted on arrival (`note_received`).
             Item::Received { .. } => {}
+            // Read by a joining daemon only (`buffer_batch`).
+            Item::TablePartial { .. } => {}
             // QSM region flushes and cuts: read by the daemon's region
             // layer (`super::regions`) before the batch gets here.
             Item::RegionFlush { .. } => {}
@@ -1655,23 +1702,29 @@ impl Sessions {
             .map(|((daemon, client), groups)| (daemon.0, client, groups))
             .collect();
         let parts = in_parts(entries, room, |(_, c, g)| 4 + name_and_list_len(c, g));
-        let n = parts.len();
+        let part = |first: bool, last: bool, entries| Item::Table {
+            joiner: joiner.0,
+            as_of,
+            view_ids: (self.epoch, self.changes, self.owner),
+            first,
+            last,
+            settled: settled.clone(),
+            entries,
+        };
         let items: Vec<Item<'_>> = parts
             .into_iter()
             .enumerate()
-            .map(|(i, entries)| Item::Table {
-                joiner: joiner.0,
-                as_of,
-                view_ids: (self.epoch, self.changes, self.owner),
-                first: i == 0,
-                last: i + 1 == n,
-                settled: settled.clone(),
-                entries,
-            })
+            .map(|(i, entries)| part(i == 0, false, entries))
             .collect();
         for item in &items {
             self.pending.push(item, self.batch_max);
         }
+        drop(items);
+        // Between the first part (which starts the table afresh at the
+        // joiner) and the last (which completes it).
+        push_partials(&self.partials, &mut self.pending, self.batch_max, joiner);
+        let last = part(false, true, Vec::new());
+        self.pending.push(&last, self.batch_max);
     }
 
     /// While joining: a batch of the total order waits for the table, and
@@ -1695,6 +1748,39 @@ impl Sessions {
         let mut complete = None;
         let joining = self.joining.as_mut().expect("joining");
         for item in &items {
+            if let Item::TablePartial {
+                joiner,
+                daemon,
+                client,
+                service,
+                flags,
+                mess_type,
+                groups,
+                id,
+                total,
+                offset,
+                bytes,
+            } = item
+            {
+                if *joiner == me.0 && complete.is_none() {
+                    let partial = joining
+                        .partials
+                        .entry((NodeId(*daemon), *id))
+                        .or_insert_with(|| Partial {
+                            client: client.to_string(),
+                            service: *service,
+                            flags: *flags,
+                            mess_type: *mess_type,
+                            groups: groups.iter().map(|g| g.to_string()).collect(),
+                            bytes: Vec::new(),
+                            total: *total as usize,
+                        });
+                    if *offset as usize == partial.bytes.len() {
+                        partial.bytes.extend_from_slice(bytes);
+                    }
+                }
+                continue;
+            }
             let Item::Table {
                 joiner,
                 as_of,
@@ -1712,6 +1798,8 @@ impl Sessions {
             }
             if *first {
                 joining.parts.clear();
+                // (a table sent again after a view change restates them)
+                joining.partials.clear();
                 joining.settled = settled.iter().map(|d| NodeId(*d)).collect();
                 joining.view_ids = *view_ids;
             }
@@ -1784,6 +1872,8 @@ impl Sessions {
         // still had for them, then the next regular views.
         let moving = self.transitional_views(me);
         self.deliver_cut_off_batches(&moving);
+        // What the others had of messages still coming in pieces.
+        self.partials = joining.partials.into_iter().collect();
         self.left_while_cut_off(&moving, view_id);
         for group in mine {
             self.stats.group_changes += 1;

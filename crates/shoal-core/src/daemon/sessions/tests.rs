@@ -866,6 +866,37 @@ fn self_discard_skips_only_the_sending_connection_and_the_type_goes_everywhere()
 /// A joining daemon gets the whole table in parts that each fit a batch
 /// (the harness refuses a larger batch), however many members there are.
 #[test]
+fn a_rejoining_daemon_completes_a_message_whose_first_pieces_preceded_its_table() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    // Bob's daemon is evicted and rejoins under its next incarnation.
+    let removed = Event::Removed {
+        view: 3,
+        reason: RemovedReason::Dropped,
+    };
+    c.cores[1].cluster_event(NodeId(11), removed);
+    c.collect();
+    c.install(&[0, 2], &[]);
+    c.ids[1] = NodeId(21);
+    c.install(&[0, 1, 2], &[1]);
+    // Alice sends a message in pieces; its first piece is ordered before
+    // the rejoined daemon's snapshot, so before the point its table is as
+    // of, and the rest after.
+    let big: Vec<u8> = (0..3 * BATCH_MAX + 17).map(|i| (i % 251) as u8).collect();
+    c.frame(0, 1, multicast(Service::Fifo, &["chat"], &big));
+    assert!(c.order(0));
+    assert!(c.order(1));
+    c.settle();
+    assert!(c.cores[1].ready());
+    assert!(c.cores[0].stats().fragments_sent >= 4);
+    // Bob moved on with alice into the merged view: he gets it as she does.
+    let alice = messages(&c.take(0, 1));
+    assert_eq!(alice, vec![(s("#alice#n0"), vec![s("chat")], big)]);
+    assert_eq!(messages(&c.take(1, 1)), alice);
+}
+
+#[test]
 fn a_large_table_reaches_a_joining_daemon_in_parts_that_fit_a_batch() {
     let mut c = Cluster::new(3);
     for i in 0..60 {
