@@ -73,6 +73,18 @@ pub fn daemon_id(slot: u32, incarnation: u32) -> NodeId {
     NodeId(((incarnation & INCARNATION_MASK) << SLOT_BITS) | slot)
 }
 
+/// The first incarnation of a daemon process started at `unix_ms`: the
+/// time in units of 8 ms. An eviction moves a running daemon to the next
+/// incarnation, so a restart must start past every incarnation the
+/// previous process of its slot used; counting restarts 1, 2, 3 would give
+/// the restarted process the id its predecessor took at its first rejoin,
+/// and peers still holding state for that id would take the newcomer's
+/// first messages for old ones. Wraps after about 37 hours (2^24 units),
+/// harmlessly: only equality with the predecessor's recent ids matters.
+pub fn first_incarnation(unix_ms: u64) -> u32 {
+    (unix_ms / 8) as u32
+}
+
 /// Settings of the cluster membership.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

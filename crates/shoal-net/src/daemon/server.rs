@@ -133,11 +133,10 @@ fn slots(config: &DaemonConfig) -> (Vec<SocketAddr>, u32) {
     (addrs, slot)
 }
 
-/// An incarnation that differs across restarts: wall-clock time in units of
-/// 8 ms (it wraps after about 37 hours, harmlessly: only equality with the
-/// previous incarnation of the same slot would matter).
+/// An incarnation that differs across restarts
+/// ([`shoal_core::daemon::membership::first_incarnation`]).
 fn incarnation() -> u32 {
-    (unix_ms() / 8) as u32
+    shoal_core::daemon::membership::first_incarnation(unix_ms())
 }
 
 fn unix_ms() -> u64 {
