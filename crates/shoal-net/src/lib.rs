@@ -31,6 +31,7 @@ mod clock;
 pub mod daemon;
 mod error;
 mod faults;
+mod gro;
 mod gso;
 mod node;
 mod socket;

@@ -5,8 +5,9 @@
 //!
 //! Each turn, in this order (QSM: I/O first):
 //!
-//! 1. drain the sockets in batches (`try_recv_from` until `WouldBlock` or
-//!    `recv_batch_max`), passing each datagram through the fault layer to
+//! 1. drain the sockets in batches (until `WouldBlock` or `recv_batch_max`
+//!    datagrams; with UDP GRO one receive may bring a run of several,
+//!    `gro.rs`), passing each datagram through the fault layer to
 //!    `handle_datagram`;
 //! 2. release delayed datagrams that are due;
 //! 3. fire the engine's timer if its deadline passed;
@@ -177,6 +178,11 @@ pub struct RuntimeStats {
     pub send_would_block: u64,
     /// Sends or receives that failed (logged, datagram dropped).
     pub io_errors: u64,
+    /// Receives that brought a run of several datagrams at once (UDP GRO;
+    /// each datagram is counted in `datagrams_received` too).
+    pub gro_runs: u64,
+    /// Receives cut short by the receive buffer (never expected).
+    pub receive_truncated: u64,
     /// Application multicasts refused for now by flow control.
     pub window_full: u64,
     /// Application multicasts refused for good (payload too large).
@@ -430,7 +436,8 @@ struct Driver<E: Engine> {
     blocked: bool,
     events_tx: mpsc::UnboundedSender<EventBatch<E::Event>>,
     events: Vec<E::Event>,
-    buf: Vec<u8>,
+    /// The receive buffer (one datagram, or one run of them with UDP GRO).
+    rx: crate::gro::Receiver,
     stats: RuntimeStats,
     warned_no_multicast: bool,
     /// Addresses already warned about for a slot conflict (at most
@@ -481,6 +488,11 @@ impl<E: Engine> Driver<E> {
             ),
             None => (None, None),
         };
+        // Both sockets are read only through `gro::Receiver`, which gives a
+        // coalesced run back as its datagrams.
+        let gro = crate::gro::enable(&unicast);
+        let gro_multicast = multicast_rx.as_ref().map(crate::gro::enable);
+        tracing::debug!(node = %engine.node_id(), gro, ?gro_multicast, "UDP GRO");
         let faults = config
             .faults
             .is_active()
@@ -527,7 +539,7 @@ impl<E: Engine> Driver<E> {
             blocked: false,
             events_tx,
             events: Vec::new(),
-            buf: vec![0; 65_536],
+            rx: crate::gro::Receiver::new(),
             stats: RuntimeStats::default(),
             warned_no_multicast: false,
             warned_conflicts: HashSet::new(),
@@ -654,13 +666,17 @@ impl<E: Engine> Driver<E> {
     }
 
     fn receive_batch(&mut self, which: Socket) -> bool {
-        for _ in 0..self.config.recv_batch_max {
+        let mut taken = 0;
+        while taken < self.config.recv_batch_max {
             let socket = match which {
                 Socket::Unicast => &self.unicast,
                 Socket::Multicast => self.multicast_rx.as_ref().expect("checked by caller"),
             };
-            match socket.try_recv_from(&mut self.buf) {
-                Ok((len, from)) => self.on_datagram(len, from),
+            match self.rx.receive(socket) {
+                Ok(run) => {
+                    taken += run.count();
+                    self.on_run(run);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) => {
                     // E.g. an ICMP error reported on the socket: not fatal.
@@ -673,42 +689,57 @@ impl<E: Engine> Driver<E> {
         true
     }
 
-    fn on_datagram(&mut self, len: usize, from: SocketAddr) {
+    /// Handles each datagram of a receive in turn.
+    fn on_run(&mut self, run: crate::gro::Run) {
+        if run.segment > 0 {
+            self.stats.gro_runs += 1;
+        }
+        // The buffer is lent out while the datagrams are handled, which
+        // needs the rest of the driver.
+        let mut rx = std::mem::take(&mut self.rx);
+        for range in run.datagrams() {
+            self.on_datagram(&mut rx.buf_mut()[range], run.from);
+        }
+        self.stats.receive_truncated = rx.truncated;
+        self.rx = rx;
+    }
+
+    fn on_datagram(&mut self, datagram: &mut [u8], from: SocketAddr) {
         self.stats.datagrams_received += 1;
-        self.stats.bytes_received += len as u64;
+        self.stats.bytes_received += datagram.len() as u64;
         if from == self.my_addr {
             // Our own IP multicast, looped back: the engine never expects it.
             self.stats.own_filtered += 1;
             return;
         }
-        let len = match self.open(len) {
+        let len = match self.open(datagram) {
             Some(len) => len,
             None => {
                 self.stats.auth_dropped += 1;
                 return;
             }
         };
-        let Some(node) = self.sender(from, len) else {
+        let datagram = &datagram[..len];
+        let Some(node) = self.sender(from, datagram) else {
             return;
         };
         let now = self.clock.now();
         let copies = self.faults.as_mut().map_or(1, Faults::copies);
         self.stats.fault_duplicates += copies as u64 - 1;
         for _ in 0..copies {
-            self.on_copy(now, node, len);
+            self.on_copy(now, node, datagram);
         }
     }
 
-    /// Hands one copy of the datagram `buf[..len]` from `node` to the engine,
-    /// or drops or holds it, as the fault layer decides.
-    fn on_copy(&mut self, now: Instant, node: NodeId, len: usize) {
+    /// Hands one copy of `datagram` from `node` to the engine, or drops or
+    /// holds it, as the fault layer decides.
+    fn on_copy(&mut self, now: Instant, node: NodeId, datagram: &[u8]) {
         let verdict = match self.faults.as_mut() {
             Some(faults) => faults.judge(now),
             None => Verdict::Deliver,
         };
         match verdict {
             Verdict::Deliver => {
-                let datagram = &self.buf[..len];
                 self.stats
                     .deliver(&mut self.engine, &mut self.reassembler, now, node, datagram);
             }
@@ -716,25 +747,23 @@ impl<E: Engine> Driver<E> {
             Verdict::DelayUntil(due) => {
                 self.stats.fault_delays += 1;
                 let faults = self.faults.as_mut().expect("verdict came from it");
-                faults.hold(due, node, &self.buf[..len]);
+                faults.hold(due, node, datagram);
             }
         }
     }
 
-    /// The member that sent the (opened) datagram `buf[..len]` from `from`;
-    /// a learning book may bind its slot to `from` first. `None`: dropped
-    /// and counted.
-    fn sender(&mut self, from: SocketAddr, len: usize) -> Option<NodeId> {
-        let claimed = (len >= 8).then(|| {
-            let b = &self.buf[4..8];
-            u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-        });
+    /// The member that sent the (opened) `datagram` from `from`; a learning
+    /// book may bind its slot to `from` first. `None`: dropped and counted.
+    fn sender(&mut self, from: SocketAddr, datagram: &[u8]) -> Option<NodeId> {
+        let claimed = datagram
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         if let Some(node) = self.book.sender(from, claimed) {
             return Some(node);
         }
         // Only a well-formed header may bind a slot: without a cluster key,
         // stray bytes on loopback must not take one.
-        let learned = match shoal_wire::decode_header(&self.buf[..len]) {
+        let learned = match shoal_wire::decode_header(datagram) {
             Ok(_) => self.book.learn(from, claimed),
             Err(_) => Learned::Refused,
         };
@@ -774,13 +803,13 @@ impl<E: Engine> Driver<E> {
         }
     }
 
-    /// Opens a sealed datagram in place: on success `buf[..len]` holds the
-    /// datagram inside, whose header must name the envelope's sender.
-    fn open(&mut self, len: usize) -> Option<usize> {
+    /// Opens a sealed datagram in place: on success `datagram[..len]` holds
+    /// the datagram inside, whose header must name the envelope's sender.
+    fn open(&mut self, datagram: &mut [u8]) -> Option<usize> {
         let Some(opener) = self.opener.as_mut() else {
-            return Some(len);
+            return Some(datagram.len());
         };
-        let (sender, plain) = match opener.open(&self.buf[..len], &mut self.opened) {
+        let (sender, plain) = match opener.open(datagram, &mut self.opened) {
             Ok(o) => (o.sender, o.datagram.to_vec()),
             Err(e) => {
                 tracing::trace!(node = %self.me, error = %e, "datagram refused by authentication");
@@ -795,7 +824,7 @@ impl<E: Engine> Driver<E> {
         if self.book.slot(NodeId(header_sender)) != self.book.slot(NodeId(sender)) {
             return None;
         }
-        self.buf[..plain.len()].copy_from_slice(&plain);
+        datagram[..plain.len()].copy_from_slice(&plain);
         Some(plain.len())
     }
 

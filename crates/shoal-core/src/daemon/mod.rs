@@ -233,7 +233,14 @@ struct Conn {
     queued: usize,
     /// Frames of this turn, handed over as one chunk at the next drain.
     out: Vec<u8>,
+    /// Size of the last chunk handed over (at most `CHUNK_HINT_MAX`): a
+    /// turn's first frame reserves that much, so that a chunk of many
+    /// frames is not grown by doubling, copying what it holds each time.
+    last_chunk: usize,
 }
+
+/// The most a client's chunk reserves ahead (`Conn::last_chunk`).
+const CHUNK_HINT_MAX: usize = 256 << 10;
 
 /// The daemon engine.
 pub struct Daemon {
@@ -384,6 +391,7 @@ impl Daemon {
                         tcp,
                         queued: 0,
                         out: Vec::new(),
+                        last_chunk: 0,
                     },
                 );
                 self.unconnected.insert(id, now);
@@ -849,6 +857,7 @@ impl Daemon {
         self.queued_total += bytes.len();
         if conn.out.is_empty() {
             self.dirty.push(id);
+            conn.out.reserve(conn.last_chunk.max(bytes.len()));
         }
         conn.out.extend_from_slice(bytes);
     }
@@ -900,6 +909,7 @@ impl Daemon {
         if conn.out.is_empty() {
             return;
         }
+        conn.last_chunk = conn.out.len().min(CHUNK_HINT_MAX);
         let chunk = Bytes::from(std::mem::take(&mut conn.out));
         self.events.push_back(DaemonEvent::Frames(id, chunk));
     }

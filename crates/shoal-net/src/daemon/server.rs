@@ -530,6 +530,10 @@ fn runtime_lines(runtime: &RuntimeStats) -> Vec<String> {
             runtime.partial_dropped
         ),
         format!(
+            "receive runs (UDP GRO, several datagrams in one receive): {}, truncated {}",
+            runtime.gro_runs, runtime.receive_truncated
+        ),
+        format!(
             "drops: unknown source {}, failed authentication {}, io errors {}, too large {}, slot conflicts {}",
             runtime.unknown_source,
             runtime.auth_dropped,
