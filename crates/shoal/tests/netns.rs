@@ -511,6 +511,80 @@ impl Client {
     }
 }
 
+/// A membership as a client got it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    view_id: u64,
+    reason: Reason,
+    transitional: bool,
+    quorum: bool,
+    members: Vec<String>,
+}
+
+impl Client {
+    /// Reads until a regular (not transitional) view of `group` with
+    /// exactly `members` (private groups, sorted as the daemon sends them);
+    /// returns every view of `group` seen on the way, that one last.
+    fn until_regular_view(
+        &mut self,
+        group: &str,
+        members: &[String],
+        sockets: &[PathBuf],
+    ) -> Vec<Seen> {
+        let mut want = members.to_vec();
+        want.sort();
+        let mut views = Vec::new();
+        self.until(
+            &format!("a regular view of {group} with {want:?}"),
+            |f| match f {
+                Frame::Membership {
+                    group: g,
+                    view_id,
+                    reason,
+                    transitional,
+                    quorum,
+                    members,
+                } if g == group => {
+                    views.push(Seen {
+                        view_id: *view_id,
+                        reason: *reason,
+                        transitional: *transitional,
+                        quorum: *quorum,
+                        members: members.clone(),
+                    });
+                    !*transitional && {
+                        let mut m = members.clone();
+                        m.sort();
+                        m == want
+                    }
+                }
+                _ => false,
+            },
+            sockets,
+        );
+        views
+    }
+}
+
+/// The clients each view of `views` adds to the view before it (`before`
+/// for the first), transitional views included: the joined list as the
+/// client library computes it (`shoal_client::Membership::joined`).
+fn joined(before: &[String], views: &[Seen]) -> Vec<Vec<String>> {
+    let mut last = before.to_vec();
+    let mut out = Vec::new();
+    for v in views {
+        out.push(
+            v.members
+                .iter()
+                .filter(|m| !last.contains(m))
+                .cloned()
+                .collect(),
+        );
+        last = v.members.clone();
+    }
+    out
+}
+
 /// Asks a daemon for its status text (or says why it could not).
 fn status(socket: &Path) -> String {
     let Ok(stream) = UnixStream::connect(socket) else {
@@ -607,22 +681,30 @@ impl Cluster {
     /// five services of the total order in one sequence everywhere, and
     /// each sender's messages of those in the order sent.
     fn every_service_everywhere(&mut self, round: u8, unreliable_required: bool) {
-        let n = self.clients.len();
-        for (i, c) in self.clients.iter_mut().enumerate() {
+        let all: Vec<usize> = (0..self.clients.len()).collect();
+        self.every_service_within(&all, round, unreliable_required);
+    }
+
+    /// [`Cluster::every_service_everywhere`] among the clients `side` only
+    /// (indexes into `clients`): one side of a partition.
+    fn every_service_within(&mut self, side: &[usize], round: u8, unreliable_required: bool) {
+        for &i in side {
             for service in Service::ALL {
-                c.multicast(service, "g", &payload(round, i, service));
+                self.clients[i].multicast(service, "g", &payload(round, i, service));
             }
         }
         let ordered = |s: &Service| !matches!(s, Service::Unreliable | Service::Probabilistic);
+        let n = side.len();
         let want: usize = if unreliable_required {
             n * Service::ALL.len()
         } else {
             n * (Service::ALL.len() - 1)
         };
         let mut sequences = Vec::new();
-        for c in self.clients.iter_mut() {
+        let sockets = self.sockets.clone();
+        for &r in side {
+            let c = &mut self.clients[r];
             let mut got = Vec::new();
-            let sockets = self.sockets.clone();
             c.until(
                 &format!("round {round}: {want} messages"),
                 |f| {
@@ -641,8 +723,9 @@ impl Cluster {
                 },
                 &sockets,
             );
-            let mut expected: Vec<Vec<u8>> = (0..n)
-                .flat_map(|i| Service::ALL.map(|s| payload(round, i, s)))
+            let mut expected: Vec<Vec<u8>> = side
+                .iter()
+                .flat_map(|&i| Service::ALL.map(|s| payload(round, i, s)))
                 .filter(|p| unreliable_required || p[2] != Service::Unreliable as u8)
                 .collect();
             let mut delivered: Vec<Vec<u8>> = got
@@ -662,10 +745,10 @@ impl Cluster {
                 .filter(|(s, _)| ordered(s))
                 .map(|(_, p)| p)
                 .collect();
-            for sender in 0..n as u8 {
+            for &sender in side {
                 let from: Vec<u8> = sequence
                     .iter()
-                    .filter(|p| p[1] == sender)
+                    .filter(|p| usize::from(p[1]) == sender)
                     .map(|p| p[2])
                     .collect();
                 let sent: Vec<u8> = Service::ALL
@@ -685,12 +768,19 @@ impl Cluster {
     /// Client `from` multicasts 10 FIFO messages; every client gets them all
     /// in order.
     fn fifo_reaches_everyone(&mut self, from: usize, tag: u8) {
+        let all: Vec<usize> = (0..self.clients.len()).collect();
+        self.fifo_within(&all, from, tag);
+    }
+
+    /// [`Cluster::fifo_reaches_everyone`] among the clients `side` only.
+    fn fifo_within(&mut self, side: &[usize], from: usize, tag: u8) {
         let sent: Vec<Vec<u8>> = (0..10u8).map(|i| vec![tag, i, 0xf1]).collect();
         for p in &sent {
             self.clients[from].multicast(Service::Fifo, "g", p);
         }
         let sockets = self.sockets.clone();
-        for c in self.clients.iter_mut() {
+        for &r in side {
+            let c = &mut self.clients[r];
             let mut got = Vec::new();
             c.until(
                 &format!("{} FIFO messages tagged {tag}", sent.len()),
@@ -708,8 +798,10 @@ impl Cluster {
         }
     }
 
+    /// Waits until the committee holds as many daemons as it can (the
+    /// default committee size is 3).
     fn until_committee_full(&self) {
-        let n = self.daemons.len();
+        let n = self.daemons.len().min(3);
         until_status(&self.sockets[0], "a full committee", |t| {
             t.contains(&format!("committee: {n} "))
         });
@@ -771,23 +863,14 @@ impl Cluster {
     fn kill_and_restart(&mut self, host: usize) {
         let n = self.clients.len();
         let sockets = self.sockets.clone();
-        self.daemons[host].kill_and_wait();
+        self.kill(host);
         for (i, c) in self.clients.iter_mut().enumerate() {
             if i != host {
                 let reason = c.until_members("g", n - 1, &sockets);
                 assert_eq!(reason, Reason::Network, "{}", c.history.client);
             }
         }
-        self.daemons[host].restart(&self.net, host);
-        let mut late = Client::connect(
-            &self.sockets[host],
-            &format!("c{}late", host + 1),
-            self.epoch,
-        );
-        late.join("g");
-        let mut old = std::mem::replace(&mut self.clients[host], late);
-        old.ended("its daemon was killed (SIGKILL)");
-        self.done.push(old.history);
+        self.restart_with_a_new_client(host);
         for c in self.clients.iter_mut() {
             c.until_members("g", n, &sockets);
         }
@@ -841,6 +924,52 @@ impl Cluster {
         for c in self.clients.iter_mut() {
             c.until_members("g", n, &sockets);
         }
+    }
+
+    /// `netns.sh split`/`unsplit`: hosts `side` (indexes) move to a
+    /// second bridge, or everyone back onto one.
+    fn split(&self, side: &[usize]) {
+        let mut args = vec!["split".to_string(), self.net.prefix.clone()];
+        args.extend(side.iter().map(|h| (h + 1).to_string()));
+        let ok = Command::new(script()).args(&args).status().unwrap();
+        assert!(ok.success(), "netns.sh {args:?}");
+    }
+
+    fn unsplit(&self) {
+        let ok = Command::new(script())
+            .args(["unsplit", &self.net.prefix])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "netns.sh unsplit");
+    }
+
+    /// The private groups of the clients `side` (indexes), sorted.
+    fn names(&self, side: &[usize]) -> Vec<String> {
+        let mut names: Vec<String> = side.iter().map(|&i| self.clients[i].me.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// SIGKILLs daemon `host`; its client's history ends.
+    fn kill(&mut self, host: usize) {
+        self.daemons[host].kill_and_wait();
+        let c = &mut self.clients[host];
+        while c.recv(Duration::from_millis(100)).is_some() {}
+        c.ended("its daemon was killed (SIGKILL)");
+    }
+
+    /// Restarts daemon `host` (killed) in its namespace with a new client
+    /// that joins `g`; the old client's history is kept.
+    fn restart_with_a_new_client(&mut self, host: usize) {
+        self.daemons[host].restart(&self.net, host);
+        let mut late = Client::connect(
+            &self.sockets[host],
+            &format!("c{}late", host + 1),
+            self.epoch,
+        );
+        late.join("g");
+        let old = std::mem::replace(&mut self.clients[host], late);
+        self.done.push(old.history);
     }
 
     /// Every history, the gone clients' first.
@@ -1086,6 +1215,160 @@ fn three_hosts_over_ipv6_with_ipv6_multicast() {
     }
     c.every_service_everywhere(1, true);
     c.finish(false);
+}
+
+/// Five hosts split 3/2 (hosts 4 and 5 moved to a bridge of their own):
+/// each side goes on serving its clients with every service, the three
+/// with the quorum flag up, the two (whose group stalls until they leave
+/// it and form their own) with it down. Healed, the two sides merge: every
+/// client is told who joined, reason `network`, and every service reaches
+/// every host again.
+#[test]
+fn five_hosts_split_three_to_two_both_sides_serve_and_the_merge_is_reported() {
+    skip_unless_namespaces!();
+    let layout = Layout {
+        v6: false,
+        discovery: false,
+        faults: None,
+    };
+    let mut c = Cluster::start("p", 5, &layout);
+    c.every_service_everywhere(1, true);
+    c.until_committee_full();
+    let (big, small) = ([0, 1, 2], [3, 4]);
+    let (big_names, small_names) = (c.names(&big), c.names(&small));
+    let everyone = c.names(&[0, 1, 2, 3, 4]);
+    let sockets = c.sockets.clone();
+
+    c.split(&small);
+    let split_at = Instant::now();
+    for &i in &big {
+        let views = c.clients[i].until_regular_view("g", &big_names, &sockets);
+        for v in &views {
+            assert!(!v.transitional, "{}: {views:?}", c.clients[i].me);
+            assert_eq!(v.reason, Reason::Network, "{}: {views:?}", c.clients[i].me);
+            assert!(v.quorum, "3 of 5 daemons hold the quorum: {views:?}");
+        }
+    }
+    eprintln!(
+        "netns: the 3-side saw its own view after {:.1} s",
+        split_at.elapsed().as_secs_f64()
+    );
+    for &i in &small {
+        let me = c.clients[i].me.clone();
+        let views = c.clients[i].until_regular_view("g", &small_names, &sockets);
+        // First a transitional view (the daemon's own clients moving on),
+        // then regular views of its new group; none holds the quorum.
+        assert!(views[0].transitional, "{me}: {views:?}");
+        assert_eq!(views[0].members, vec![me.clone()], "{me}: {views:?}");
+        for v in &views {
+            assert!(!v.quorum, "{me}: 2 of 5 daemons hold no quorum: {views:?}");
+            assert_eq!(v.reason, Reason::Network, "{me}: {views:?}");
+        }
+    }
+    eprintln!(
+        "netns: the 2-side saw its own view after {:.1} s",
+        split_at.elapsed().as_secs_f64()
+    );
+    // Both sides serve their clients meanwhile.
+    c.every_service_within(&big, 2, true);
+    c.every_service_within(&small, 3, true);
+    c.fifo_within(&small, 4, 205);
+    c.fifo_within(&big, 0, 206);
+
+    c.unsplit();
+    let healed_at = Instant::now();
+    for (i, before, other) in [
+        (0, &big_names, &small_names),
+        (1, &big_names, &small_names),
+        (2, &big_names, &small_names),
+        (3, &small_names, &big_names),
+        (4, &small_names, &big_names),
+    ] {
+        let me = c.clients[i].me.clone();
+        let views = c.clients[i].until_regular_view("g", &everyone, &sockets);
+        // The merge, reported: regular views with reason `network` whose
+        // joined lists name the other side's clients, the last with the
+        // quorum; the 2-side's clients get a transitional view first.
+        let regular: Vec<&Seen> = views.iter().filter(|v| !v.transitional).collect();
+        for v in &regular {
+            assert_eq!(v.reason, Reason::Network, "{me}: {views:?}");
+        }
+        let mut came: Vec<String> = joined(before, &views).concat();
+        came.sort();
+        came.dedup();
+        if small.contains(&i) {
+            // After its transitional view a 2-side client may see the
+            // other 2-side client come back too, if that daemon merged
+            // later than its own.
+            let mut others: Vec<String> = everyone.iter().filter(|m| **m != me).cloned().collect();
+            others.sort();
+            assert!(
+                other.iter().all(|m| came.contains(m)) && came.iter().all(|m| others.contains(m)),
+                "{me}: who joined: {came:?}: {views:?}"
+            );
+        } else {
+            assert_eq!(&came, other, "{me}: who joined: {views:?}");
+        }
+        assert!(
+            regular.last().expect("a regular view").quorum,
+            "{me}: {views:?}"
+        );
+        if small.contains(&i) {
+            assert!(views[0].transitional, "{me}: {views:?}");
+            assert!(!views[0].quorum, "{me}: {views:?}");
+        }
+    }
+    eprintln!(
+        "netns: merged after {:.1} s",
+        healed_at.elapsed().as_secs_f64()
+    );
+    c.every_service_everywhere(5, true);
+    c.fifo_reaches_everyone(4, 207);
+    c.finish(true);
+}
+
+/// Two daemons, one SIGKILLed: the survivor's group cannot install a view
+/// (a majority of two is two), so the survivor leaves it and goes on alone,
+/// its client told by a transitional view and then a regular one, both
+/// without the quorum; its client still gets every service. The restarted
+/// daemon rejoins it, and the pair holds the quorum again.
+#[test]
+fn two_hosts_one_killed_the_survivor_delivers_without_quorum_and_the_restarted_rejoins() {
+    skip_unless_namespaces!();
+    let layout = Layout {
+        v6: false,
+        discovery: false,
+        faults: None,
+    };
+    let mut c = Cluster::start("k", 2, &layout);
+    c.every_service_everywhere(1, true);
+    c.until_committee_full();
+    let sockets = c.sockets.clone();
+    let me = c.clients[0].me.clone();
+    c.kill(1);
+    let killed_at = Instant::now();
+    let views = c.clients[0].until_regular_view("g", std::slice::from_ref(&me), &sockets);
+    eprintln!(
+        "netns: the survivor went on alone after {:.1} s: {views:?}",
+        killed_at.elapsed().as_secs_f64()
+    );
+    assert!(views[0].transitional, "{views:?}");
+    for v in &views {
+        assert!(!v.quorum, "one daemon of two holds no quorum: {views:?}");
+        assert_eq!(v.reason, Reason::Network, "{views:?}");
+    }
+    c.every_service_within(&[0], 2, true);
+    c.fifo_within(&[0], 0, 208);
+
+    c.restart_with_a_new_client(1);
+    let both = c.names(&[0, 1]);
+    for i in 0..2 {
+        let views = c.clients[i].until_regular_view("g", &both, &sockets);
+        assert!(views.last().unwrap().quorum, "{views:?}");
+    }
+    c.every_service_everywhere(3, true);
+    c.fifo_reaches_everyone(1, 209);
+    c.finish(true);
 }
 
 /// The views of a run that showed [`REJOIN_VIEW_ID_DEFECT`], kept in
