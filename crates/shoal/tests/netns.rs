@@ -309,26 +309,8 @@ impl Client {
     fn connect(socket: &Path, name: &str, epoch: Instant) -> Client {
         let start = Instant::now();
         loop {
-            if let Ok(stream) = UnixStream::connect(socket) {
-                let mut c = Client {
-                    stream,
-                    buf: Vec::new(),
-                    history: History {
-                        client: name.to_string(),
-                        records: Vec::new(),
-                    },
-                    epoch,
-                    me: String::new(),
-                    seq: 0,
-                };
-                c.send(&Frame::Connect {
-                    name: name.to_string(),
-                    token: String::new(),
-                });
-                if let Some(Frame::ConnectOk { private_group }) = c.recv(Duration::from_secs(10)) {
-                    c.me = private_group;
-                    return c;
-                }
+            if let Some(c) = Client::try_connect(socket, name, epoch, Duration::from_secs(10)) {
+                return c;
             }
             assert!(
                 start.elapsed() < PATIENCE,
@@ -336,6 +318,35 @@ impl Client {
                 socket.display()
             );
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// One attempt: the client, or None if the daemon does not answer
+    /// `ConnectOk` within `wait` (a daemon refuses clients until it holds
+    /// its group table).
+    fn try_connect(socket: &Path, name: &str, epoch: Instant, wait: Duration) -> Option<Client> {
+        let stream = UnixStream::connect(socket).ok()?;
+        let mut c = Client {
+            stream,
+            buf: Vec::new(),
+            history: History {
+                client: name.to_string(),
+                records: Vec::new(),
+            },
+            epoch,
+            me: String::new(),
+            seq: 0,
+        };
+        c.send(&Frame::Connect {
+            name: name.to_string(),
+            token: String::new(),
+        });
+        match c.recv(wait) {
+            Some(Frame::ConnectOk { private_group }) => {
+                c.me = private_group;
+                Some(c)
+            }
+            _ => None,
         }
     }
 
@@ -1610,19 +1621,33 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
 
     // Replaces host `h`'s client (its session ended: `why`) by a new one
     // that joins `g`, if its daemon runs.
+    // Ends host `h`'s client (its session ended: `why`); a new one is
+    // connected by `reconnect` once the daemon takes clients again.
     let renew = |c: &mut Cluster, clients: &mut Vec<Option<Client>>, h: usize, why: &str| {
         if let Some(mut old) = clients[h].take() {
             old.ended(why);
             c.done.push(old.history);
         }
-        let mut late = Client::connect(
-            &sockets[h],
-            &format!("c{}x{}", h + 1, c.done.len()),
-            c.epoch,
-        );
-        late.join("g");
-        clients[h] = Some(late);
     };
+    // One attempt (at most 1 s) to give host `h` a new client that joins
+    // `g`: a restarted or rejoining daemon refuses clients until it holds
+    // its group table, which may take a while under faults and load.
+    let reconnect = |c: &mut Cluster, clients: &mut Vec<Option<Client>>, h: usize| -> bool {
+        let name = format!("c{}x{}", h + 1, c.done.len());
+        match Client::try_connect(&sockets[h], &name, c.epoch, Duration::from_secs(1)) {
+            Some(mut late) => {
+                late.join("g");
+                clients[h] = Some(late);
+                true
+            }
+            None => false,
+        }
+    };
+    // When each host without a client (its daemon up) last tried, and since
+    // when it has had none.
+    let mut retry_at: Vec<Option<Instant>> = vec![None; n];
+    let mut clientless_since: Vec<Option<Instant>> = vec![None; n];
+    let mut longest_clientless = 0f64;
 
     loop {
         let now = Instant::now();
@@ -1678,10 +1703,31 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
         if now >= end && next_step >= steps.len() {
             break;
         }
+        for h in 0..n {
+            if clients[h].is_some() || state[h] != HostState::Up {
+                continue;
+            }
+            let since = *clientless_since[h].get_or_insert(now);
+            if retry_at[h].is_some_and(|t| now < t) {
+                continue;
+            }
+            if reconnect(&mut c, &mut clients, h) {
+                let waited = since.elapsed().as_secs_f64();
+                longest_clientless = f64::max(longest_clientless, waited);
+                if waited > 5.0 {
+                    log(format!("h{}: a new client after {waited:.1} s", h + 1));
+                }
+                clientless_since[h] = None;
+                retry_at[h] = None;
+                members[h] = 0;
+            } else {
+                retry_at[h] = Some(Instant::now() + Duration::from_secs(1));
+            }
+        }
         let dt = now.duration_since(last).as_secs_f64();
         last = now;
         for h in 0..n {
-            if now >= end || state[h] != HostState::Up {
+            if now >= end || state[h] != HostState::Up || clients[h].is_none() {
                 credit[h] = 0.0;
                 continue;
             }
@@ -1754,7 +1800,14 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
     let mut final_sent = false;
     while Instant::now() < deadline {
         for h in 0..n {
-            let cl = clients[h].as_mut().expect("every daemon runs again");
+            let Some(cl) = clients[h].as_mut() else {
+                members[h] = 0;
+                let now = Instant::now();
+                if retry_at[h].is_none_or(|t| now >= t) && !reconnect(&mut c, &mut clients, h) {
+                    retry_at[h] = Some(Instant::now() + Duration::from_secs(1));
+                }
+                continue;
+            };
             let (frames, alive) = cl.drain();
             if !alive {
                 log(format!(
@@ -1813,7 +1866,8 @@ fn long_schedule_every_service_through_crashes_sleeps_partitions_and_loss() {
     let verdict = format!(
         "long schedule: {n} hosts, {} s, seed {}, {} crashes, {} sleeps, {} partitions, loss {}: \
          sent {sent} messages ({:.0}/s in all), {delivered} deliveries, {views} views, \
-         {replaced} clients replaced after their daemon closed them\n\
+         {replaced} clients replaced after their daemon closed them; \
+         the longest a running daemon refused a new client: {longest_clientless:.1} s\n\
          converged: {} ({converge_time:.1} s after the sending stopped, {:.1} s after the last fault ended; \
          members seen {members:?}, final messages delivered {finals:?})\n\
          checker: {report}",
