@@ -12,6 +12,11 @@
 #                                  (shoalt<pid>-* whose pid is gone)
 #   netns.sh cut PREFIX I          unplug host I from the bridge (partition)
 #   netns.sh heal PREFIX I         plug it back
+#   netns.sh split PREFIX I...     move hosts I... to a second bridge (br1)
+#                                  in the switch: two components that hear
+#                                  nothing of each other, each still a LAN
+#                                  (IP multicast included)
+#   netns.sh unsplit PREFIX        move every host back onto br0
 #   netns.sh demo [N]              N daemons (default 3) with [auth] and IP
 #                                  multicast across the bridge; prints their
 #                                  status, waits for Enter, removes everything
@@ -101,6 +106,35 @@ reap() {
 cut() { ip -n "$1-sw" link set "h$2" down; }
 heal() { ip -n "$1-sw" link set "h$2" up; }
 
+# A partition into two working components: the hosts named move to a
+# second bridge. Each side stays a LAN of its own (ARP, IP multicast);
+# nothing crosses between the bridges.
+split() {
+    local sw="$1-sw"
+    shift
+    if ! ip -n "$sw" link show br1 >/dev/null 2>&1; then
+        ip -n "$sw" link add br1 type bridge
+        ip -n "$sw" link set br1 type bridge mcast_snooping 0
+        ip -n "$sw" link set br1 up
+    fi
+    local i
+    for i in "$@"; do
+        ip -n "$sw" link set "h$i" nomaster
+        ip -n "$sw" link set "h$i" master br1 up
+    done
+}
+
+# Heals a split: every port of br1 goes back to br0, and br1 is removed.
+unsplit() {
+    local sw="$1-sw" port
+    ip -n "$sw" link show br1 >/dev/null 2>&1 || return 0
+    for port in $(ip -n "$sw" -o link show master br1 | awk -F': ' '{split($2, name, "@"); print name[1]}'); do
+        ip -n "$sw" link set "$port" nomaster
+        ip -n "$sw" link set "$port" master br0 up
+    done
+    ip -n "$sw" link del br1
+}
+
 demo() {
     local n=${1:-3}
     check
@@ -154,6 +188,8 @@ case "$cmd" in
     reap) need_root; reap ;;
     cut) need_root; cut "$@" ;;
     heal) need_root; heal "$@" ;;
+    split) need_root; split "$@" ;;
+    unsplit) need_root; unsplit "$@" ;;
     demo) demo "$@" ;;
-    *) sed -n '2,23p' "$0"; exit 2 ;;
+    *) sed -n '2,27p' "$0"; exit 2 ;;
 esac

@@ -1211,6 +1211,16 @@ impl Sessions {
                         self.new_epoch(theirs);
                     }
                     let view_id = self.view_id();
+                    if Some(daemon) == self.me && self.cut_off.is_some() {
+                        // Back from a cut as the founder of a group (no
+                        // table to wait for, so no `install_table`): as
+                        // there, its clients' transitional views and what
+                        // it held of the old order go before the regular
+                        // views its snapshot brings.
+                        let moving = self.transitional_views(daemon);
+                        self.deliver_cut_off_batches(&moving);
+                        self.left_while_cut_off(&moving, view_id);
+                    }
                     self.snapshot_applied(daemon, view_id);
                     if !self.settled.contains(&daemon) {
                         // A daemon that joined: one settled member sends it

@@ -947,3 +947,90 @@ fn held_for_counts_a_clients_messages_until_the_order_delivers_them() {
     // Its own seven and b's one.
     assert_eq!(messages(&c.take(0, 1)).len(), 8);
 }
+
+/// Cut off with its clients, a daemon that finds nobody founds a group of
+/// its own (the minority side of a partition, or the survivor of two): its
+/// clients hear a transitional view (those of them that move on), then the
+/// regular view of the new group, as a daemon that rejoins others does;
+/// what alice sent meanwhile is delivered after both.
+#[test]
+fn a_cut_off_daemon_that_founds_a_group_alone_gives_its_clients_a_transitional_view_first() {
+    let mut c = two_in_chat();
+    c.connect(0, 2, "ann");
+    c.frame(0, 2, join("chat"));
+    c.settle();
+    for (d, session) in [(0, 1), (0, 2), (1, 1)] {
+        c.take(d, session);
+    }
+    let removed = Event::Removed {
+        view: 3,
+        reason: RemovedReason::Dropped,
+    };
+    c.cores[0].cluster_event(NodeId(10), removed);
+    c.collect();
+    c.frame(0, 1, multicast(Service::Agreed, &["chat"], b"meanwhile"));
+    // It founds a group alone under its next incarnation, and orders its
+    // own batches (nobody else is in its group).
+    c.ids[0] = NodeId(20);
+    // One daemon of three: the engine sets the quorum flag down.
+    c.cores[0].set_quorum(false);
+    c.install(&[0], &[0]);
+    let mut gseq = 100;
+    while let Some(batch) = c.cores[0].take_batch() {
+        gseq += 1;
+        let event = Event::Deliver {
+            sender: NodeId(20),
+            local_id: 0,
+            gseq,
+            payload: batch,
+        };
+        c.cores[0].cluster_event(NodeId(20), event);
+        c.collect();
+    }
+    assert!(c.cores[0].ready());
+    let ours = vec![s("#alice#n0"), s("#ann#n0")];
+    for session in [1, 2] {
+        let frames = c.take(0, session);
+        let views: Vec<(bool, bool, Vec<String>)> = frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Membership {
+                    transitional,
+                    quorum,
+                    members,
+                    ..
+                } => Some((*transitional, *quorum, members.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            views,
+            vec![(true, false, ours.clone()), (false, false, ours.clone())],
+            "session {session}"
+        );
+        assert!(memberships(&frames).iter().all(|m| m.1 == Reason::Network));
+        assert_eq!(
+            messages(&frames),
+            vec![(s("#alice#n0"), vec![s("chat")], b"meanwhile".to_vec())],
+            "session {session}"
+        );
+        // The transitional view comes first, the message after the regular one.
+        let message_at = frames
+            .iter()
+            .position(|f| matches!(f, Frame::Message { .. }))
+            .unwrap();
+        let regular_at = frames
+            .iter()
+            .position(|f| {
+                matches!(
+                    f,
+                    Frame::Membership {
+                        transitional: false,
+                        ..
+                    }
+                )
+            })
+            .unwrap();
+        assert!(regular_at < message_at, "session {session}: {frames:?}");
+    }
+}
