@@ -129,9 +129,9 @@ pub struct Sim<E> {
     /// comes and the CPU has gone on to the next copy, is put back at the
     /// new time. Multicasts that wait back to back for the same time are
     /// one event with a count: the same sends at the same times in the same
-    /// order, without each waiting multicast popping once per send (a
-    /// sender one second behind at 3,200/s had 3,200 of them, and popped
-    /// them 3,200 times a second).
+    /// order, without each waiting multicast popping again every time the
+    /// CPU moves on (a sender a second behind at 3,200/s held thousands of
+    /// them, each popped thousands of times a second).
     sends: Vec<u32>,
     /// Free slots of `sends`.
     sends_free: Vec<u32>,
