@@ -77,13 +77,19 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     pub fn u16(&mut self) -> R<u16> {
-        Ok(u16::from_be_bytes(self.take(2)?.try_into().map_err(|_| Malformed)?))
+        Ok(u16::from_be_bytes(
+            self.take(2)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     pub fn u32(&mut self) -> R<u32> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().map_err(|_| Malformed)?))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     pub fn u64(&mut self) -> R<u64> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().map_err(|_| Malformed)?))
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     pub fn bytes(&mut self) -> R<&'a [u8]> {
         let n = self.u32()? as usize;
@@ -146,7 +152,9 @@ pub enum Body {
     },
     /// The first element of a site in a configuration: its daemons'
     /// clients in each group, as (group, client, daemon).
-    State { members: Vec<(String, String, NodeId)> },
+    State {
+        members: Vec<(String, String, NodeId)>,
+    },
 }
 
 fn service_byte(s: Service) -> u8 {

@@ -268,6 +268,18 @@ impl World {
         Some(seq)
     }
 
+    /// `client` leaves `group`.
+    pub fn leave(&mut self, client: &str, group: &str) {
+        let Some(&(node, _)) = self.clients.get(client) else {
+            return;
+        };
+        let now = self.now;
+        if let Some(d) = self.daemons[node.0 as usize].as_mut() {
+            let _ = d.leave(now, client, group);
+        }
+        self.after(node.0 as usize);
+    }
+
     /// Daemon `node` crashes; its clients' sessions end.
     pub fn crash(&mut self, node: NodeId) {
         self.daemons[node.0 as usize] = None;

@@ -91,7 +91,10 @@ pub struct Config {
     /// How often a gateway names itself to its neighbours' gateways.
     #[serde(with = "crate::serde_ms")]
     pub beacon_interval: Duration,
-    /// An element resent to a site is not resent to it again sooner.
+    /// A site whose count of another site's elements has not risen for
+    /// this long is resent what it lacks; an element resent is not resent
+    /// again sooner. Above a round trip plus the time a slow link takes
+    /// to carry a window.
     #[serde(with = "crate::serde_ms")]
     pub resend_timeout: Duration,
     /// Largest client payload.
@@ -295,6 +298,8 @@ pub struct SiteDaemon {
     inject_early: BTreeMap<(u32, SiteId, u64), Bytes>,
     marker_in_flight: bool,
     sent_upto: BTreeMap<(SiteId, u32, SiteId), u64>,
+    /// What each site last said it holds, per configuration, and since when.
+    last_status: BTreeMap<(SiteId, u32), Vec<(u64, Instant)>>,
     last_clear: Instant,
     status_at: Instant,
     beacon_at: Instant,
@@ -323,9 +328,18 @@ pub struct SiteDaemon {
 
 /// View ids: unique per configuration (the driver gives each
 /// configuration its own epoch), rising within it.
+/// A configuration's transitional views take `(epoch, old epoch)`, unique
+/// to the pair (a merge ends two old configurations in one new one, a
+/// partition one old in two new); its regular views count up from
+/// `(epoch, REGULAR)`, above every transitional id.
 fn view_id(epoch: u32, n: u64) -> u64 {
     (u64::from(epoch) << 32) | n
 }
+
+const REGULAR: u64 = 1 << 31;
+
+/// Elements resent to one site for one source per status, at most.
+const RESEND_MAX: u64 = 256;
 
 impl SiteDaemon {
     /// Daemon `me` of `topology`, with every site's daemons up, in the
@@ -370,6 +384,7 @@ impl SiteDaemon {
             inject_early: BTreeMap::new(),
             marker_in_flight: false,
             sent_upto: BTreeMap::new(),
+            last_status: BTreeMap::new(),
             last_clear: now,
             status_at: now,
             beacon_at: now,
@@ -660,12 +675,7 @@ impl SiteDaemon {
         let mut progressed = false;
         let sites: Vec<SiteId> = self.links.keys().copied().collect();
         for site in sites {
-            loop {
-                let Some(l) = self.links.get_mut(&site) else {
-                    break;
-                };
-                let ev = l.hop.poll_event();
-                let Some(ev) = ev else { break };
+            while let Some(ev) = self.links.get_mut(&site).and_then(|l| l.hop.poll_event()) {
                 progressed = true;
                 if let hop::Event::Deliver { payload, .. } = ev {
                     self.on_wan_msg(&payload);
@@ -790,7 +800,12 @@ impl SiteDaemon {
         if self.own_closed {
             match body {
                 Body::State { .. } if self.pending.is_none() => {}
-                Body::State { .. } | Body::Marker { .. } | Body::Flush { .. } => return,
+                Body::Marker { .. } => {
+                    // Ordered after the flush: it announces nothing.
+                    self.marker_in_flight = false;
+                    return;
+                }
+                Body::State { .. } | Body::Flush { .. } => return,
                 other => {
                     self.held_own.push((sender, other));
                     return;
@@ -799,7 +814,10 @@ impl SiteDaemon {
         } else if matches!(body, Body::State { .. }) {
             return;
         }
-        let i = self.conf.index(self.site).expect("own site in its configuration");
+        let i = self
+            .conf
+            .index(self.site)
+            .expect("own site in its configuration");
         let mut body = body;
         match &mut body {
             Body::Marker { holds } | Body::Flush { holds, .. } => *holds = self.conf.holds(),
@@ -888,7 +906,10 @@ impl SiteDaemon {
 
     /// The next element of its site's stream.
     fn accept(&mut self, e: Element) {
-        let i = self.conf.index(e.origin).expect("site of the configuration");
+        let i = self
+            .conf
+            .index(e.origin)
+            .expect("site of the configuration");
         let s = &mut self.conf.streams[i];
         s.next = e.seq + 1;
         s.last_ts = s.last_ts.max(e.ts);
@@ -1037,7 +1058,10 @@ impl SiteDaemon {
     /// A new regular view of `group` (a join, leave or departure) for its
     /// local members.
     fn emit_view(&mut self, group: &str) {
-        let n = self.view_counter.entry(group.to_string()).or_insert(1);
+        let n = self
+            .view_counter
+            .entry(group.to_string())
+            .or_insert(REGULAR);
         *n += 1;
         let id = view_id(self.conf.epoch, *n);
         self.views_to_locals(group, id, false, None);
@@ -1116,7 +1140,7 @@ impl SiteDaemon {
             .filter(|s| p.sites.contains(s))
             .copied()
             .collect();
-        let tid = view_id(p.epoch, 0);
+        let tid = view_id(p.epoch, u64::from(self.conf.epoch));
         let groups: Vec<String> = self.groups.keys().cloned().collect();
         for g in &groups {
             let members: Vec<String> = self.groups[g]
@@ -1145,7 +1169,10 @@ impl SiteDaemon {
 
     fn switch_to(&mut self, p: &Pending) {
         let old = std::mem::replace(&mut self.conf, Conf::new(p.epoch, &p.sites, false));
-        self.store.retain(|(e, _, _), _| *e == old.epoch || *e >= p.epoch);
+        self.store
+            .retain(|(e, _, _), _| *e == old.epoch || *e >= p.epoch);
+        self.last_status
+            .retain(|(_, e), _| *e == old.epoch || *e >= p.epoch);
         self.prev = Some(old);
         self.pending = None;
         self.mine_unstable.clear();
@@ -1201,7 +1228,7 @@ impl SiteDaemon {
         }
         self.groups = groups;
         self.conf.installed = true;
-        let id = view_id(self.conf.epoch, 1);
+        let id = view_id(self.conf.epoch, REGULAR);
         let names: Vec<String> = self.groups.keys().cloned().collect();
         for g in names {
             self.views_to_locals(&g, id, false, None);
@@ -1231,9 +1258,7 @@ impl SiteDaemon {
     fn topo_linked(&self, other: SiteId) -> bool {
         self.topo.links.iter().any(|l| {
             (l.a == self.site && l.b == other && (l.a_to_b.is_some() || l.b_to_a.is_some()))
-                || (l.b == self.site
-                    && l.a == other
-                    && (l.a_to_b.is_some() || l.b_to_a.is_some()))
+                || (l.b == self.site && l.a == other && (l.a_to_b.is_some() || l.b_to_a.is_some()))
         })
     }
 
@@ -1419,8 +1444,21 @@ impl SiteDaemon {
     }
 
     /// Site `t` holds `holds` of configuration `epoch`: resend it what it
-    /// lacks of this site's elements, and of sites that left.
+    /// lacks of this site's elements, and of sites that left, where it
+    /// made no progress for `resend_timeout` (elements still in flight on
+    /// a slow link are not lost; a reset link stops progress).
     fn on_status(&mut self, t: SiteId, epoch: u32, holds: &[u64]) {
+        let now = self.now;
+        let since: Vec<Instant> = {
+            let entry = self.last_status.entry((t, epoch)).or_default();
+            entry.resize(holds.len(), (0, now));
+            for (e, h) in entry.iter_mut().zip(holds) {
+                if e.0 != *h {
+                    *e = (*h, now);
+                }
+            }
+            entry.iter().map(|e| e.1).collect()
+        };
         let conf = if self.conf.epoch == epoch {
             &self.conf
         } else if let Some(p) = self.prev.as_ref().filter(|p| p.epoch == epoch) {
@@ -1437,11 +1475,15 @@ impl SiteDaemon {
             if *x != self.site && self.view_sites.contains(x) {
                 continue;
             }
+            let stalled = now.saturating_duration_since(since[i]) >= self.config.resend_timeout;
+            if !stalled {
+                continue;
+            }
             let mine = conf.streams[i].next - 1;
             let sent = self.sent_upto.get(&(t, epoch, *x)).copied().unwrap_or(0);
             let from = holds[i].max(sent) + 1;
             if from <= mine {
-                sends.push((*x, from, mine));
+                sends.push((*x, from, mine.min(from + RESEND_MAX - 1)));
             }
         }
         for (x, from, to) in sends {
@@ -1474,11 +1516,44 @@ impl SiteDaemon {
         let epoch = conf.epoch;
         let sites = conf.sites.clone();
         self.store.retain(|(e, x, seq), _| {
-            *e != epoch
-                || sites
-                    .binary_search(x)
-                    .map_or(true, |i| *seq > floor[i])
+            *e != epoch || sites.binary_search(x).map_or(true, |i| *seq > floor[i])
         });
+    }
+}
+
+#[cfg(test)]
+impl SiteDaemon {
+    pub(crate) fn dump(&self) -> String {
+        let streams: Vec<String> = self
+            .conf
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "next {} early {} ts {} ordered {} ann {:?} flush {:?} state {}",
+                    s.next,
+                    s.early.len(),
+                    s.last_ts,
+                    s.ordered.len(),
+                    s.announced,
+                    s.flush.as_ref().map(|f| f.0),
+                    s.state.is_some()
+                )
+            })
+            .collect();
+        format!(
+            "d{} gw {} epoch {} installed {} pending {:?} closed {} held {} queue {} links {:?}\n  {}",
+            self.me.0,
+            self.gateway,
+            self.conf.epoch,
+            self.conf.installed,
+            self.pending.as_ref().map(|p| p.epoch),
+            self.own_closed,
+            self.held_own.len(),
+            self.queue.len(),
+            self.links.iter().map(|(s, l)| (s.0, l.peer.0)).collect::<Vec<_>>(),
+            streams.join("\n  ")
+        )
     }
 }
 
