@@ -75,9 +75,8 @@ pub fn topology() -> Topology {
 fn world(loss: f64, seed: u64) -> (World, Routes, Topology) {
     let mut topo = topology();
     let mut wan = BTreeMap::new();
-    for a in 0..6 {
-        for b in a + 1..6 {
-            let rtt = RTT_MS[a][b];
+    for (a, rtts) in RTT_MS.iter().enumerate() {
+        for (b, &rtt) in rtts.iter().enumerate().skip(a + 1) {
             let weight = (rtt * 10.0).round().max(1.0) as u32;
             topo.links.push(LinkWeights {
                 a: SiteId(a as u16),
