@@ -29,6 +29,7 @@ pub mod pbcast;
 pub mod qsm;
 pub mod ranges;
 pub mod ring;
+pub mod sites;
 pub mod srm;
 pub mod time;
 pub mod traditional;

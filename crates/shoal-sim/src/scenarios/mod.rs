@@ -39,6 +39,7 @@ pub mod spread_fig11_load;
 pub mod spread_fig6_chain;
 pub mod spread_fig8_chain;
 pub mod spread_sim;
+pub mod spread_sites;
 pub mod spread_table1_overlay;
 pub mod spread_table2_link;
 pub mod spread_table3_link_loss;
@@ -87,6 +88,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (spread_fig11_load::NAME, spread_fig11_load::run),
     (spread_table3_link_loss::NAME, spread_table3_link_loss::run),
     (spread_table4_tree_loss::NAME, spread_table4_tree_loss::run),
+    (spread_sites::NAME, spread_sites::run),
     (qsm_cover_sets::NAME, qsm_cover_sets::run),
     (qsm_receivers::NAME, qsm_receivers::run_fig),
     (qsm_groups::NAME, qsm_groups::run),

@@ -1,0 +1,429 @@
+//! Byte formats of the sites layer: the elements of a site stream, what a
+//! daemon multicasts in its ring, what gateways send each other inside Hop
+//! packets, and the outer WAN datagram. Bounds-checked reads: a bad or
+//! short buffer is an error, never a panic; counts are checked against the
+//! bytes left before anything is allocated.
+
+use bytes::Bytes;
+
+use crate::overlay::SiteId;
+use crate::NodeId;
+
+use super::Service;
+
+/// A buffer that does not decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed sites datagram")]
+pub struct Malformed;
+
+type R<T> = Result<T, Malformed>;
+
+/// Writes the formats below.
+#[derive(Default)]
+pub(crate) struct Writer(pub Vec<u8>);
+
+impl Writer {
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    pub fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+    fn u64s(&mut self, v: &[u64]) -> &mut Self {
+        self.u16(v.len() as u16);
+        for x in v {
+            self.u64(*x);
+        }
+        self
+    }
+}
+
+/// Reads the formats below.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf }
+    }
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        if self.buf.len() < n {
+            return Err(Malformed);
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Ok(a)
+    }
+    pub fn u8(&mut self) -> R<u8> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> R<u16> {
+        Ok(u16::from_be_bytes(
+            self.take(2)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub fn u32(&mut self) -> R<u32> {
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub fn u64(&mut self) -> R<u64> {
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub fn bytes(&mut self) -> R<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    pub fn str(&mut self) -> R<String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| Malformed)
+    }
+    /// A count of items each at least `min_size` bytes long.
+    fn count(&mut self, min_size: usize) -> R<usize> {
+        let n = self.u16()? as usize;
+        if n.saturating_mul(min_size) > self.buf.len() {
+            return Err(Malformed);
+        }
+        Ok(n)
+    }
+    fn u64s(&mut self) -> R<Vec<u64>> {
+        let n = self.count(8)?;
+        (0..n).map(|_| self.u64()).collect()
+    }
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+    pub fn end(&self) -> R<()> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(Malformed)
+        }
+    }
+}
+
+/// What one element of a site stream says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// A client's message.
+    Data {
+        client: String,
+        service: Service,
+        groups: Vec<String>,
+        payload: Bytes,
+    },
+    /// A client joins a group (one message: lightweight groups).
+    Join { client: String, group: String },
+    /// A client leaves a group.
+    Leave { client: String, group: String },
+    /// A daemon left its site's ring: its clients leave every group.
+    Gone { node: NodeId },
+    /// The site was heard from up to here, and (a ring SAFE message) every
+    /// daemon of the site holds everything before it: `holds[i]` elements
+    /// of the configuration's i-th site. Filled in when the ring delivers it.
+    Marker { holds: Vec<u64> },
+    /// The last element of the site in its configuration: the next
+    /// configuration is `sites` with id `new_epoch`; `holds` as in a marker
+    /// (without its guarantee: it is a ring AGREED message).
+    Flush {
+        new_epoch: u32,
+        sites: Vec<SiteId>,
+        holds: Vec<u64>,
+    },
+    /// The first element of a site in a configuration: its daemons'
+    /// clients in each group, as (group, client, daemon).
+    State {
+        members: Vec<(String, String, NodeId)>,
+    },
+}
+
+fn service_byte(s: Service) -> u8 {
+    s as u8
+}
+
+fn service_of(b: u8) -> R<Service> {
+    Service::ALL.get(usize::from(b)).copied().ok_or(Malformed)
+}
+
+impl Body {
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        match self {
+            Body::Data {
+                client,
+                service,
+                groups,
+                payload,
+            } => {
+                w.u8(0).str(client).u8(service_byte(*service));
+                w.u16(groups.len() as u16);
+                for g in groups {
+                    w.str(g);
+                }
+                w.bytes(payload);
+            }
+            Body::Join { client, group } => {
+                w.u8(1).str(client).str(group);
+            }
+            Body::Leave { client, group } => {
+                w.u8(2).str(client).str(group);
+            }
+            Body::Gone { node } => {
+                w.u8(3).u32(node.0);
+            }
+            Body::Marker { holds } => {
+                w.u8(4).u64s(holds);
+            }
+            Body::Flush {
+                new_epoch,
+                sites,
+                holds,
+            } => {
+                w.u8(5).u32(*new_epoch).u16(sites.len() as u16);
+                for s in sites {
+                    w.u16(s.0);
+                }
+                w.u64s(holds);
+            }
+            Body::State { members } => {
+                w.u8(6).u16(members.len() as u16);
+                for (g, c, d) in members {
+                    w.str(g).str(c).u32(d.0);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> R<Body> {
+        Ok(match r.u8()? {
+            0 => {
+                let client = r.str()?;
+                let service = service_of(r.u8()?)?;
+                let n = r.count(4)?;
+                let groups = (0..n).map(|_| r.str()).collect::<R<Vec<_>>>()?;
+                let payload = Bytes::copy_from_slice(r.bytes()?);
+                Body::Data {
+                    client,
+                    service,
+                    groups,
+                    payload,
+                }
+            }
+            1 => Body::Join {
+                client: r.str()?,
+                group: r.str()?,
+            },
+            2 => Body::Leave {
+                client: r.str()?,
+                group: r.str()?,
+            },
+            3 => Body::Gone {
+                node: NodeId(r.u32()?),
+            },
+            4 => Body::Marker { holds: r.u64s()? },
+            5 => {
+                let new_epoch = r.u32()?;
+                let n = r.count(2)?;
+                let sites = (0..n).map(|_| r.u16().map(SiteId)).collect::<R<Vec<_>>>()?;
+                Body::Flush {
+                    new_epoch,
+                    sites,
+                    holds: r.u64s()?,
+                }
+            }
+            6 => {
+                let n = r.count(12)?;
+                let members = (0..n)
+                    .map(|_| Ok((r.str()?, r.str()?, NodeId(r.u32()?))))
+                    .collect::<R<Vec<_>>>()?;
+                Body::State { members }
+            }
+            _ => return Err(Malformed),
+        })
+    }
+}
+
+/// One element of a site stream, numbered and stamped by its site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element {
+    /// The site whose stream it is in.
+    pub origin: SiteId,
+    /// The configuration it belongs to.
+    pub epoch: u32,
+    /// Its place in the origin's stream of that configuration, from 1.
+    pub seq: u64,
+    /// Lamport timestamp: above every element its site had taken in.
+    pub ts: u64,
+    /// The daemon that multicast it in the origin's ring.
+    pub sender: NodeId,
+    pub body: Body,
+}
+
+impl Element {
+    pub(crate) fn encode(&self) -> Bytes {
+        let mut w = Writer::default();
+        w.u16(self.origin.0)
+            .u32(self.epoch)
+            .u64(self.seq)
+            .u64(self.ts)
+            .u32(self.sender.0);
+        self.body.encode(&mut w);
+        Bytes::from(w.0)
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> R<Element> {
+        let mut r = Reader::new(buf);
+        let e = Element {
+            origin: SiteId(r.u16()?),
+            epoch: r.u32()?,
+            seq: r.u64()?,
+            ts: r.u64()?,
+            sender: NodeId(r.u32()?),
+            body: Body::decode(&mut r)?,
+        };
+        r.end()?;
+        Ok(e)
+    }
+
+    /// The element's place in the total order of its configuration.
+    pub(crate) fn key(&self) -> (u64, SiteId) {
+        (self.ts, self.origin)
+    }
+}
+
+/// What a daemon multicasts in its site's ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RingMsg {
+    /// An element of this site, numbered when the ring delivers it.
+    Own(Body),
+    /// Another site's element, taken in by the gateway.
+    Foreign(Bytes),
+}
+
+impl RingMsg {
+    pub fn encode(&self) -> Bytes {
+        let mut w = Writer::default();
+        match self {
+            RingMsg::Own(b) => {
+                w.u8(0);
+                b.encode(&mut w);
+            }
+            RingMsg::Foreign(e) => {
+                w.u8(1);
+                w.0.extend_from_slice(e);
+            }
+        }
+        Bytes::from(w.0)
+    }
+
+    pub fn decode(buf: &[u8]) -> R<RingMsg> {
+        let mut r = Reader::new(buf);
+        match r.u8()? {
+            0 => {
+                let b = Body::decode(&mut r)?;
+                r.end()?;
+                Ok(RingMsg::Own(b))
+            }
+            1 => Ok(RingMsg::Foreign(Bytes::copy_from_slice(r.rest()))),
+            _ => Err(Malformed),
+        }
+    }
+}
+
+/// `dest` of a WAN message sent down the source's tree.
+pub(crate) const TREE: u16 = u16::MAX;
+
+/// What gateways send each other inside Hop packets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WanMsg {
+    /// An element, down its origin's tree (`dest == TREE`) or to one site.
+    Elem { dest: u16, element: Bytes },
+    /// What site `site` holds of configuration `epoch`: `holds[i]`
+    /// elements of its i-th site.
+    Status {
+        dest: u16,
+        site: SiteId,
+        epoch: u32,
+        holds: Vec<u64>,
+    },
+}
+
+impl WanMsg {
+    pub fn encode(&self) -> Bytes {
+        let mut w = Writer::default();
+        match self {
+            WanMsg::Elem { dest, element } => {
+                w.u8(0).u16(*dest);
+                w.0.extend_from_slice(element);
+            }
+            WanMsg::Status {
+                dest,
+                site,
+                epoch,
+                holds,
+            } => {
+                w.u8(1).u16(*dest).u16(site.0).u32(*epoch).u64s(holds);
+            }
+        }
+        Bytes::from(w.0)
+    }
+
+    pub fn decode(buf: &[u8]) -> R<WanMsg> {
+        let mut r = Reader::new(buf);
+        match r.u8()? {
+            0 => Ok(WanMsg::Elem {
+                dest: r.u16()?,
+                element: Bytes::copy_from_slice(r.rest()),
+            }),
+            1 => {
+                let m = WanMsg::Status {
+                    dest: r.u16()?,
+                    site: SiteId(r.u16()?),
+                    epoch: r.u32()?,
+                    holds: r.u64s()?,
+                };
+                r.end()?;
+                Ok(m)
+            }
+            _ => Err(Malformed),
+        }
+    }
+}
+
+/// Outer WAN datagram kinds: a Hop datagram of the link, or a beacon
+/// naming the sender as its site's gateway.
+pub(crate) const WAN_HOP: u8 = 0;
+pub(crate) const WAN_BEACON: u8 = 1;
+
+pub(crate) fn wan_header(kind: u8, epoch: u32, site: SiteId) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u8(kind).u32(epoch).u16(site.0);
+    w.0
+}
+
+pub(crate) fn parse_wan(buf: &[u8]) -> R<(u8, u32, SiteId, &[u8])> {
+    let mut r = Reader::new(buf);
+    let kind = r.u8()?;
+    let epoch = r.u32()?;
+    let site = SiteId(r.u16()?);
+    Ok((kind, epoch, site, r.rest()))
+}

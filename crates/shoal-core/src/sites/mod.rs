@@ -1,0 +1,1581 @@
+//! Spread's service across sites (P-Spread §2.1-§2.5; views by Extended
+//! Virtual Synchrony, Moser, Amir, Melliar-Smith, Agarwal, ICDCS 1994).
+//! `docs/spread.md`, "End to end across sites", has the design.
+//!
+//! One [`SiteDaemon`] is one daemon. The daemons of a site run the Ring
+//! ([`crate::ring`]) on their LAN; the ring's delivery order is the same
+//! at each of them, and each turns it into the same *site stream*: its
+//! own site's elements numbered in ring order and stamped with a Lamport
+//! timestamp, and other sites' elements, which the site's gateway took in
+//! from the WAN and multicast in the ring. The gateway (the lowest daemon
+//! of the installed ring) forwards its site's elements over Hop links
+//! ([`crate::hop`]) down the site's source tree ([`crate::overlay`]) and
+//! passes other sites' elements on, on arrival.
+//!
+//! Delivery, the same decision at every daemon of a configuration:
+//! - unreliable: when the element enters the stream;
+//! - reliable, fifo, causal, agreed: in the total order of (timestamp,
+//!   site), once every site of the configuration has been heard from at or
+//!   past the timestamp; reliable and fifo are not delivered earlier,
+//!   because group views change at points of that same order and a
+//!   message must fall in the same view everywhere;
+//! - safe: in the same order, once every site has announced (a marker, a
+//!   ring SAFE message) that all its daemons hold it.
+//!
+//! Joins and leaves are single elements in the total order (lightweight
+//! groups). A configuration of sites is handed to each daemon by its
+//! driver ([`SiteDaemon::handle_site_view`]); the change itself (flush,
+//! recovery of departed sites' messages, transitional and regular views)
+//! is this module's.
+
+mod codec;
+pub mod harness;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::hop::{self, Hop, LinkProtocol};
+use crate::overlay::{Membership, Routes, SiteId, Topology};
+use crate::ring::{self, Ring, RingId};
+use crate::{Destination, Engine, Instant, NodeId};
+pub use codec::{Body, Element, Malformed};
+use codec::{RingMsg, WanMsg, TREE};
+
+/// A message's service (Spread's service types), weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Service {
+    Unreliable,
+    Reliable,
+    Fifo,
+    Causal,
+    Agreed,
+    Safe,
+}
+
+impl Service {
+    /// Every service, weakest first.
+    pub const ALL: [Service; 6] = [
+        Service::Unreliable,
+        Service::Reliable,
+        Service::Fifo,
+        Service::Causal,
+        Service::Agreed,
+        Service::Safe,
+    ];
+}
+
+/// Settings of a daemon in a site.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The Ring inside the site.
+    pub ring: ring::Config,
+    /// Every Hop link of the gateway.
+    pub hop: hop::Config,
+    /// Messages a daemon originated that are not yet known held at every
+    /// site, at most; more wait at the daemon (P-Spread §2.1's global
+    /// window; the paper gives no size). 200: at the paper's largest
+    /// round trip (104 ms) it lets one daemon send about 2000 msgs/s.
+    pub global_window: usize,
+    /// How often a gateway tells every site what its site holds, so that
+    /// lost elements are resent (after a gateway change or a
+    /// configuration change reset the links). Ours: a few WAN round trips.
+    #[serde(with = "crate::serde_ms")]
+    pub status_interval: Duration,
+    /// How often a gateway names itself to its neighbours' gateways.
+    #[serde(with = "crate::serde_ms")]
+    pub beacon_interval: Duration,
+    /// A site whose count of another site's elements has not risen for
+    /// this long is resent what it lacks; an element resent is not resent
+    /// again sooner. Above a round trip plus the time a slow link takes
+    /// to carry a window.
+    #[serde(with = "crate::serde_ms")]
+    pub resend_timeout: Duration,
+    /// Largest client payload.
+    pub max_payload: usize,
+    /// Client messages, joins and leaves waiting at a daemon, at most.
+    pub send_queue_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ring: ring::Config::default(),
+            hop: hop::Config::default(),
+            global_window: 200,
+            status_interval: Duration::from_millis(100),
+            beacon_interval: Duration::from_millis(100),
+            resend_timeout: Duration::from_millis(1000),
+            max_payload: 1000,
+            send_queue_max: 10_000,
+        }
+    }
+}
+
+/// What a daemon tells its clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `client` (of this daemon) receives a message.
+    Deliver {
+        client: String,
+        sender: String,
+        service: Service,
+        groups: Vec<String>,
+        payload: Bytes,
+        /// Delivered in a transitional configuration (EVS).
+        transitional: bool,
+    },
+    /// `client` (of this daemon) installs a view of `group`.
+    View {
+        client: String,
+        group: String,
+        view_id: u64,
+        members: Vec<String>,
+        transitional: bool,
+    },
+}
+
+/// Where a datagram goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// On the site's LAN (the Ring's datagrams).
+    Lan(Destination),
+    /// Across the WAN to another site's daemon.
+    Wan(NodeId),
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Out {
+    pub target: Target,
+    pub payload: Bytes,
+}
+
+/// Why a daemon could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SitesError {
+    #[error("daemon is in no site of the topology")]
+    NoSite,
+    #[error(transparent)]
+    Ring(#[from] ring::RingError),
+    #[error(transparent)]
+    Hop(#[from] hop::ConfigError),
+    #[error("global_window must be positive")]
+    ZeroWindow,
+}
+
+/// Why a client request was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("payload of {len} bytes exceeds {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("too many requests wait at this daemon")]
+    QueueFull,
+    #[error("no such client at this daemon")]
+    UnknownClient,
+}
+
+/// Counters of one daemon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub bad_datagrams: u64,
+    /// Elements resent after a status showed them missing.
+    pub resent: u64,
+    /// Elements of a departed site dropped because no member site held them.
+    pub truncated: u64,
+    pub markers: u64,
+    pub configurations: u64,
+    /// Times this daemon became gateway.
+    pub gateway_takeovers: u64,
+    /// Client requests that waited for the global window.
+    pub window_waits: u64,
+}
+
+/// One site's stream within one configuration, as taken in here.
+#[derive(Debug, Default)]
+struct Stream {
+    /// The next element expected (elements are numbered from 1).
+    next: u64,
+    early: BTreeMap<u64, Element>,
+    last_ts: u64,
+    /// Elements waiting for their place in the total order.
+    ordered: VecDeque<Element>,
+    /// The site's latest marker: what all its daemons hold.
+    announced: Vec<u64>,
+    flush: Option<(u32, Vec<SiteId>, Vec<u64>)>,
+    state: Option<Vec<(String, String, NodeId)>>,
+}
+
+/// A configuration of sites.
+#[derive(Debug)]
+struct Conf {
+    epoch: u32,
+    sites: Vec<SiteId>,
+    streams: Vec<Stream>,
+    /// Regular views given and ordered delivery running.
+    installed: bool,
+}
+
+impl Conf {
+    fn new(epoch: u32, sites: &[SiteId], installed: bool) -> Conf {
+        let mut sites = sites.to_vec();
+        sites.sort_unstable();
+        sites.dedup();
+        let streams = sites
+            .iter()
+            .map(|_| Stream {
+                next: 1,
+                announced: vec![0; sites.len()],
+                ..Stream::default()
+            })
+            .collect();
+        Conf {
+            epoch,
+            sites,
+            streams,
+            installed,
+        }
+    }
+
+    fn index(&self, site: SiteId) -> Option<usize> {
+        self.sites.binary_search(&site).ok()
+    }
+
+    fn holds(&self) -> Vec<u64> {
+        self.streams.iter().map(|s| s.next - 1).collect()
+    }
+
+    /// Every site announced it holds element `seq` of site `i`.
+    fn stable(&self, i: usize, seq: u64) -> bool {
+        self.streams.iter().all(|s| s.announced[i] >= seq)
+    }
+}
+
+/// A change of configuration this daemon's site has flushed for.
+#[derive(Debug, Clone)]
+struct Pending {
+    epoch: u32,
+    sites: Vec<SiteId>,
+}
+
+/// One end of a Hop link to a neighbouring site's gateway.
+#[derive(Debug)]
+struct Link {
+    peer: NodeId,
+    hop: Hop,
+}
+
+/// A request of a local client waiting for the ring.
+#[derive(Debug)]
+struct Request {
+    body: Body,
+    data: bool,
+}
+
+/// One daemon of a site.
+#[derive(Debug)]
+pub struct SiteDaemon {
+    config: Config,
+    topo: Arc<Topology>,
+    me: NodeId,
+    site: SiteId,
+    now: Instant,
+    ring: Ring,
+    ring_members: Vec<NodeId>,
+    gateway: bool,
+    // WAN: gateway only.
+    links: BTreeMap<SiteId, Link>,
+    link_epoch: u32,
+    view_sites: Vec<SiteId>,
+    routes: Routes,
+    inject_next: BTreeMap<(u32, SiteId), u64>,
+    inject_early: BTreeMap<(u32, SiteId, u64), Bytes>,
+    marker_in_flight: bool,
+    sent_upto: BTreeMap<(SiteId, u32, SiteId), u64>,
+    /// What each site last said it holds, per configuration, and since when.
+    last_status: BTreeMap<(SiteId, u32), Vec<(u64, Instant)>>,
+    last_clear: Instant,
+    status_at: Instant,
+    beacon_at: Instant,
+    // The site stream: the same at every daemon of the site.
+    clock: u64,
+    conf: Conf,
+    prev: Option<Conf>,
+    future: BTreeMap<u32, Vec<Element>>,
+    pending: Option<Pending>,
+    own_closed: bool,
+    held_own: Vec<(NodeId, Body)>,
+    data_since_marker: bool,
+    store: BTreeMap<(u32, SiteId, u64), Bytes>,
+    groups: BTreeMap<String, BTreeSet<String>>,
+    client_daemon: BTreeMap<String, NodeId>,
+    view_counter: BTreeMap<String, u64>,
+    // Local clients.
+    local: BTreeSet<String>,
+    queue: VecDeque<Request>,
+    in_ring: usize,
+    mine_unstable: VecDeque<u64>,
+    out: VecDeque<Out>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+/// View ids: unique per configuration (the driver gives each
+/// configuration its own epoch), rising within it.
+/// A configuration's transitional views take `(epoch, old epoch)`, unique
+/// to the pair (a merge ends two old configurations in one new one, a
+/// partition one old in two new); its regular views count up from
+/// `(epoch, REGULAR)`, above every transitional id.
+fn view_id(epoch: u32, n: u64) -> u64 {
+    (u64::from(epoch) << 32) | n
+}
+
+const REGULAR: u64 = 1 << 31;
+
+/// Elements resent to one site for one source per status, at most.
+const RESEND_MAX: u64 = 256;
+
+impl SiteDaemon {
+    /// Daemon `me` of `topology`, with every site's daemons up, in the
+    /// first configuration (all sites, `epoch`).
+    pub fn new(
+        config: Config,
+        topology: Arc<Topology>,
+        me: NodeId,
+        epoch: u32,
+        now: Instant,
+    ) -> Result<SiteDaemon, SitesError> {
+        if config.global_window == 0 {
+            return Err(SitesError::ZeroWindow);
+        }
+        config.hop.validate()?;
+        let site = topology.site_of(me).ok_or(SitesError::NoSite)?;
+        let daemons = topology.sites[usize::from(site.0)].daemons.clone();
+        let rep = daemons.iter().min().copied().unwrap_or(me);
+        let ring = Ring::new(
+            config.ring.clone(),
+            me,
+            &daemons,
+            RingId { seq: 1, rep: rep.0 },
+            now,
+        )?;
+        let all: Vec<SiteId> = (0..topology.sites.len() as u16).map(SiteId).collect();
+        let routes = routes_for(&topology, &all);
+        let mut d = SiteDaemon {
+            config,
+            topo: topology,
+            me,
+            site,
+            now,
+            ring,
+            ring_members: Vec::new(),
+            gateway: false,
+            links: BTreeMap::new(),
+            link_epoch: epoch,
+            view_sites: all.clone(),
+            routes,
+            inject_next: BTreeMap::new(),
+            inject_early: BTreeMap::new(),
+            marker_in_flight: false,
+            sent_upto: BTreeMap::new(),
+            last_status: BTreeMap::new(),
+            last_clear: now,
+            status_at: now,
+            beacon_at: now,
+            clock: 0,
+            conf: Conf::new(epoch, &all, true),
+            prev: None,
+            future: BTreeMap::new(),
+            pending: None,
+            own_closed: false,
+            held_own: Vec::new(),
+            data_since_marker: false,
+            store: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            client_daemon: BTreeMap::new(),
+            view_counter: BTreeMap::new(),
+            local: BTreeSet::new(),
+            queue: VecDeque::new(),
+            in_ring: 0,
+            mine_unstable: VecDeque::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        };
+        d.pump();
+        Ok(d)
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn site(&self) -> SiteId {
+        self.site
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Whether this daemon is its site's gateway now.
+    pub fn is_gateway(&self) -> bool {
+        self.gateway
+    }
+
+    /// The configuration installed here (epoch and sites) and whether a
+    /// change is under way.
+    pub fn configuration(&self) -> (u32, &[SiteId], bool) {
+        (
+            self.conf.epoch,
+            &self.conf.sites,
+            self.pending.is_some() || !self.conf.installed,
+        )
+    }
+
+    /// Messages this daemon originated and not yet known held everywhere,
+    /// plus those in its ring's queue (what the global window counts).
+    pub fn outstanding(&self) -> usize {
+        self.in_ring + self.mine_unstable.len()
+    }
+
+    /// Client requests waiting at this daemon.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Elements kept for resending.
+    pub fn stored(&self) -> usize {
+        self.store.len()
+    }
+
+    /// The Ring engine's counters.
+    pub fn ring_stats(&self) -> ring::Stats {
+        self.ring.stats()
+    }
+
+    /// A client connects to this daemon.
+    pub fn connect(&mut self, client: &str) {
+        self.local.insert(client.to_string());
+    }
+
+    /// A client disconnects: it leaves its groups.
+    pub fn disconnect(&mut self, now: Instant, client: &str) {
+        self.now = self.now.max(now);
+        let joined: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|(_, m)| m.contains(client))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in joined {
+            let _ = self.leave(now, client, &g);
+        }
+        self.local.remove(client);
+    }
+
+    /// `client` joins `group`: one element in the total order.
+    pub fn join(&mut self, now: Instant, client: &str, group: &str) -> Result<(), ClientError> {
+        let body = Body::Join {
+            client: client.to_string(),
+            group: group.to_string(),
+        };
+        self.request(now, client, body, false)
+    }
+
+    /// `client` leaves `group`.
+    pub fn leave(&mut self, now: Instant, client: &str, group: &str) -> Result<(), ClientError> {
+        let body = Body::Leave {
+            client: client.to_string(),
+            group: group.to_string(),
+        };
+        self.request(now, client, body, false)
+    }
+
+    /// `client` multicasts `payload` to `groups` with `service`.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        client: &str,
+        service: Service,
+        groups: &[String],
+        payload: Bytes,
+    ) -> Result<(), ClientError> {
+        if payload.len() > self.config.max_payload {
+            return Err(ClientError::TooLarge {
+                len: payload.len(),
+                max: self.config.max_payload,
+            });
+        }
+        let body = Body::Data {
+            client: client.to_string(),
+            service,
+            groups: groups.to_vec(),
+            payload,
+        };
+        self.request(now, client, body, true)
+    }
+
+    fn request(
+        &mut self,
+        now: Instant,
+        client: &str,
+        body: Body,
+        data: bool,
+    ) -> Result<(), ClientError> {
+        self.now = self.now.max(now);
+        if !self.local.contains(client) {
+            return Err(ClientError::UnknownClient);
+        }
+        if self.queue.len() >= self.config.send_queue_max {
+            return Err(ClientError::QueueFull);
+        }
+        self.queue.push_back(Request { body, data });
+        self.pump();
+        Ok(())
+    }
+
+    /// The driver's new configuration of sites: `sites` (this daemon's
+    /// among them), with an `epoch` above every earlier one and unique to
+    /// this configuration. Only the gateway acts on it: it resets its
+    /// links and closes its site's stream with a flush.
+    pub fn handle_site_view(&mut self, now: Instant, epoch: u32, sites: &[SiteId]) {
+        self.now = self.now.max(now);
+        if !self.gateway || epoch <= self.link_epoch {
+            return;
+        }
+        let mut sites = sites.to_vec();
+        sites.sort_unstable();
+        sites.dedup();
+        self.link_epoch = epoch;
+        self.view_sites = sites.clone();
+        self.routes = routes_for(&self.topo, &sites);
+        self.links.clear();
+        self.sent_upto.clear();
+        // Elements held for a gap were received on the old links; what
+        // the site will hold is what it holds now plus what is resent.
+        self.inject_early.clear();
+        self.open_links();
+        let flush = Body::Flush {
+            new_epoch: epoch,
+            sites,
+            holds: Vec::new(),
+        };
+        self.ring_send(RingMsg::Own(flush), ring::Service::Agreed);
+        self.pump();
+    }
+
+    /// A datagram from the site's LAN (the Ring's).
+    pub fn handle_lan(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        self.now = self.now.max(now);
+        self.ring.handle_datagram(now, from, datagram);
+        self.pump();
+    }
+
+    /// A datagram from another site.
+    pub fn handle_wan(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        self.now = self.now.max(now);
+        let Ok((kind, epoch, site, rest)) = codec::parse_wan(datagram) else {
+            self.stats.bad_datagrams += 1;
+            return;
+        };
+        if !self.gateway || epoch != self.link_epoch || !self.view_sites.contains(&site) {
+            return;
+        }
+        if self.topo.site_of(from) != Some(site) {
+            self.stats.bad_datagrams += 1;
+            return;
+        }
+        self.peer_seen(site, from);
+        if kind == codec::WAN_HOP {
+            if let Some(l) = self.links.get_mut(&site) {
+                l.hop.handle_datagram(now, rest);
+            }
+        }
+        self.pump();
+    }
+
+    /// `poll_timeout`'s deadline passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        self.ring.handle_timeout(now);
+        for l in self.links.values_mut() {
+            l.hop.handle_timeout(now);
+        }
+        if self.gateway && self.now >= self.beacon_at {
+            self.send_beacons();
+        }
+        if self.gateway && self.now >= self.status_at {
+            self.send_status();
+            self.gc();
+        }
+        self.pump();
+    }
+
+    /// The next datagram to send.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Out> {
+        self.out.pop_front()
+    }
+
+    /// The next event for a local client.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t = self.ring.poll_timeout();
+        for l in self.links.values() {
+            t = min_opt(t, l.hop.poll_timeout());
+        }
+        if self.gateway {
+            t = min_opt(t, Some(self.beacon_at.min(self.status_at)));
+        }
+        t
+    }
+
+    // ---- plumbing -------------------------------------------------------
+
+    /// Runs every engine's outputs through this daemon until none is left.
+    fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(ev) = self.ring.poll_event() {
+                progressed = true;
+                self.on_ring_event(ev);
+            }
+            self.release_requests();
+            if self.gateway {
+                progressed |= self.pump_links();
+                self.maybe_marker();
+            }
+            while let Some(t) = self.ring.poll_transmit(self.now) {
+                progressed = true;
+                self.out.push_back(Out {
+                    target: Target::Lan(t.destination),
+                    payload: t.payload,
+                });
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn pump_links(&mut self) -> bool {
+        let mut progressed = false;
+        let sites: Vec<SiteId> = self.links.keys().copied().collect();
+        for site in sites {
+            while let Some(ev) = self.links.get_mut(&site).and_then(|l| l.hop.poll_event()) {
+                progressed = true;
+                if let hop::Event::Deliver { payload, .. } = ev {
+                    self.on_wan_msg(&payload);
+                }
+            }
+            let Some(l) = self.links.get_mut(&site) else {
+                continue;
+            };
+            let header = codec::wan_header(codec::WAN_HOP, self.link_epoch, self.site);
+            while let Some(d) = l.hop.poll_transmit(self.now) {
+                progressed = true;
+                let mut buf = header.clone();
+                buf.extend_from_slice(&d);
+                self.out.push_back(Out {
+                    target: Target::Wan(l.peer),
+                    payload: Bytes::from(buf),
+                });
+            }
+        }
+        progressed
+    }
+
+    fn ring_send(&mut self, msg: RingMsg, service: ring::Service) {
+        // The ring's queue bound is far above what the window and the
+        // request queue let through; a refusal here is dropped and the
+        // status exchange repairs foreign elements.
+        let _ = self.ring.multicast_service(self.now, service, msg.encode());
+    }
+
+    /// Hands waiting client requests to the ring while the window allows.
+    fn release_requests(&mut self) {
+        while let Some(r) = self.queue.front() {
+            if self.own_closed || self.pending.is_some() || !self.conf.installed {
+                return;
+            }
+            if r.data && self.outstanding() >= self.config.global_window {
+                self.stats.window_waits += 1;
+                return;
+            }
+            let r = self.queue.pop_front().expect("front exists");
+            if r.data {
+                self.in_ring += 1;
+            }
+            self.ring_send(RingMsg::Own(r.body), ring::Service::Agreed);
+        }
+    }
+
+    // ---- the ring's order -> the site stream ----------------------------
+
+    fn on_ring_event(&mut self, ev: ring::Event) {
+        match ev {
+            ring::Event::Deliver {
+                sender, payload, ..
+            } => match RingMsg::decode(&payload) {
+                Ok(RingMsg::Own(body)) => {
+                    if sender == self.me && matches!(body, Body::Data { .. }) {
+                        self.in_ring = self.in_ring.saturating_sub(1);
+                    }
+                    self.ingest_own(sender, body)
+                }
+                Ok(RingMsg::Foreign(bytes)) => match Element::decode(&bytes) {
+                    Ok(e) => self.ingest_foreign(e),
+                    Err(_) => self.stats.bad_datagrams += 1,
+                },
+                Err(_) => self.stats.bad_datagrams += 1,
+            },
+            ring::Event::Regular { members, .. } => self.on_ring_view(members),
+            ring::Event::Transitional { .. } => {}
+        }
+        self.progress();
+    }
+
+    fn on_ring_view(&mut self, members: Vec<NodeId>) {
+        let gone: Vec<NodeId> = self
+            .ring_members
+            .iter()
+            .filter(|n| !members.contains(n))
+            .copied()
+            .collect();
+        self.ring_members = members;
+        let was = self.gateway;
+        self.gateway = self.ring_members.first() == Some(&self.me);
+        if self.gateway && !was {
+            self.become_gateway();
+        }
+        if self.gateway {
+            for node in gone {
+                self.ring_send(RingMsg::Own(Body::Gone { node }), ring::Service::Agreed);
+            }
+        }
+    }
+
+    fn become_gateway(&mut self) {
+        self.stats.gateway_takeovers += 1;
+        self.marker_in_flight = false;
+        self.link_epoch = self.link_epoch.max(self.conf.epoch);
+        if let Some(p) = &self.pending {
+            self.link_epoch = self.link_epoch.max(p.epoch);
+            self.view_sites = p.sites.clone();
+        } else {
+            self.view_sites = self.conf.sites.clone();
+        }
+        self.routes = routes_for(&self.topo, &self.view_sites);
+        self.inject_next.clear();
+        self.inject_early.clear();
+        for conf in [Some(&self.conf), self.prev.as_ref()].into_iter().flatten() {
+            for (i, s) in conf.sites.iter().enumerate() {
+                self.inject_next
+                    .insert((conf.epoch, *s), conf.streams[i].next);
+            }
+        }
+        self.open_links();
+        // A configuration this site completed before its old gateway
+        // opened the new stream: open it now (a second State is ignored).
+        if self.own_closed && self.pending.is_none() {
+            self.send_state();
+        }
+    }
+
+    /// An element of this site, in ring order: number and stamp it.
+    fn ingest_own(&mut self, sender: NodeId, body: Body) {
+        if self.own_closed {
+            match body {
+                Body::State { .. } if self.pending.is_none() => {}
+                Body::Marker { .. } => {
+                    // Ordered after the flush: it announces nothing.
+                    self.marker_in_flight = false;
+                    return;
+                }
+                Body::State { .. } | Body::Flush { .. } => return,
+                other => {
+                    self.held_own.push((sender, other));
+                    return;
+                }
+            }
+        } else if matches!(body, Body::State { .. }) {
+            return;
+        }
+        let i = self
+            .conf
+            .index(self.site)
+            .expect("own site in its configuration");
+        let mut body = body;
+        match &mut body {
+            Body::Marker { holds } | Body::Flush { holds, .. } => *holds = self.conf.holds(),
+            _ => {}
+        }
+        self.clock += 1;
+        let e = Element {
+            origin: self.site,
+            epoch: self.conf.epoch,
+            seq: self.conf.streams[i].next,
+            ts: self.clock,
+            sender,
+            body,
+        };
+        if sender == self.me && matches!(e.body, Body::Data { .. }) {
+            self.mine_unstable.push_back(e.seq);
+        }
+        let reopened = matches!(e.body, Body::State { .. });
+        if let Body::Flush {
+            new_epoch, sites, ..
+        } = &e.body
+        {
+            self.own_closed = true;
+            self.pending = Some(Pending {
+                epoch: *new_epoch,
+                sites: sites.clone(),
+            });
+        }
+        if let Body::Marker { .. } = e.body {
+            self.marker_in_flight = false;
+            self.data_since_marker = false;
+        }
+        let bytes = e.encode();
+        if self.gateway {
+            self.forward(&e, &bytes, TREE);
+        }
+        self.store.insert((e.epoch, e.origin, e.seq), bytes);
+        self.accept(e);
+        if reopened {
+            self.own_closed = false;
+            for (sender, body) in std::mem::take(&mut self.held_own) {
+                self.ingest_own(sender, body);
+            }
+        }
+    }
+
+    fn ingest_foreign(&mut self, e: Element) {
+        self.clock = self.clock.max(e.ts);
+        if e.epoch == self.conf.epoch {
+            self.insert(e);
+        } else if e.epoch > self.conf.epoch {
+            self.future.entry(e.epoch).or_default().push(e);
+        }
+    }
+
+    /// Files a foreign element of the installed configuration in its
+    /// stream, in sequence.
+    fn insert(&mut self, e: Element) {
+        let Some(i) = self.conf.index(e.origin) else {
+            return;
+        };
+        if e.origin == self.site {
+            return;
+        }
+        let s = &mut self.conf.streams[i];
+        if e.seq < s.next {
+            return;
+        }
+        if e.seq > s.next {
+            s.early.insert(e.seq, e);
+            return;
+        }
+        let bytes = e.encode();
+        self.store.insert((e.epoch, e.origin, e.seq), bytes);
+        self.accept(e);
+        loop {
+            let s = &mut self.conf.streams[i];
+            let Some(e) = s.early.remove(&s.next) else {
+                break;
+            };
+            let bytes = e.encode();
+            self.store.insert((e.epoch, e.origin, e.seq), bytes);
+            self.accept(e);
+        }
+    }
+
+    /// The next element of its site's stream.
+    fn accept(&mut self, e: Element) {
+        let i = self
+            .conf
+            .index(e.origin)
+            .expect("site of the configuration");
+        let s = &mut self.conf.streams[i];
+        s.next = e.seq + 1;
+        s.last_ts = s.last_ts.max(e.ts);
+        match &e.body {
+            Body::Marker { holds } => {
+                if holds.len() == s.announced.len() {
+                    s.announced = holds.clone();
+                }
+            }
+            Body::Flush {
+                new_epoch,
+                sites,
+                holds,
+            } => s.flush = Some((*new_epoch, sites.clone(), holds.clone())),
+            Body::State { members } => s.state = Some(members.clone()),
+            Body::Data {
+                service: Service::Unreliable,
+                ..
+            } => {
+                self.data_since_marker = true;
+                if self.conf.installed {
+                    self.deliver(&e, false);
+                }
+            }
+            _ => {
+                self.data_since_marker = true;
+                s.ordered.push_back(e);
+            }
+        }
+    }
+
+    // ---- delivery -------------------------------------------------------
+
+    /// Whatever the ingestion made possible: ordered deliveries, the end
+    /// of a configuration, the start of the next.
+    fn progress(&mut self) {
+        self.deliver_ordered();
+        self.check_transition();
+        self.check_install();
+        self.drop_stable_mine();
+    }
+
+    /// The head of the total order, if it may be delivered now in the
+    /// regular configuration.
+    fn next_ordered(&self) -> Option<usize> {
+        let conf = &self.conf;
+        let (i, e) = conf
+            .streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.ordered.front().map(|e| (i, e)))
+            .min_by_key(|(_, e)| e.key())?;
+        let heard = conf
+            .streams
+            .iter()
+            .all(|s| !s.ordered.is_empty() || s.flush.is_some() || s.last_ts >= e.ts);
+        if !heard {
+            return None;
+        }
+        if let Body::Data {
+            service: Service::Safe,
+            ..
+        } = e.body
+        {
+            if !conf.stable(i, e.seq) {
+                return None;
+            }
+        }
+        Some(i)
+    }
+
+    fn deliver_ordered(&mut self) {
+        if !self.conf.installed {
+            return;
+        }
+        while let Some(i) = self.next_ordered() {
+            let e = self.conf.streams[i].ordered.pop_front().expect("head");
+            self.deliver(&e, false);
+        }
+    }
+
+    fn deliver(&mut self, e: &Element, transitional: bool) {
+        match &e.body {
+            Body::Data {
+                client,
+                service,
+                groups,
+                payload,
+            } => {
+                let mut to = BTreeSet::new();
+                for g in groups {
+                    if let Some(m) = self.groups.get(g) {
+                        to.extend(m.iter().filter(|c| self.local.contains(*c)).cloned());
+                    }
+                }
+                for c in to {
+                    self.events.push_back(Event::Deliver {
+                        client: c,
+                        sender: client.clone(),
+                        service: *service,
+                        groups: groups.clone(),
+                        payload: payload.clone(),
+                        transitional,
+                    });
+                }
+            }
+            Body::Join { client, group } => {
+                self.client_daemon.insert(client.clone(), e.sender);
+                let m = self.groups.entry(group.clone()).or_default();
+                if m.insert(client.clone()) && !transitional {
+                    self.emit_view(group);
+                }
+            }
+            Body::Leave { client, group } => {
+                let m = self.groups.entry(group.clone()).or_default();
+                if m.remove(client) && !transitional {
+                    self.emit_view(group);
+                }
+            }
+            Body::Gone { node } => {
+                let gone: BTreeSet<String> = self
+                    .client_daemon
+                    .iter()
+                    .filter(|(_, d)| *d == node)
+                    .map(|(c, _)| c.clone())
+                    .collect();
+                let changed: Vec<String> = self
+                    .groups
+                    .iter_mut()
+                    .filter_map(|(g, m)| {
+                        let before = m.len();
+                        m.retain(|c| !gone.contains(c));
+                        (m.len() != before).then(|| g.clone())
+                    })
+                    .collect();
+                if !transitional {
+                    for g in changed {
+                        self.emit_view(&g);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A new regular view of `group` (a join, leave or departure) for its
+    /// local members.
+    fn emit_view(&mut self, group: &str) {
+        let n = self
+            .view_counter
+            .entry(group.to_string())
+            .or_insert(REGULAR);
+        *n += 1;
+        let id = view_id(self.conf.epoch, *n);
+        self.views_to_locals(group, id, false, None);
+    }
+
+    fn views_to_locals(
+        &mut self,
+        group: &str,
+        id: u64,
+        transitional: bool,
+        members: Option<Vec<String>>,
+    ) {
+        let members =
+            members.unwrap_or_else(|| self.groups[group].iter().cloned().collect::<Vec<_>>());
+        for c in members.iter().filter(|c| self.local.contains(*c)) {
+            self.events.push_back(Event::View {
+                client: c.clone(),
+                group: group.to_string(),
+                view_id: id,
+                members: members.clone(),
+                transitional,
+            });
+        }
+    }
+
+    fn drop_stable_mine(&mut self) {
+        let Some(i) = self.conf.index(self.site) else {
+            return;
+        };
+        while let Some(&seq) = self.mine_unstable.front() {
+            if !self.conf.stable(i, seq) {
+                break;
+            }
+            self.mine_unstable.pop_front();
+        }
+    }
+
+    // ---- configuration changes -----------------------------------------
+
+    /// The old configuration ends here once every staying site's flush is
+    /// in and, of every departed site, all that any staying site held.
+    fn check_transition(&mut self) {
+        let Some(p) = self.pending.clone() else {
+            return;
+        };
+        let mut max_hold = vec![0u64; self.conf.sites.len()];
+        for (i, site) in self.conf.sites.iter().enumerate() {
+            if !p.sites.contains(site) {
+                continue;
+            }
+            match &self.conf.streams[i].flush {
+                Some((e, _, holds)) if *e == p.epoch && holds.len() == max_hold.len() => {
+                    for (m, h) in max_hold.iter_mut().zip(holds) {
+                        *m = (*m).max(*h);
+                    }
+                }
+                _ => return,
+            }
+        }
+        for (i, site) in self.conf.sites.iter().enumerate() {
+            if !p.sites.contains(site) && self.conf.streams[i].next - 1 < max_hold[i] {
+                return;
+            }
+        }
+        self.complete_transition(&p, &max_hold);
+    }
+
+    fn complete_transition(&mut self, p: &Pending, max_hold: &[u64]) {
+        self.stats.configurations += 1;
+        // What the old regular configuration allows was delivered as it
+        // became possible; the rest goes in the transitional one.
+        let staying: Vec<SiteId> = self
+            .conf
+            .sites
+            .iter()
+            .filter(|s| p.sites.contains(s))
+            .copied()
+            .collect();
+        let tid = view_id(p.epoch, u64::from(self.conf.epoch));
+        let groups: Vec<String> = self.groups.keys().cloned().collect();
+        for g in &groups {
+            let members: Vec<String> = self.groups[g]
+                .iter()
+                .filter(|c| self.client_site(c).is_some_and(|s| staying.contains(&s)))
+                .cloned()
+                .collect();
+            self.views_to_locals(g, tid, true, Some(members));
+        }
+        let mut rest = Vec::new();
+        for (i, s) in self.conf.streams.iter_mut().enumerate() {
+            for e in s.ordered.drain(..) {
+                if e.seq <= max_hold[i] || p.sites.contains(&e.origin) {
+                    rest.push(e);
+                } else {
+                    self.stats.truncated += 1;
+                }
+            }
+        }
+        rest.sort_by_key(Element::key);
+        for e in &rest {
+            self.deliver(e, true);
+        }
+        self.switch_to(p);
+    }
+
+    fn switch_to(&mut self, p: &Pending) {
+        let old = std::mem::replace(&mut self.conf, Conf::new(p.epoch, &p.sites, false));
+        self.store
+            .retain(|(e, _, _), _| *e == old.epoch || *e >= p.epoch);
+        self.last_status
+            .retain(|(_, e), _| *e == old.epoch || *e >= p.epoch);
+        self.prev = Some(old);
+        self.pending = None;
+        self.mine_unstable.clear();
+        self.view_counter.clear();
+        self.data_since_marker = false;
+        self.future.retain(|e, _| *e >= p.epoch);
+        if let Some(early) = self.future.remove(&p.epoch) {
+            for e in early {
+                self.insert(e);
+            }
+        }
+        if self.gateway {
+            for s in &p.sites {
+                self.inject_next.entry((p.epoch, *s)).or_insert(1);
+            }
+            self.send_state();
+        }
+    }
+
+    fn client_site(&self, client: &str) -> Option<SiteId> {
+        self.client_daemon
+            .get(client)
+            .and_then(|d| self.topo.site_of(*d))
+    }
+
+    /// The gateway opens its site's stream in the new configuration with
+    /// its daemons' members of every group.
+    fn send_state(&mut self) {
+        let mut members = Vec::new();
+        for (g, m) in &self.groups {
+            for c in m {
+                if let Some(d) = self.client_daemon.get(c) {
+                    if self.topo.site_of(*d) == Some(self.site) {
+                        members.push((g.clone(), c.clone(), *d));
+                    }
+                }
+            }
+        }
+        self.ring_send(RingMsg::Own(Body::State { members }), ring::Service::Agreed);
+    }
+
+    /// The new configuration's regular views, once every site's state is in.
+    fn check_install(&mut self) {
+        if self.conf.installed || self.conf.streams.iter().any(|s| s.state.is_none()) {
+            return;
+        }
+        let mut groups: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for s in &self.conf.streams {
+            for (g, c, d) in s.state.as_ref().expect("checked") {
+                groups.entry(g.clone()).or_default().insert(c.clone());
+                self.client_daemon.insert(c.clone(), *d);
+            }
+        }
+        self.groups = groups;
+        self.conf.installed = true;
+        let id = view_id(self.conf.epoch, REGULAR);
+        let names: Vec<String> = self.groups.keys().cloned().collect();
+        for g in names {
+            self.views_to_locals(&g, id, false, None);
+        }
+        self.deliver_ordered();
+    }
+
+    // ---- the gateway ----------------------------------------------------
+
+    fn open_links(&mut self) {
+        let neighbours: Vec<SiteId> = self
+            .view_sites
+            .iter()
+            .filter(|s| **s != self.site && self.topo_linked(**s))
+            .copied()
+            .collect();
+        for s in neighbours {
+            if self.links.contains_key(&s) {
+                continue;
+            }
+            let peer = self.default_gateway(s);
+            self.new_link(s, peer);
+        }
+        self.send_beacons();
+    }
+
+    fn topo_linked(&self, other: SiteId) -> bool {
+        self.topo.links.iter().any(|l| {
+            (l.a == self.site && l.b == other && (l.a_to_b.is_some() || l.b_to_a.is_some()))
+                || (l.b == self.site && l.a == other && (l.a_to_b.is_some() || l.b_to_a.is_some()))
+        })
+    }
+
+    fn default_gateway(&self, site: SiteId) -> NodeId {
+        self.topo.sites[usize::from(site.0)]
+            .daemons
+            .iter()
+            .min()
+            .copied()
+            .unwrap_or(NodeId(0))
+    }
+
+    fn new_link(&mut self, site: SiteId, peer: NodeId) {
+        let hop = Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation");
+        self.links.insert(site, Link { peer, hop });
+        self.sent_upto.retain(|(t, _, _), _| *t != site);
+    }
+
+    /// A datagram from `node` of `site`: if it is a new gateway there,
+    /// the link starts afresh with it.
+    fn peer_seen(&mut self, site: SiteId, node: NodeId) {
+        let known = self.links.get(&site).map(|l| l.peer);
+        if known != Some(node) && self.topo_linked(site) {
+            self.new_link(site, node);
+        }
+    }
+
+    fn send_beacons(&mut self) {
+        self.beacon_at = self.now + self.config.beacon_interval;
+        let header = codec::wan_header(codec::WAN_BEACON, self.link_epoch, self.site);
+        for l in self.links.values() {
+            self.out.push_back(Out {
+                target: Target::Wan(l.peer),
+                payload: Bytes::from(header.clone()),
+            });
+        }
+    }
+
+    /// Sends `bytes` (element `e`) on: down its origin's tree, or toward
+    /// site `dest`.
+    fn forward(&mut self, e: &Element, bytes: &Bytes, dest: u16) {
+        let msg = WanMsg::Elem {
+            dest,
+            element: bytes.clone(),
+        }
+        .encode();
+        if dest == TREE {
+            let children = self.routes.children(e.origin, self.site).to_vec();
+            for c in children {
+                self.link_send(c, msg.clone());
+            }
+        } else if let Some(next) = self.routes.next_hop(self.site, SiteId(dest)) {
+            self.link_send(next, msg);
+        }
+    }
+
+    fn link_send(&mut self, site: SiteId, msg: Bytes) {
+        if let Some(l) = self.links.get_mut(&site) {
+            // A full link queue drops; the status exchange resends.
+            let _ = l.hop.send(self.now, msg);
+        }
+    }
+
+    fn on_wan_msg(&mut self, payload: &[u8]) {
+        match WanMsg::decode(payload) {
+            Ok(WanMsg::Elem { dest, element }) => self.on_wan_elem(dest, element),
+            Ok(WanMsg::Status {
+                dest,
+                site,
+                epoch,
+                holds,
+            }) => {
+                if dest == self.site.0 {
+                    self.on_status(site, epoch, &holds);
+                } else {
+                    let msg = WanMsg::Status {
+                        dest,
+                        site,
+                        epoch,
+                        holds,
+                    };
+                    if let Some(next) = self.routes.next_hop(self.site, SiteId(dest)) {
+                        self.link_send(next, msg.encode());
+                    }
+                }
+            }
+            Err(_) => self.stats.bad_datagrams += 1,
+        }
+    }
+
+    fn on_wan_elem(&mut self, dest: u16, bytes: Bytes) {
+        let Ok(e) = Element::decode(&bytes) else {
+            self.stats.bad_datagrams += 1;
+            return;
+        };
+        if e.origin == self.site {
+            return;
+        }
+        if dest == TREE {
+            self.forward(&e, &bytes, TREE);
+        } else if dest != self.site.0 {
+            self.forward(&e, &bytes, dest);
+            return;
+        }
+        self.inject(e, bytes);
+    }
+
+    /// Multicasts another site's element in this site's ring, in its
+    /// origin's order.
+    fn inject(&mut self, e: Element, bytes: Bytes) {
+        let oldest = self.prev.as_ref().map_or(self.conf.epoch, |p| p.epoch);
+        if e.epoch < oldest {
+            return;
+        }
+        let key = (e.epoch, e.origin);
+        let next = *self.inject_next.entry(key).or_insert(1);
+        if e.seq < next {
+            return;
+        }
+        if e.seq > next {
+            if self.inject_early.len() < 4 * self.config.hop.window_packets.get() as usize {
+                self.inject_early.insert((e.epoch, e.origin, e.seq), bytes);
+            }
+            return;
+        }
+        let mut seq = e.seq;
+        let mut bytes = bytes;
+        loop {
+            self.ring_send(RingMsg::Foreign(bytes), ring::Service::Agreed);
+            seq += 1;
+            match self.inject_early.remove(&(key.0, key.1, seq)) {
+                Some(b) => bytes = b,
+                None => break,
+            }
+        }
+        self.inject_next.insert(key, seq);
+    }
+
+    /// After taking in data, the site says it was heard from (and what it
+    /// holds) with a marker, one at a time.
+    fn maybe_marker(&mut self) {
+        if self.data_since_marker
+            && !self.marker_in_flight
+            && !self.own_closed
+            && self.pending.is_none()
+            && self.conf.installed
+        {
+            self.marker_in_flight = true;
+            self.stats.markers += 1;
+            self.ring_send(
+                RingMsg::Own(Body::Marker { holds: Vec::new() }),
+                ring::Service::Safe,
+            );
+        }
+    }
+
+    fn send_status(&mut self) {
+        self.status_at = self.now + self.config.status_interval;
+        if self.now.saturating_duration_since(self.last_clear) >= self.config.resend_timeout {
+            self.sent_upto.clear();
+            self.last_clear = self.now;
+        }
+        let conf = &self.conf;
+        let holds = conf.holds();
+        let targets: Vec<SiteId> = self
+            .view_sites
+            .iter()
+            .filter(|s| **s != self.site)
+            .copied()
+            .collect();
+        let epoch = conf.epoch;
+        for t in targets {
+            let msg = WanMsg::Status {
+                dest: t.0,
+                site: self.site,
+                epoch,
+                holds: holds.clone(),
+            };
+            if let Some(next) = self.routes.next_hop(self.site, t) {
+                self.link_send(next, msg.encode());
+            }
+        }
+    }
+
+    /// Site `t` holds `holds` of configuration `epoch`: resend it what it
+    /// lacks of this site's elements, and of sites that left, where it
+    /// made no progress for `resend_timeout` (elements still in flight on
+    /// a slow link are not lost; a reset link stops progress).
+    fn on_status(&mut self, t: SiteId, epoch: u32, holds: &[u64]) {
+        let now = self.now;
+        let since: Vec<Instant> = {
+            let entry = self.last_status.entry((t, epoch)).or_default();
+            entry.resize(holds.len(), (0, now));
+            for (e, h) in entry.iter_mut().zip(holds) {
+                if e.0 != *h {
+                    *e = (*h, now);
+                }
+            }
+            entry.iter().map(|e| e.1).collect()
+        };
+        let conf = if self.conf.epoch == epoch {
+            &self.conf
+        } else if let Some(p) = self.prev.as_ref().filter(|p| p.epoch == epoch) {
+            p
+        } else {
+            return;
+        };
+        if holds.len() != conf.sites.len() {
+            self.stats.bad_datagrams += 1;
+            return;
+        }
+        let mut sends = Vec::new();
+        for (i, x) in conf.sites.iter().enumerate() {
+            if *x != self.site && self.view_sites.contains(x) {
+                continue;
+            }
+            let stalled = now.saturating_duration_since(since[i]) >= self.config.resend_timeout;
+            if !stalled {
+                continue;
+            }
+            let mine = conf.streams[i].next - 1;
+            let sent = self.sent_upto.get(&(t, epoch, *x)).copied().unwrap_or(0);
+            let from = holds[i].max(sent) + 1;
+            if from <= mine {
+                sends.push((*x, from, mine.min(from + RESEND_MAX - 1)));
+            }
+        }
+        for (x, from, to) in sends {
+            for seq in from..=to {
+                if let Some(b) = self.store.get(&(epoch, x, seq)).cloned() {
+                    self.stats.resent += 1;
+                    let msg = WanMsg::Elem {
+                        dest: t.0,
+                        element: b,
+                    }
+                    .encode();
+                    if let Some(next) = self.routes.next_hop(self.site, t) {
+                        self.link_send(next, msg);
+                    }
+                }
+            }
+            self.sent_upto.insert((t, epoch, x), to);
+        }
+    }
+
+    /// Forgets elements every site of the configuration holds.
+    fn gc(&mut self) {
+        let conf = &self.conf;
+        let mut floor = vec![u64::MAX; conf.sites.len()];
+        for s in &conf.streams {
+            for (f, a) in floor.iter_mut().zip(&s.announced) {
+                *f = (*f).min(*a);
+            }
+        }
+        let epoch = conf.epoch;
+        let sites = conf.sites.clone();
+        self.store.retain(|(e, x, seq), _| {
+            *e != epoch || sites.binary_search(x).map_or(true, |i| *seq > floor[i])
+        });
+    }
+}
+
+#[cfg(test)]
+impl SiteDaemon {
+    pub(crate) fn dump(&self) -> String {
+        let streams: Vec<String> = self
+            .conf
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "next {} early {} ts {} ordered {} ann {:?} flush {:?} state {}",
+                    s.next,
+                    s.early.len(),
+                    s.last_ts,
+                    s.ordered.len(),
+                    s.announced,
+                    s.flush.as_ref().map(|f| f.0),
+                    s.state.is_some()
+                )
+            })
+            .collect();
+        format!(
+            "d{} gw {} epoch {} installed {} pending {:?} closed {} held {} queue {} links {:?}\n  {}",
+            self.me.0,
+            self.gateway,
+            self.conf.epoch,
+            self.conf.installed,
+            self.pending.as_ref().map(|p| p.epoch),
+            self.own_closed,
+            self.held_own.len(),
+            self.queue.len(),
+            self.links.iter().map(|(s, l)| (s.0, l.peer.0)).collect::<Vec<_>>(),
+            streams.join("\n  ")
+        )
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// Routes over the sites of a configuration.
+fn routes_for(topo: &Topology, sites: &[SiteId]) -> Routes {
+    let live = sites
+        .iter()
+        .flat_map(|s| topo.sites[usize::from(s.0)].daemons.iter().copied())
+        .collect();
+    Routes::compute(
+        topo,
+        &Membership {
+            live,
+            failed_links: BTreeSet::new(),
+        },
+    )
+}

@@ -1,0 +1,489 @@
+//! Whole systems of sites in virtual time ([`harness::World`]), judged by
+//! the history checker (`shoal-check`), plus what the checker cannot see:
+//! every message reaches every member, the window bounds what is
+//! outstanding, a seed reproduces a run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::harness::{Rec, WanLink, World, WorldConfig};
+use super::*;
+use crate::overlay::{LinkWeights, Site};
+
+fn ms(n: u64) -> Instant {
+    Instant::ZERO + Duration::from_millis(n)
+}
+
+/// `sites` sites of `per_site` daemons, a full mesh of WAN links with
+/// one-way delay 5 + 5·|a−b| ms at 10 Mbit/s.
+fn world(sites: u16, per_site: u32, seed: u64, loss: f64) -> World {
+    let mut topo = Topology::default();
+    for s in 0..sites {
+        let first = u32::from(s) * per_site;
+        topo.sites.push(Site {
+            name: format!("site{s}"),
+            daemons: (first..first + per_site).map(NodeId).collect(),
+        });
+    }
+    let mut wan = BTreeMap::new();
+    for a in 0..sites {
+        for b in a + 1..sites {
+            let delay = 5 + 5 * u64::from(b - a);
+            topo.links.push(LinkWeights {
+                a: SiteId(a),
+                b: SiteId(b),
+                a_to_b: Some(delay as u32),
+                b_to_a: Some(delay as u32),
+            });
+            let link = WanLink {
+                delay: Duration::from_millis(delay),
+                bandwidth_bps: 10_000_000,
+                loss,
+            };
+            wan.insert((SiteId(a), SiteId(b)), link);
+            wan.insert((SiteId(b), SiteId(a)), link);
+        }
+    }
+    let config = WorldConfig {
+        seed,
+        ..WorldConfig::default()
+    };
+    World::new(topo, wan, config)
+}
+
+fn to_check(service: Service) -> shoal_check::Service {
+    match service {
+        Service::Unreliable => shoal_check::Service::Unreliable,
+        Service::Reliable => shoal_check::Service::Reliable,
+        Service::Fifo => shoal_check::Service::Fifo,
+        Service::Causal => shoal_check::Service::Causal,
+        Service::Agreed => shoal_check::Service::Agreed,
+        Service::Safe => shoal_check::Service::Safe,
+    }
+}
+
+fn records(history: &[Rec]) -> Vec<shoal_check::Record> {
+    use shoal_check::{MsgId, Record};
+    history
+        .iter()
+        .map(|r| match r {
+            Rec::Send {
+                at,
+                client,
+                seq,
+                service,
+                groups,
+            } => Record::Send {
+                client: client.clone(),
+                msg: MsgId {
+                    sender: client.clone(),
+                    seq: *seq,
+                },
+                service: to_check(*service),
+                groups: groups.clone(),
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::Deliver {
+                at,
+                client,
+                sender,
+                seq,
+                service,
+                groups,
+                transitional,
+            } => Record::Deliver {
+                client: client.clone(),
+                msg: MsgId {
+                    sender: sender.clone(),
+                    seq: *seq,
+                },
+                service: to_check(*service),
+                groups: groups.clone(),
+                transitional: *transitional,
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::View {
+                at,
+                client,
+                group,
+                view_id,
+                members,
+                transitional,
+            } => Record::View {
+                client: client.clone(),
+                group: group.clone(),
+                view_id: *view_id,
+                members: members.clone(),
+                transitional: *transitional,
+                quorum: None,
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::Ended { at, client } => Record::Ended {
+                client: client.clone(),
+                reason: "daemon crashed".into(),
+                at_ns: Some(at.as_nanos()),
+            },
+        })
+        .collect()
+}
+
+fn check(w: &World) -> shoal_check::Report {
+    shoal_check::check(records(w.history()))
+}
+
+/// One client per daemon, all in group "g", joined at time 0.
+fn clients(w: &mut World, daemons: u32) -> Vec<String> {
+    let names: Vec<String> = (0..daemons).map(|d| w.connect(NodeId(d), 0)).collect();
+    for c in &names {
+        w.join(c, "g");
+    }
+    names
+}
+
+/// Every client sends `rounds` messages, cycling through the services,
+/// one round every `gap` from `start`.
+fn traffic(w: &mut World, names: &[String], start: u64, rounds: u64, gap: u64) {
+    let g = vec!["g".to_string()];
+    for r in 0..rounds {
+        w.run_until(ms(start + r * gap));
+        for (i, c) in names.iter().enumerate() {
+            let service = Service::ALL[(r as usize + i) % Service::ALL.len()];
+            w.send(c, service, &g, 100);
+        }
+    }
+}
+
+/// (client, sender, seq) of every delivery.
+fn delivered(w: &World) -> BTreeSet<(String, String, u64)> {
+    w.history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Deliver {
+                client,
+                sender,
+                seq,
+                ..
+            } => Some((client.clone(), sender.clone(), *seq)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sends(w: &World) -> Vec<(String, u64, Service)> {
+    w.history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Send {
+                client,
+                seq,
+                service,
+                ..
+            } => Some((client.clone(), *seq, *service)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_service_reaches_every_member_in_order() {
+    for seed in 1..=3 {
+        let mut w = world(3, 2, seed, 0.0);
+        let names = clients(&mut w, 6);
+        traffic(&mut w, &names, 500, 30, 20);
+        w.run_until(ms(5000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        let got = delivered(&w);
+        for (sender, seq, _) in sends(&w) {
+            for c in &names {
+                assert!(
+                    got.contains(&(c.clone(), sender.clone(), seq)),
+                    "seed {seed}: {c} lacks {sender}/{seq}"
+                );
+            }
+        }
+        assert_eq!(report.summary.deliveries, 6 * 6 * 30);
+    }
+}
+
+#[test]
+fn lossy_wan_still_delivers_everything() {
+    for seed in 1..=3 {
+        let mut w = world(3, 2, seed, 0.05);
+        let names = clients(&mut w, 6);
+        traffic(&mut w, &names, 500, 20, 20);
+        w.run_until(ms(8000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        // Unreliable messages are carried by the same reliable links.
+        assert_eq!(report.summary.deliveries, 6 * 6 * 20, "seed {seed}");
+    }
+}
+
+/// The global total order: every client sees the agreed and safe
+/// messages in one order, and a safe message only once every site holds
+/// it (so never before an agreed one sent at the same moment from the
+/// same daemon is delivered at the farthest site).
+#[test]
+fn agreed_and_safe_share_one_order() {
+    let mut w = world(3, 2, 7, 0.0);
+    let names = clients(&mut w, 6);
+    let g = vec!["g".to_string()];
+    w.run_until(ms(500));
+    for c in &names {
+        w.send(c, Service::Agreed, &g, 100);
+        w.send(c, Service::Safe, &g, 100);
+    }
+    w.run_until(ms(3000));
+    let mut orders: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for r in w.history() {
+        if let Rec::Deliver {
+            client,
+            sender,
+            seq,
+            ..
+        } = r
+        {
+            orders
+                .entry(client.clone())
+                .or_default()
+                .push((sender.clone(), *seq));
+        }
+    }
+    let first = orders.values().next().unwrap().clone();
+    assert_eq!(first.len(), 12);
+    for o in orders.values() {
+        assert_eq!(*o, first);
+    }
+    assert!(check(&w).is_clean());
+}
+
+#[test]
+fn gateway_crash_moves_the_gateway_and_loses_nothing() {
+    for seed in 1..=3 {
+        let mut w = world(3, 3, seed, 0.0);
+        let names = clients(&mut w, 9);
+        traffic(&mut w, &names, 500, 10, 20);
+        // Daemon 3 is site 1's gateway.
+        assert!(w.daemon(NodeId(3)).unwrap().is_gateway());
+        w.crash(NodeId(3));
+        let live: Vec<String> = names
+            .iter()
+            .filter(|c| !c.ends_with("#d3"))
+            .cloned()
+            .collect();
+        traffic(&mut w, &live, 800, 20, 20);
+        w.run_until(ms(8000));
+        assert!(w.daemon(NodeId(4)).unwrap().is_gateway());
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        let got = delivered(&w);
+        for (sender, seq, _) in sends(&w)
+            .into_iter()
+            .filter(|(s, _, _)| !s.ends_with("#d3"))
+        {
+            for c in &live {
+                assert!(
+                    got.contains(&(c.clone(), sender.clone(), seq)),
+                    "seed {seed}: {c} lacks {sender}/{seq}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn partition_and_merge_keep_evs() {
+    for seed in 1..=4 {
+        let mut w = world(4, 2, seed, 0.01);
+        let names = clients(&mut w, 8);
+        traffic(&mut w, &names, 500, 15, 10);
+        let a = vec![SiteId(0), SiteId(1)];
+        let b = vec![SiteId(2), SiteId(3)];
+        w.partition(&[a.clone(), b.clone()]);
+        traffic(&mut w, &names, 700, 30, 20);
+        w.run_until(ms(3000));
+        for d in [0u32, 5] {
+            let (_, sites, changing) = w.daemon(NodeId(d)).unwrap().configuration();
+            assert_eq!(sites.len(), 2, "seed {seed}: daemon {d} split");
+            assert!(!changing, "seed {seed}");
+        }
+        w.partition(&[vec![SiteId(0), SiteId(1), SiteId(2), SiteId(3)]]);
+        traffic(&mut w, &names, 3100, 20, 20);
+        w.run_until(ms(9000));
+        let (_, sites, changing) = w.daemon(NodeId(0)).unwrap().configuration();
+        assert_eq!(sites.len(), 4, "seed {seed}: merged");
+        assert!(!changing, "{}", w.daemon(NodeId(0)).unwrap().dump());
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        // After the merge every message sent after it reaches everyone.
+        let got = delivered(&w);
+        let last: Vec<_> = sends(&w).into_iter().rev().take(8 * 10).collect();
+        for (sender, seq, _) in last {
+            for c in &names {
+                assert!(got.contains(&(c.clone(), sender.clone(), seq)));
+            }
+        }
+        let trans = w
+            .history()
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Rec::View {
+                        transitional: true,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert!(trans >= 16, "seed {seed}: {trans} transitional views");
+    }
+}
+
+/// A slow site holds back every sender: its markers come late, so no
+/// daemon has more than the global window outstanding.
+#[test]
+fn global_window_throttles_senders_to_a_slow_site() {
+    let mut topo = Topology::default();
+    for s in 0..2u32 {
+        topo.sites.push(Site {
+            name: format!("s{s}"),
+            daemons: vec![NodeId(s)],
+        });
+    }
+    topo.links.push(LinkWeights {
+        a: SiteId(0),
+        b: SiteId(1),
+        a_to_b: Some(1),
+        b_to_a: Some(1),
+    });
+    let mut wan = BTreeMap::new();
+    let slow = WanLink {
+        delay: Duration::from_millis(20),
+        bandwidth_bps: 200_000,
+        loss: 0.0,
+    };
+    wan.insert((SiteId(0), SiteId(1)), slow);
+    wan.insert((SiteId(1), SiteId(0)), slow);
+    let mut config = WorldConfig::default();
+    config.daemon.global_window = 20;
+    config.daemon.hop.rate_bps = 150_000;
+    config.daemon.hop.burst_bytes = 2000;
+    let mut w = World::new(topo, wan, config);
+    let a = w.connect(NodeId(0), 0);
+    let b = w.connect(NodeId(1), 0);
+    w.join(&a, "g");
+    w.join(&b, "g");
+    w.run_until(ms(500));
+    let g = vec!["g".to_string()];
+    let mut max_out = 0;
+    for i in 0..400 {
+        w.send(&a, Service::Agreed, &g, 500);
+        w.run_until(ms(500 + i));
+        max_out = max_out.max(w.daemon(NodeId(0)).unwrap().outstanding());
+    }
+    assert!(max_out <= 20, "outstanding {max_out}");
+    assert!(w.daemon(NodeId(0)).unwrap().waiting() > 100);
+    assert!(w.daemon(NodeId(0)).unwrap().stats().window_waits > 0);
+    w.run_until(ms(30_000));
+    assert_eq!(w.daemon(NodeId(0)).unwrap().waiting(), 0);
+    let report = check(&w);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.summary.deliveries, 800);
+}
+
+#[test]
+fn joins_and_leaves_are_views_everywhere() {
+    let mut w = world(3, 1, 2, 0.0);
+    let names = clients(&mut w, 3);
+    w.run_until(ms(1000));
+    w.join(&names[0], "h");
+    w.join(&names[2], "h");
+    w.run_until(ms(1500));
+    let g = vec!["h".to_string()];
+    w.send(&names[0], Service::Agreed, &g, 10);
+    w.run_until(ms(2000));
+    // Leave through the daemon.
+    w.leave(&names[2], "h");
+    w.run_until(ms(2500));
+    let views_h = |w: &World| {
+        w.history()
+            .iter()
+            .filter(|r| matches!(r, Rec::View { group, .. } if group == "h"))
+            .count()
+    };
+    // Two joins (1 + 2 views), then a leave (1 view, to the one left).
+    assert_eq!(views_h(&w), 4);
+    let report = check(&w);
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn a_seed_reproduces_the_run() {
+    let run = || {
+        let mut w = world(3, 2, 11, 0.02);
+        let names = clients(&mut w, 6);
+        traffic(&mut w, &names, 500, 10, 15);
+        w.partition(&[vec![SiteId(0)], vec![SiteId(1), SiteId(2)]]);
+        traffic(&mut w, &names, 700, 10, 15);
+        w.run_until(ms(4000));
+        w.history().to_vec()
+    };
+    assert_eq!(run(), run());
+}
+
+proptest! {
+    #[test]
+    fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Element::decode(&bytes);
+        let _ = codec::RingMsg::decode(&bytes);
+        let _ = codec::WanMsg::decode(&bytes);
+        let _ = codec::parse_wan(&bytes);
+    }
+
+    #[test]
+    fn elements_round_trip(seq in 1u64..1000, ts in 0u64..1000, n in 0usize..4) {
+        let e = Element {
+            origin: SiteId(3),
+            epoch: 9,
+            seq,
+            ts,
+            sender: NodeId(4),
+            body: Body::Flush { new_epoch: 10, sites: vec![SiteId(1); n], holds: vec![seq; n] },
+        };
+        prop_assert_eq!(Element::decode(&e.encode()).unwrap(), e);
+    }
+}
+
+#[test]
+fn a_daemon_fed_garbage_keeps_working() {
+    let mut d = SiteDaemon::new(
+        Config::default(),
+        std::sync::Arc::new(Topology {
+            sites: vec![Site {
+                name: "x".into(),
+                daemons: vec![NodeId(0)],
+            }],
+            links: Vec::new(),
+        }),
+        NodeId(0),
+        1,
+        Instant::ZERO,
+    )
+    .unwrap();
+    for junk in [&[][..], &[0, 0, 0, 0, 1, 0, 0][..], &[1; 40][..]] {
+        d.handle_wan(ms(1), NodeId(0), junk);
+        d.handle_lan(ms(1), NodeId(1), junk);
+    }
+    d.connect("#c0#d0");
+    d.join(ms(2), "#c0#d0", "g").unwrap();
+    d.handle_timeout(ms(3));
+    let mut views = 0;
+    while let Some(e) = d.poll_event() {
+        views += usize::from(matches!(e, Event::View { .. }));
+    }
+    assert_eq!(views, 1);
+}
