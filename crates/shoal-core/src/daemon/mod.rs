@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use shoal_wire::client::{code, Frame, Reason};
+use shoal_wire::client::{code, features as client_features, Frame, Reason};
 
 use crate::engine::{Engine, NodeId, SendError, Transmit};
 use crate::time::Instant;
@@ -482,12 +482,12 @@ impl Daemon {
 
     fn client_frame(&mut self, now: Instant, id: SessionId, frame: Frame) {
         match frame {
-            Frame::Connect { name, token } => {
-                let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
-                let token_ok = !tcp || self.settings.token.as_deref() == Some(token.as_str());
-                self.sessions.connect(id, &name, token_ok);
-                self.unconnected.remove(&id);
-            }
+            Frame::Connect { name, token } => self.connect(id, &name, &token, 0),
+            Frame::ConnectExt {
+                name,
+                token,
+                features,
+            } => self.connect(id, &name, &token, features),
             Frame::Status => self.reply_status(now, id, Vec::new()),
             Frame::FlowQuery { nonce } if self.sessions.is_connected(id) => {
                 self.reply_flow(id, nonce)
@@ -504,6 +504,16 @@ impl Daemon {
             }
             frame => self.sessions.frame(id, frame),
         }
+    }
+
+    /// A connection's `Connect` (or `ConnectExt` with `features`).
+    fn connect(&mut self, id: SessionId, name: &str, token: &str, features: u32) {
+        let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
+        let token_ok = !tcp || self.settings.token.as_deref() == Some(token);
+        self.sessions.connect(id, name, token_ok);
+        self.sessions
+            .set_deltas(id, features & client_features::MEMBERSHIP_DELTAS != 0);
+        self.unconnected.remove(&id);
     }
 
     /// Answers a client's `FlowQuery`: what this daemon holds of its sends
