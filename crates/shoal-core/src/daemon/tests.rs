@@ -157,6 +157,10 @@ fn a_client_that_never_reads_is_cut_at_its_queue_limit() {
         d.check_invariants();
     }
     assert!(closed, "status replies count against the queue");
+    // What the driver was handed counts until it says the connection is
+    // gone (`a_closed_slow_clients_bytes_count_until_its_driver_drops_them`).
+    assert!(d.client_queue_bytes() <= 64 * 1024);
+    d.handle_client(now, ClientInput::Closed(1));
     assert_eq!(d.client_queue_bytes(), 0);
 }
 
@@ -596,5 +600,67 @@ fn a_join_storm_costs_each_member_a_delta_not_the_whole_list() {
     let (views, _) = rebuilt_views(&last, "g");
     assert_eq!(views.last().map(|(_, m)| m.len()), Some(n as usize));
     assert_eq!(d.client_queue_bytes(), 0);
+    d.check_invariants();
+}
+
+#[test]
+fn a_closed_slow_clients_bytes_count_until_its_driver_drops_them() {
+    let mut now = Instant::ZERO;
+    let limits = Limits {
+        client_queue: 256 * 1024,
+        ..Limits::default()
+    };
+    let mut d = lone_daemon_with(limits, &mut now);
+    connect_client(&mut d, now, 1, true);
+    connect_client(&mut d, now, 2, true);
+    d.handle_client(now, ClientInput::Frame(1, join("g")));
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_millis(10));
+    // Client 1 reads nothing; client 2 sends until client 1 is cut.
+    let base = d.client_queue_bytes();
+    let mut handed = 0;
+    let mut cut = false;
+    for _ in 0..1_000 {
+        let m = Frame::Multicast {
+            service: shoal_wire::client::Service::Agreed,
+            groups: vec!["g".into()],
+            payload: vec![1; 1024],
+        };
+        d.handle_client(now, ClientInput::Frame(2, m));
+        let at = now;
+        for ev in run_until(&mut d, &mut now, at + Duration::from_millis(1)) {
+            match ev {
+                DaemonEvent::Frames(1, b) => handed += b.len(),
+                DaemonEvent::Close(1, Some(_)) => cut = true,
+                _ => {}
+            }
+        }
+        d.check_invariants();
+        if cut {
+            break;
+        }
+    }
+    assert!(cut, "client 1 was cut as slow");
+    // Chunks of at most CHUNK_MAX (and a frame) were handed over.
+    assert!(handed > 200 * 1024 && handed <= 256 * 1024, "{handed}");
+    // The driver still holds them: they count, though the session is gone.
+    assert_eq!(d.client_queue_bytes(), base + handed);
+    d.handle_client(now, ClientInput::Written(1, 1000));
+    assert_eq!(d.client_queue_bytes(), base + handed - 1000);
+    d.handle_client(now, ClientInput::Closed(1));
+    assert_eq!(d.client_queue_bytes(), d.client_queued(2));
+    d.check_invariants();
+
+    // Without a word from the driver, they stop counting after close_grace.
+    connect_client(&mut d, now, 3, true);
+    d.handle_client(now, ClientInput::Frame(3, Frame::Status));
+    d.handle_client(now, ClientInput::Frame(3, Frame::Disconnect));
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_millis(1));
+    let waiting = d.client_queued(2);
+    assert!(d.client_queue_bytes() > waiting, "the status reply waits");
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_secs(31));
+    assert_eq!(d.client_queue_bytes(), waiting);
     d.check_invariants();
 }
