@@ -112,7 +112,8 @@ class Requests:
         size = len(token.encode("utf-8", "surrogatepass"))
         if size > codec.TOKEN_MAX:
             raise InvalidRequest(f"the token is {size} bytes; the limit is {codec.TOKEN_MAX}")
-        return self.encode(codec.Connect(name, token))
+        # Membership deltas: the library rebuilds each whole view (Views).
+        return self.encode(codec.Connect(name, token, codec.MEMBERSHIP_DELTAS))
 
     def join(self, group: str) -> bytes:
         self.check_name("group name", group)
@@ -278,12 +279,13 @@ def event(frame: codec.Frame) -> Event:
 
 
 class Views:
-    """The last view of each group this client belongs to, which each new
-    view is compared with (``Membership.joined`` and ``left``)."""
+    """The last view of each group this client belongs to (its id and
+    members), which each new view is compared with (``Membership.joined``
+    and ``left``) and a membership delta from the daemon is applied to."""
 
     def __init__(self, me: str) -> None:
         self.me = me
-        self.last: dict[str, list[str]] = {}
+        self.last: dict[str, tuple[int, list[str]]] = {}
 
     def annotate(self, view: Membership) -> None:
         """Fills in ``view.joined`` and ``view.left``, and remembers the view
@@ -293,17 +295,33 @@ class Views:
             # The first view: everybody but this client was there before.
             before = {m for m in view.members if m != self.me}
         else:
-            before = set(previous)
+            before = set(previous[1])
         now = set(view.members)
         view.joined = [m for m in view.members if m not in before]
         view.left = sorted(before - now)
         if self.me in now:
-            self.last[view.group] = list(view.members)
+            self.last[view.group] = (view.view_id, list(view.members))
         else:
             self.last.pop(view.group, None)
 
+    def rebuild(self, delta: codec.MembershipDelta) -> Membership:
+        """The whole view a delta stands for: the group's last view, which
+        must be the one it changes, without ``left``, with ``joined``."""
+        last = self.last.get(delta.group)
+        if last is None:
+            raise ProtocolError("MembershipDelta for a group without a view")
+        if last[0] != delta.previous:
+            raise ProtocolError("MembershipDelta of a view other than the last")
+        gone = set(delta.left)
+        members = sorted({m for m in last[1] if m not in gone} | set(delta.joined))
+        return Membership(
+            delta.group, delta.view_id, delta.reason, members, delta.transitional, delta.quorum
+        )
+
     def event(self, frame: codec.Frame) -> Event:
         """A frame after the handshake, as ``receive`` returns it."""
+        if isinstance(frame, codec.MembershipDelta):
+            frame = self.rebuild(frame)
         got = event(frame)
         if isinstance(got, Membership):
             self.annotate(got)

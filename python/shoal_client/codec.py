@@ -145,7 +145,7 @@ class Limits:
     def frame_max(self) -> int:
         """The largest frame these limits allow (after the length prefix)."""
         names = (2 + self.name_max) * (1 + max(self.groups_max, self.members_max))
-        return 2 + 1 + 8 + 1 + 2 + 4 + names + self.payload_max
+        return 2 + 1 + 8 + 8 + 1 + 2 + 2 + 4 + names + self.payload_max
 
 
 class FrameError(ValueError):
@@ -165,6 +165,11 @@ class FrameError(ValueError):
 # ---- frames ----
 
 
+#: ``Connect.features`` bit: membership changes come as
+#: :class:`MembershipDelta` where the client has the view they change.
+MEMBERSHIP_DELTAS = 1
+
+
 @dataclass
 class Connect:
     """Client → daemon, first frame: a private name unique on the daemon and
@@ -172,6 +177,9 @@ class Connect:
 
     name: str
     token: str = ""
+    #: Protocol features asked for (bits: :data:`MEMBERSHIP_DELTAS`); when
+    #: not zero, the frame is a ``ConnectExt`` (type 18).
+    features: int = 0
 
 
 @dataclass
@@ -349,8 +357,27 @@ class GroupMembers:
     members: list[str] = field(default_factory=list)
 
 
+@dataclass
+class MembershipDelta:
+    """Daemon → client, only to a client that asked for
+    :data:`MEMBERSHIP_DELTAS`: the new view of ``group`` as the change from
+    the view this client received last, whose id is ``previous``: its
+    members without ``left``, with ``joined``. The client library turns it
+    back into a whole :class:`Membership`."""
+
+    group: str
+    view_id: int
+    previous: int
+    reason: Reason
+    joined: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    transitional: bool = False
+    quorum: bool = True
+
+
 Frame = Union[
     Connect,
+    MembershipDelta,
     ConnectOk,
     Join,
     Leave,
@@ -384,6 +411,8 @@ _FLOW_QUERY = 14
 _FLOW_STATE = 15
 _GROUP_QUERY = 16
 _GROUP_MEMBERS = 17
+_CONNECT_EXT = 18
+_MEMBERSHIP_DELTA = 19
 
 # ---- encoding ----
 
@@ -460,9 +489,20 @@ def encode(frame: Frame) -> bytes:
     receiver's business (the client checks requests before encoding them).
     """
     if isinstance(frame, Connect):
-        w = _Writer(_CONNECT)
+        w = _Writer(_CONNECT_EXT if frame.features else _CONNECT)
         w.string(frame.name)
         w.string(frame.token)
+        if frame.features:
+            w.u32(_check_range("features", frame.features, 32))
+    elif isinstance(frame, MembershipDelta):
+        w = _Writer(_MEMBERSHIP_DELTA)
+        w.string(frame.group)
+        w.u64(_check_range("view id", frame.view_id, 64))
+        w.u64(_check_range("previous view id", frame.previous, 64))
+        w.u8(_check_range("reason", frame.reason, 8))
+        w.u8(int(bool(frame.transitional)) | int(bool(frame.quorum)) << 1)
+        w.strings(frame.joined)
+        w.strings(frame.left)
     elif isinstance(frame, ConnectOk):
         w = _Writer(_CONNECT_OK)
         w.string(frame.private_group)
@@ -702,6 +742,21 @@ def _decode_membership(r: _Reader) -> Membership:
     return Membership(group, view_id, reason, members, bool(flags & 1), bool(flags & 2))
 
 
+def _decode_membership_delta(r: _Reader) -> MembershipDelta:
+    group = r.name("group name")
+    view_id = r.u64("view id")
+    previous = r.u64("previous view id")
+    reason = r.reason()
+    flags = r.u8("view flags")
+    if flags > 3:
+        raise FrameError("bad_flags", f"unknown view flags {flags:#x}")
+    joined = r.names("joined", r.limits.members_max)
+    left = r.names("left", r.limits.members_max - len(joined))
+    return MembershipDelta(
+        group, view_id, previous, reason, joined, left, bool(flags & 1), bool(flags & 2)
+    )
+
+
 def _decode_flow_state(r: _Reader) -> FlowState:
     nonce = r.u32("nonce")
     flags = r.u8("flow flags")
@@ -730,6 +785,10 @@ _BODY_DECODERS = {
     _FLOW_QUERY: lambda r: FlowQuery(r.u32("nonce")),
     _FLOW_STATE: _decode_flow_state,
     _GROUP_QUERY: lambda r: GroupQuery(r.u32("nonce"), r.name("group name")),
+    _CONNECT_EXT: lambda r: Connect(
+        r.name("private name"), r.string("token", TOKEN_MAX), r.u32("features")
+    ),
+    _MEMBERSHIP_DELTA: _decode_membership_delta,
     _GROUP_MEMBERS: lambda r: GroupMembers(
         r.u32("nonce"), r.name("group name"), r.u64("view id"),
         r.names("members", r.limits.members_max),

@@ -122,7 +122,7 @@ class Blocking(unittest.TestCase):
         d = self.serve(lambda p: got.append(p.accept_client("#alice#h")))
         with Client.connect("alice", d.address, timeout=BOUND) as c:
             self.assertEqual(c.private_group, "#alice#h")
-        self.assertEqual(got, [codec.Connect("alice", "")])
+        self.assertEqual(got, [codec.Connect("alice", "", codec.MEMBERSHIP_DELTAS)])
 
     def test_a_refused_connect_raises_the_daemons_error(self) -> None:
         d = self.serve(lambda p: (p.frame(), p.send(codec.ErrorFrame(3, "name alice is taken"))))
@@ -149,7 +149,7 @@ class Blocking(unittest.TestCase):
         got: list[codec.Connect] = []
         d = self.serve(lambda p: got.append(p.accept_client()), tcp=True)
         Client.connect("remote", tcp=d.address, token="sesame", timeout=BOUND).disconnect()
-        self.assertEqual(got, [codec.Connect("remote", "sesame")])
+        self.assertEqual(got, [codec.Connect("remote", "sesame", codec.MEMBERSHIP_DELTAS)])
 
     def test_every_request_is_one_frame_in_order(self) -> None:
         seen: list[codec.Frame] = []
@@ -231,6 +231,44 @@ class Blocking(unittest.TestCase):
             (["#b#i", "#c#j"], [], [], []),  # merged: back, and a newcomer
             ([], ["#me#fake"], [], []),  # this client left
             (["#me#fake"], [], [], []),  # and joins afresh
+        ])
+
+    def test_membership_deltas_come_out_as_whole_views(self) -> None:
+        g = "chat"
+        sent = [
+            codec.Membership(g, 1, Reason.JOIN, ["#a#h", "#me#fake"]),
+            codec.MembershipDelta(g, 2, 1, Reason.JOIN, joined=["#b#i"]),
+            codec.MembershipDelta(g, 3, 2, Reason.DISCONNECT, left=["#a#h"]),
+            codec.MembershipDelta(g, 4, 3, Reason.LEAVE, left=["#me#fake"]),
+            codec.Membership(g, 5, Reason.JOIN, ["#b#i", "#me#fake"]),
+            codec.MembershipDelta(g, 7, 6, Reason.JOIN, joined=["#c#j"]),
+        ]
+
+        def script(peer: Peer) -> None:
+            peer.accept_client()
+            peer.send(*sent)
+            peer.frame()
+
+        d = self.serve(script)
+        with Client.connect("me", d.address, timeout=BOUND) as c:
+            got = [c.receive(timeout=BOUND) for _ in sent[:-1]]
+            with self.assertRaises(ProtocolError):
+                c.receive(timeout=BOUND)
+        self.assertEqual([v.members for v in got], [
+            ["#a#h", "#me#fake"],
+            ["#a#h", "#b#i", "#me#fake"],
+            ["#b#i", "#me#fake"],
+            ["#b#i"],
+            ["#b#i", "#me#fake"],
+        ])
+        self.assertEqual([v.view_id for v in got], [1, 2, 3, 4, 5])
+        changes = [(v.joined, v.left, v.disconnected) for v in got]
+        self.assertEqual(changes, [
+            (["#me#fake"], [], []),
+            (["#b#i"], [], []),
+            ([], ["#a#h"], ["#a#h"]),
+            ([], ["#me#fake"], []),
+            (["#me#fake"], [], []),
         ])
 
     def test_receive_times_out_with_none_and_keeps_half_a_frame(self) -> None:

@@ -49,6 +49,10 @@ def sample_frames() -> list[codec.Frame]:
     return [
         Connect("alice", ""),
         Connect("a" * 128, "t" * 255),
+        Connect("alice", "", codec.MEMBERSHIP_DELTAS),
+        Connect("alice", "", 2**32 - 1),
+        codec.MembershipDelta("chat", 9, 8, Reason.JOIN, ["#b#n"], [], False, True),
+        codec.MembershipDelta("chat", 2**64 - 1, 0, Reason.NETWORK, [], ["#a#n", "#c#n"], True, False),
         ConnectOk("#alice#a"),
         Join("chat"),
         Join("é" * 64),  # 128 bytes of UTF-8
@@ -256,7 +260,7 @@ class GoldenBytes(unittest.TestCase):
 
     def test_frame_max_matches_the_rust_limits(self) -> None:
         # 18 bytes of fixed fields, (2 + 128) * (1 + 65535) of names, 1 MiB.
-        self.assertEqual(Limits().frame_max(), 18 + 130 * 65536 + (1 << 20))
+        self.assertEqual(Limits().frame_max(), 28 + 130 * 65536 + (1 << 20))
 
 
 def raw(rest: bytes) -> bytes:
@@ -393,7 +397,7 @@ class RequestChecks(unittest.TestCase):
             self.req.join(b"g")  # type: ignore[arg-type]
 
     def test_token_at_most_255_bytes(self) -> None:
-        self.assertEqual(decode(self.req.connect("me", "t" * 255))[0], Connect("me", "t" * 255))
+        self.assertEqual(decode(self.req.connect("me", "t" * 255))[0], Connect("me", "t" * 255, 1))
         with self.assertRaisesRegex(InvalidRequest, "token is 256 bytes"):
             self.req.connect("me", "t" * 256)
 

@@ -55,7 +55,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shoal_wire::client::{decode, multicast_flags, Frame, LENGTH_LEN, TOKEN_MAX};
+use shoal_wire::client::{decode, features, multicast_flags, Frame, LENGTH_LEN, TOKEN_MAX};
 
 pub use shoal_wire::client::{code, default_socket_path, FrameError, Limits, Reason, Service};
 
@@ -356,11 +356,13 @@ impl Membership {
     }
 }
 
-/// The last view of each group this client belongs to, which each new
-/// view is compared with ([`Membership::joined`], [`Membership::left`]).
+/// The last view of each group this client belongs to (its id and
+/// members), which each new view is compared with ([`Membership::joined`],
+/// [`Membership::left`]) and a membership delta from the daemon is applied
+/// to.
 #[derive(Debug, Default)]
 pub(crate) struct Views {
-    last: BTreeMap<String, Vec<String>>,
+    last: BTreeMap<String, (u64, Vec<String>)>,
 }
 
 impl Views {
@@ -369,7 +371,7 @@ impl Views {
     /// this client is a member.
     pub(crate) fn annotate(&mut self, me: &str, view: &mut Membership) {
         let before: BTreeSet<&str> = match self.last.get(&view.group) {
-            Some(members) => members.iter().map(String::as_str).collect(),
+            Some((_, members)) => members.iter().map(String::as_str).collect(),
             // The first view: everybody but this client was there before.
             None => view
                 .members
@@ -387,7 +389,8 @@ impl Views {
             .collect();
         view.left = before.difference(&now).map(|m| (*m).to_owned()).collect();
         if now.contains(me) {
-            self.last.insert(view.group.clone(), view.members.clone());
+            self.last
+                .insert(view.group.clone(), (view.view_id, view.members.clone()));
         } else {
             self.last.remove(&view.group);
         }
@@ -395,11 +398,62 @@ impl Views {
 
     /// A frame after the handshake, as `receive` returns it.
     pub(crate) fn received(&mut self, me: &str, frame: Frame) -> Result<Received, ClientError> {
-        let mut event = received(frame)?;
+        let mut event = match frame {
+            Frame::MembershipDelta { .. } => Received::Membership(self.rebuild(frame)?),
+            frame => received(frame)?,
+        };
         if let Received::Membership(view) = &mut event {
             self.annotate(me, view);
         }
         Ok(event)
+    }
+}
+
+impl Views {
+    /// The whole view a [`Frame::MembershipDelta`] stands for: the last
+    /// view of its group, which must be the one it changes, without
+    /// `left`, with `joined`, sorted as the daemon's lists are.
+    fn rebuild(&self, delta: Frame) -> Result<Membership, ClientError> {
+        let Frame::MembershipDelta {
+            group,
+            view_id,
+            previous,
+            reason,
+            transitional,
+            quorum,
+            joined,
+            left,
+        } = delta
+        else {
+            return Err(unwanted(delta));
+        };
+        let Some((last, members)) = self.last.get(&group) else {
+            return Err(ClientError::Unexpected(
+                "MembershipDelta for a group without a view",
+            ));
+        };
+        if *last != previous {
+            return Err(ClientError::Unexpected(
+                "MembershipDelta of a view other than the last",
+            ));
+        }
+        let gone: BTreeSet<&str> = left.iter().map(String::as_str).collect();
+        let mut members: Vec<String> = members
+            .iter()
+            .filter(|m| !gone.contains(m.as_str()))
+            .cloned()
+            .chain(joined)
+            .collect();
+        members.sort();
+        members.dedup();
+        Ok(Membership::new(
+            group,
+            view_id,
+            reason,
+            transitional,
+            quorum,
+            members,
+        ))
     }
 }
 
@@ -602,9 +656,11 @@ impl Encoder {
                 token.len()
             )));
         }
-        self.frame(&Frame::Connect {
+        // Membership deltas: the library rebuilds each whole view.
+        self.frame(&Frame::ConnectExt {
             name: name.to_owned(),
             token: token.to_owned(),
+            features: features::MEMBERSHIP_DELTAS,
         })
     }
 
@@ -854,6 +910,8 @@ pub(crate) fn unwanted(frame: Frame) -> ClientError {
         Frame::MulticastExt { .. } => ClientError::Unexpected("MulticastExt"),
         Frame::MessageExt { .. } => ClientError::Unexpected("MessageExt"),
         Frame::Membership { .. } => ClientError::Unexpected("Membership"),
+        Frame::MembershipDelta { .. } => ClientError::Unexpected("MembershipDelta"),
+        Frame::ConnectExt { .. } => ClientError::Unexpected("ConnectExt"),
         Frame::Status => ClientError::Unexpected("Status"),
         Frame::StatusReply { .. } => ClientError::Unexpected("StatusReply"),
         Frame::FlowQuery { .. } => ClientError::Unexpected("FlowQuery"),

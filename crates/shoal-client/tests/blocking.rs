@@ -28,7 +28,7 @@ fn connect_handshake() {
 #[test]
 fn connect_refused_with_an_error() {
     let daemon = FakeDaemon::unix(|mut peer| {
-        assert!(matches!(peer.read_frame(), Frame::Connect { .. }));
+        assert!(matches!(peer.read_frame(), Frame::ConnectExt { .. }));
         peer.send(&Frame::Error {
             code: code::NAME_TAKEN,
             text: "name alice is taken".into(),
@@ -47,7 +47,7 @@ fn connect_refused_with_an_error() {
 #[test]
 fn connect_closed_before_answering() {
     let daemon = FakeDaemon::unix(|mut peer| {
-        assert!(matches!(peer.read_frame(), Frame::Connect { .. }));
+        assert!(matches!(peer.read_frame(), Frame::ConnectExt { .. }));
     });
     let result = Client::connect_to(&daemon.endpoint(), "alice");
     assert!(
@@ -753,6 +753,73 @@ fn members_asks_the_daemon_and_keeps_what_arrives_meanwhile() {
     // The late answer is not an event.
     match client.receive_timeout(BOUND).unwrap() {
         Some(Received::Message(m)) => assert_eq!(m.payload, b"after"),
+        other => panic!("{other:?}"),
+    }
+    client.disconnect().unwrap();
+    daemon.finish();
+}
+
+fn delta(view_id: u64, previous: u64, reason: Reason, joined: &[&str], left: &[&str]) -> Frame {
+    Frame::MembershipDelta {
+        group: "g".into(),
+        view_id,
+        previous,
+        reason,
+        transitional: false,
+        quorum: true,
+        joined: joined.iter().map(|s| s.to_string()).collect(),
+        left: left.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn membership_deltas_are_received_as_whole_views() {
+    let daemon = FakeDaemon::unix(|mut peer| {
+        peer.accept("#b#h");
+        peer.send(&Frame::Membership {
+            group: "g".into(),
+            view_id: 3,
+            reason: Reason::Join,
+            transitional: false,
+            quorum: true,
+            members: names(&["#a#h", "#b#h"]),
+        });
+        peer.send(&delta(4, 3, Reason::Join, &["#c#h"], &[]));
+        peer.send(&delta(5, 4, Reason::Disconnect, &[], &["#a#h"]));
+        // A delta of a view this client never had.
+        peer.send(&delta(7, 6, Reason::Join, &["#d#h"], &[]));
+        assert_eq!(peer.read_frame(), Frame::Disconnect);
+    });
+    let mut client = Client::connect_to(&daemon.endpoint(), "b").unwrap();
+    let view = |id, reason, members: &[&str], joined: &[&str], left: &[&str]| {
+        Received::Membership(
+            Membership::new("g", id, reason, false, true, names(members))
+                .with_changes(names(joined), names(left)),
+        )
+    };
+    assert_eq!(
+        client.receive().unwrap(),
+        view(3, Reason::Join, &["#a#h", "#b#h"], &["#b#h"], &[])
+    );
+    assert_eq!(
+        client.receive().unwrap(),
+        view(4, Reason::Join, &["#a#h", "#b#h", "#c#h"], &["#c#h"], &[])
+    );
+    let five = client.receive().unwrap();
+    assert_eq!(
+        five,
+        view(5, Reason::Disconnect, &["#b#h", "#c#h"], &[], &["#a#h"])
+    );
+    match five {
+        Received::Membership(v) => assert_eq!(v.disconnected(), ["#a#h"]),
+        other => panic!("{other:?}"),
+    }
+    match client.receive() {
+        Err(ClientError::Unexpected(what)) => assert!(what.contains("other than the last")),
         other => panic!("{other:?}"),
     }
     client.disconnect().unwrap();

@@ -41,7 +41,7 @@ async fn connect_handshake() {
 #[tokio::test]
 async fn connect_refused_with_an_error() {
     let daemon = FakeDaemon::unix(|mut peer| {
-        assert!(matches!(peer.read_frame(), Frame::Connect { .. }));
+        assert!(matches!(peer.read_frame(), Frame::ConnectExt { .. }));
         peer.send(&Frame::Error {
             code: code::AUTH,
             text: "wrong token".into(),

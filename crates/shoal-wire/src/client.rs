@@ -223,6 +223,33 @@ pub enum Frame {
         view_id: u64,
         members: Vec<String>,
     },
+    /// Client → daemon, first frame, instead of [`Frame::Connect`]: the
+    /// same, and the protocol features this client asks for (bits of
+    /// [`features`]). A daemon ignores bits it does not know, so a client
+    /// must still understand every frame a plain `Connect` gets.
+    ConnectExt {
+        name: String,
+        token: String,
+        features: u32,
+    },
+    /// Daemon → client, only to a client that asked for
+    /// [`features::MEMBERSHIP_DELTAS`]: the new membership of `group` as
+    /// the change from the view of the group this client received last,
+    /// whose id is `previous` (always a regular view). The members are
+    /// that view's, without `left`, with `joined`; the other fields mean
+    /// what they mean in [`Frame::Membership`]. A client with no view of
+    /// the group, or whose last one is not `previous`, is out of step
+    /// with its daemon (a protocol error).
+    MembershipDelta {
+        group: String,
+        view_id: u64,
+        previous: u64,
+        reason: Reason,
+        transitional: bool,
+        quorum: bool,
+        joined: Vec<String>,
+        left: Vec<String>,
+    },
 }
 
 /// Where a daemon serves clients when not configured otherwise, and where a
@@ -249,6 +276,16 @@ pub mod multicast_flags {
     pub const SELF_DISCARD: u8 = 1;
     /// Every bit defined so far.
     pub const ALL: u8 = SELF_DISCARD;
+}
+
+/// Bits of a [`Frame::ConnectExt`]'s `features`.
+pub mod features {
+    /// Membership changes come as [`super::Frame::MembershipDelta`] (what
+    /// changed) where the client has the view they change, instead of the
+    /// whole member list each time.
+    pub const MEMBERSHIP_DELTAS: u32 = 1;
+    /// Every bit defined so far.
+    pub const ALL: u32 = MEMBERSHIP_DELTAS;
 }
 
 /// Longest token a `Connect` may carry, in bytes.
@@ -295,6 +332,8 @@ const FLOW_QUERY: u8 = 14;
 const FLOW_STATE: u8 = 15;
 const GROUP_QUERY: u8 = 16;
 const GROUP_MEMBERS: u8 = 17;
+const CONNECT_EXT: u8 = 18;
+const MEMBERSHIP_DELTA: u8 = 19;
 
 /// Bounds the decoder enforces (each a daemon setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,9 +363,9 @@ impl Limits {
     /// The largest frame these limits allow (after the length prefix).
     pub fn frame_max(&self) -> usize {
         // version, type, service, sender, groups, payload, with slack for
-        // a membership list.
+        // a membership list (a delta's two view ids and two list counts).
         let names = (2 + self.name_max) * (1 + self.groups_max.max(self.members_max));
-        2 + 1 + 8 + 1 + 2 + 4 + names + self.payload_max
+        2 + 1 + 8 + 8 + 1 + 2 + 2 + 4 + names + self.payload_max
     }
 }
 
@@ -455,18 +494,13 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
         MEMBERSHIP => {
             let group = r.name("group name")?;
             let view_id = r.u64("view id")?;
-            let reason = r.u8("reason")?;
-            let reason = Reason::from_u8(reason).ok_or(FrameError::BadReason(reason))?;
-            let flags = r.u8("view flags")?;
-            if flags > 3 {
-                return Err(FrameError::BadViewFlags(flags));
-            }
+            let (reason, transitional, quorum) = r.reason_and_flags()?;
             Frame::Membership {
                 group,
                 view_id,
                 reason,
-                transitional: flags & 1 != 0,
-                quorum: flags & 2 != 0,
+                transitional,
+                quorum,
                 members: r.names("members", limits.members_max)?,
             }
         }
@@ -507,6 +541,29 @@ fn decode_body(body: &[u8], limits: &Limits) -> Result<Frame, FrameError> {
             view_id: r.u64("view id")?,
             members: r.names("members", limits.members_max)?,
         },
+        CONNECT_EXT => Frame::ConnectExt {
+            name: r.name("private name")?,
+            token: r.string("token", TOKEN_MAX)?,
+            features: r.u32("features")?,
+        },
+        MEMBERSHIP_DELTA => {
+            let group = r.name("group name")?;
+            let view_id = r.u64("view id")?;
+            let previous = r.u64("previous view id")?;
+            let (reason, transitional, quorum) = r.reason_and_flags()?;
+            let joined = r.names("joined", limits.members_max)?;
+            let left = r.names("left", limits.members_max - joined.len())?;
+            Frame::MembershipDelta {
+                group,
+                view_id,
+                previous,
+                reason,
+                transitional,
+                quorum,
+                joined,
+                left,
+            }
+        }
         other => return Err(FrameError::UnknownType(other)),
     };
     if !r.rest.is_empty() {
@@ -580,6 +637,17 @@ impl<'a> Reader<'a> {
             });
         }
         (0..count).map(|_| self.name(what)).collect()
+    }
+
+    /// A view's reason `u8` and flags `u8` (transitional, quorum).
+    fn reason_and_flags(&mut self) -> Result<(Reason, bool, bool), FrameError> {
+        let reason = self.u8("reason")?;
+        let reason = Reason::from_u8(reason).ok_or(FrameError::BadReason(reason))?;
+        let flags = self.u8("view flags")?;
+        if flags > 3 {
+            return Err(FrameError::BadViewFlags(flags));
+        }
+        Ok((reason, flags & 1 != 0, flags & 2 != 0))
     }
 
     fn service(&mut self) -> Result<Service, FrameError> {
@@ -784,6 +852,35 @@ impl Frame {
                 w.out.extend_from_slice(&view_id.to_be_bytes());
                 w.strings(members)?;
             }
+            Frame::ConnectExt {
+                name,
+                token,
+                features,
+            } => {
+                w.u8(CONNECT_EXT);
+                w.string(name)?;
+                w.string(token)?;
+                w.out.extend_from_slice(&features.to_be_bytes());
+            }
+            Frame::MembershipDelta {
+                group,
+                view_id,
+                previous,
+                reason,
+                transitional,
+                quorum,
+                joined,
+                left,
+            } => {
+                w.u8(MEMBERSHIP_DELTA);
+                w.string(group)?;
+                w.out.extend_from_slice(&view_id.to_be_bytes());
+                w.out.extend_from_slice(&previous.to_be_bytes());
+                w.u8(*reason as u8);
+                w.u8(u8::from(*transitional) | u8::from(*quorum) << 1);
+                w.strings(joined)?;
+                w.strings(left)?;
+            }
         }
         finish_length(out, start)
     }
@@ -943,6 +1040,33 @@ mod tests {
                     view_id,
                     members,
                 }),
+            (name(), "[a-z0-9]{0,16}", any::<u32>()).prop_map(|(name, token, features)| {
+                Frame::ConnectExt {
+                    name,
+                    token,
+                    features,
+                }
+            }),
+            (
+                name(),
+                any::<(u64, u64)>(),
+                0u8..4,
+                0u8..4,
+                proptest::collection::vec(name(), 0..4),
+                proptest::collection::vec(name(), 0..4)
+            )
+                .prop_map(|(group, (view_id, previous), r, flags, joined, left)| {
+                    Frame::MembershipDelta {
+                        group,
+                        view_id,
+                        previous,
+                        reason: Reason::from_u8(r).unwrap(),
+                        transitional: flags & 1 != 0,
+                        quorum: flags & 2 != 0,
+                        joined,
+                        left,
+                    }
+                }),
         ]
     }
 
@@ -1013,6 +1137,52 @@ mod tests {
         assert_eq!(members.to_vec().unwrap(), want);
         // The group name is checked as a join's: an empty one is refused.
         assert!(decode(&raw(&[16, 0, 0, 0, 7, 0, 0]), &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn delta_frames_have_the_documented_bytes() {
+        let connect = Frame::ConnectExt {
+            name: "a".into(),
+            token: String::new(),
+            features: features::MEMBERSHIP_DELTAS,
+        };
+        assert_eq!(
+            connect.to_vec().unwrap(),
+            [0, 0, 0, 11, 2, 18, 0, 1, b'a', 0, 0, 0, 0, 0, 1]
+        );
+        let delta = Frame::MembershipDelta {
+            group: "g".into(),
+            view_id: 9,
+            previous: 8,
+            reason: Reason::Join,
+            transitional: false,
+            quorum: true,
+            joined: vec!["#b#n".into()],
+            left: vec![],
+        };
+        let mut want = vec![0, 0, 0, 33, 2, 19, 0, 1, b'g'];
+        want.extend_from_slice(&9u64.to_be_bytes());
+        want.extend_from_slice(&8u64.to_be_bytes());
+        want.extend_from_slice(&[0, 2, 0, 1, 0, 4]);
+        want.extend_from_slice(b"#b#n");
+        want.extend_from_slice(&[0, 0]);
+        assert_eq!(delta.to_vec().unwrap(), want);
+        // Both lists together are held to `members_max`.
+        let limits = Limits {
+            members_max: 1,
+            ..Limits::default()
+        };
+        let two = Frame::MembershipDelta {
+            group: "g".into(),
+            view_id: 9,
+            previous: 8,
+            reason: Reason::Join,
+            transitional: false,
+            quorum: true,
+            joined: vec!["#b#n".into()],
+            left: vec!["#c#n".into()],
+        };
+        assert!(decode(&two.to_vec().unwrap(), &limits).is_err());
     }
 
     proptest! {

@@ -51,17 +51,22 @@ impl Peer {
         }
     }
 
-    /// Reads the client's `Connect`, answers `ConnectOk`, returns (name,
+    /// Reads the client's `ConnectExt` (asking for membership deltas), answers `ConnectOk`, returns (name,
     /// token).
     pub fn accept(&mut self, private_group: &str) -> (String, String) {
         match self.read_frame() {
-            Frame::Connect { name, token } => {
+            Frame::ConnectExt {
+                name,
+                token,
+                features,
+            } => {
+                assert_eq!(features, shoal_wire::client::features::MEMBERSHIP_DELTAS);
                 self.send(&Frame::ConnectOk {
                     private_group: private_group.to_string(),
                 });
                 (name, token)
             }
-            other => panic!("expected Connect, got {other:?}"),
+            other => panic!("expected ConnectExt, got {other:?}"),
         }
     }
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use shoal_wire::client::{code, Frame, Reason};
+use shoal_wire::client::{code, features as client_features, Frame, Reason};
 
 use crate::engine::{Engine, NodeId, SendError, Transmit};
 use crate::time::Instant;
@@ -107,6 +107,11 @@ pub struct Settings {
     /// While vsync's send window is full, retry at least this often
     /// (default 1 ms).
     pub window_retry: Duration,
+    /// How long a driver may take to write what it holds for a closed
+    /// connection (its last frames and the reason) before dropping it
+    /// (default 30 s): until it reports the connection closed, or this
+    /// passes, those bytes count against `limits.clients_queue`.
+    pub close_grace: Duration,
     /// Bytes of client items held for the daemons' group before the engine
     /// stops taking client input ([`Engine::accepts_input`]; default 4 MiB).
     pub pending_max: usize,
@@ -131,6 +136,7 @@ impl Settings {
             batch_hold: Duration::from_millis(1),
             shutdown_step: Duration::from_secs(3),
             window_retry: Duration::from_millis(1),
+            close_grace: Duration::from_secs(30),
             pending_max: 4 << 20,
             token: None,
             epoch_floor: 0,
@@ -162,7 +168,13 @@ pub enum DaemonEvent {
     /// with [`ClientInput::Written`]).
     Frames(SessionId, Bytes),
     /// Write the frames already handed over, then this last frame (if any),
-    /// and close the connection. The engine has forgotten the session.
+    /// and close the connection; report the bytes written (or dropped)
+    /// with [`ClientInput::Written`] and the end with
+    /// [`ClientInput::Closed`]: until then, or `close_grace`, they count
+    /// against `limits.clients_queue`. The engine has forgotten the
+    /// session. When the last frame is an `Error` with code
+    /// `SLOW_CLIENT`, the driver drops the chunks it has not begun to
+    /// write (reported as written) and finishes only the one begun.
     Close(SessionId, Option<Bytes>),
     /// The daemons' view changed, or this daemon left or lost it (for logs
     /// and observers; the engine has already acted on it).
@@ -188,6 +200,11 @@ pub struct ViewRecord {
     /// daemon was removed).
     pub quorum: bool,
 }
+
+/// A client's frames go to its driver in chunks of about this many bytes
+/// at most (one frame may be larger): a driver closing a slow client
+/// finishes at most the chunk it began.
+pub const CHUNK_MAX: usize = 64 * 1024;
 
 /// How many daemon membership changes [`Daemon::view_history`] keeps.
 pub const VIEW_HISTORY: usize = 32;
@@ -240,7 +257,8 @@ struct Conn {
 }
 
 /// The most a client's chunk reserves ahead (`Conn::last_chunk`).
-const CHUNK_HINT_MAX: usize = 256 << 10;
+/// (A chunk is handed over once it reaches `CHUNK_MAX`.)
+const CHUNK_HINT_MAX: usize = CHUNK_MAX;
 
 /// The daemon engine.
 pub struct Daemon {
@@ -254,6 +272,9 @@ pub struct Daemon {
     unconnected: BTreeMap<SessionId, Instant>,
     /// Connections with frames in `out`.
     dirty: Vec<SessionId>,
+    /// Closed connections whose driver still holds frames for them: the
+    /// bytes (still in `queued_total`) and when they stop counting.
+    closing: BTreeMap<SessionId, (usize, Instant)>,
     /// Bytes queued to all clients.
     queued_total: usize,
     events: VecDeque<DaemonEvent>,
@@ -292,6 +313,7 @@ impl Daemon {
             conns: BTreeMap::new(),
             unconnected: BTreeMap::new(),
             dirty: Vec::new(),
+            closing: BTreeMap::new(),
             queued_total: 0,
             events: VecDeque::new(),
             phase: Phase::Running,
@@ -328,7 +350,8 @@ impl Daemon {
         &self.stats
     }
 
-    /// Bytes queued to all clients and not yet written.
+    /// Bytes queued to all clients and not yet written (closed connections'
+    /// included, until their driver has dropped them).
     pub fn client_queue_bytes(&self) -> usize {
         self.queued_total
     }
@@ -410,11 +433,19 @@ impl Daemon {
                     let n = n.min(conn.queued);
                     conn.queued -= n;
                     self.queued_total -= n;
+                } else if let Some((held, _)) = self.closing.get_mut(&id) {
+                    let n = n.min(*held);
+                    *held -= n;
+                    self.queued_total -= n;
+                    if *held == 0 {
+                        self.closing.remove(&id);
+                    }
                 }
             }
             ClientInput::Closed(id) => {
                 self.sessions.closed(id, Reason::Disconnect);
                 self.forget(id);
+                self.release(id);
             }
         }
         self.pump(now);
@@ -490,12 +521,12 @@ impl Daemon {
 
     fn client_frame(&mut self, now: Instant, id: SessionId, frame: Frame) {
         match frame {
-            Frame::Connect { name, token } => {
-                let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
-                let token_ok = !tcp || self.settings.token.as_deref() == Some(token.as_str());
-                self.sessions.connect(id, &name, token_ok);
-                self.unconnected.remove(&id);
-            }
+            Frame::Connect { name, token } => self.connect(id, &name, &token, 0),
+            Frame::ConnectExt {
+                name,
+                token,
+                features,
+            } => self.connect(id, &name, &token, features),
             Frame::Status => self.reply_status(now, id, Vec::new()),
             Frame::FlowQuery { nonce } if self.sessions.is_connected(id) => {
                 self.reply_flow(id, nonce)
@@ -512,6 +543,16 @@ impl Daemon {
             }
             frame => self.sessions.frame(id, frame),
         }
+    }
+
+    /// A connection's `Connect` (or `ConnectExt` with `features`).
+    fn connect(&mut self, id: SessionId, name: &str, token: &str, features: u32) {
+        let tcp = self.conns.get(&id).is_some_and(|c| c.tcp);
+        let token_ok = !tcp || self.settings.token.as_deref() == Some(token);
+        self.sessions.connect(id, name, token_ok);
+        self.sessions
+            .set_deltas(id, features & client_features::MEMBERSHIP_DELTAS != 0);
+        self.unconnected.remove(&id);
     }
 
     /// Answers a client's `FlowQuery`: what this daemon holds of its sends
@@ -860,19 +901,24 @@ impl Daemon {
             conn.out.reserve(conn.last_chunk.max(bytes.len()));
         }
         conn.out.extend_from_slice(bytes);
+        if conn.out.len() >= CHUNK_MAX {
+            self.flush(id);
+        }
     }
 
     /// Disconnects a slow client: the sessions forget it (its groups hear it
-    /// left), and the connection closes with the reason. Frames already
-    /// handed over stay with the driver; nothing more is queued.
+    /// left), and the connection closes with the reason. Frames not handed
+    /// over yet are dropped; those handed over count until the driver has
+    /// written or dropped them ([`DaemonEvent::Close`]); nothing more is
+    /// queued.
     fn slow(&mut self, id: SessionId) {
         if self.sessions.is_connected(id) {
             self.sessions.slow(id);
-            // The close comes back through the sessions' outputs; forget
-            // the queue now so that the total falls at once.
+            // The close comes back through the sessions' outputs; drop what
+            // the driver never had now, so that the total falls at once.
             if let Some(conn) = self.conns.get_mut(&id) {
-                self.queued_total -= conn.queued;
-                conn.queued = 0;
+                self.queued_total -= conn.out.len();
+                conn.queued -= conn.out.len();
                 conn.out.clear();
             }
         } else {
@@ -894,11 +940,40 @@ impl Daemon {
         self.events.push_back(DaemonEvent::Close(id, last));
     }
 
+    /// The engine is done with connection `id`. What the driver still holds
+    /// for it stays counted ([`Daemon::closing`]) until the driver reports
+    /// it written or the connection closed, or `close_grace` has passed.
     fn forget(&mut self, id: SessionId) {
         if let Some(conn) = self.conns.remove(&id) {
-            self.queued_total -= conn.queued;
+            if conn.queued > 0 {
+                let until = self.last_now + self.settings.close_grace;
+                self.closing.insert(id, (conn.queued, until));
+            }
         }
         self.unconnected.remove(&id);
+    }
+
+    /// The driver has dropped closed connection `id`: what it held is gone.
+    fn release(&mut self, id: SessionId) {
+        if let Some((held, _)) = self.closing.remove(&id) {
+            self.queued_total -= held;
+        }
+    }
+
+    fn closing_deadline(&self) -> Option<Instant> {
+        self.closing.values().map(|(_, until)| *until).min()
+    }
+
+    fn expire_closing(&mut self, now: Instant) {
+        let done: Vec<SessionId> = self
+            .closing
+            .iter()
+            .filter(|(_, (_, until))| now >= *until)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in done {
+            self.release(id);
+        }
     }
 
     /// Hands a connection's gathered frames over as one chunk.
@@ -910,8 +985,14 @@ impl Daemon {
             return;
         }
         conn.last_chunk = conn.out.len().min(CHUNK_HINT_MAX);
-        let chunk = Bytes::from(std::mem::take(&mut conn.out));
-        self.events.push_back(DaemonEvent::Frames(id, chunk));
+        let mut chunk = std::mem::take(&mut conn.out);
+        // The queue is counted by length: what waits must not hold much
+        // more than that (a reservation larger than this turn's frames).
+        if chunk.capacity() > 2 * chunk.len() {
+            chunk.shrink_to_fit();
+        }
+        self.events
+            .push_back(DaemonEvent::Frames(id, Bytes::from(chunk)));
     }
 
     fn flush_dirty(&mut self) {
@@ -955,7 +1036,8 @@ impl Daemon {
     /// Checks the engine's invariants (the simulator calls it in debug
     /// builds): panics when one is broken.
     pub fn check_invariants(&self) {
-        let queued: usize = self.conns.values().map(|c| c.queued).sum();
+        let queued: usize = self.conns.values().map(|c| c.queued).sum::<usize>()
+            + self.closing.values().map(|(held, _)| held).sum::<usize>();
         assert_eq!(queued, self.queued_total, "client queue total");
         for (id, conn) in &self.conns {
             assert!(
@@ -1012,6 +1094,7 @@ impl Engine for Daemon {
             self.membership.handle_timeout(now);
         }
         self.expire_unconnected(now);
+        self.expire_closing(now);
         if self.regions.enabled() {
             self.regions.handle_timeout(now);
         }
@@ -1061,6 +1144,7 @@ impl Engine for Daemon {
             retry,
             shutdown,
             self.connect_deadline(),
+            self.closing_deadline(),
             self.regions.poll_timeout(),
         ]
         .into_iter()

@@ -67,6 +67,24 @@ struct Session {
     private_group: String,
     /// Groups joined or asked for (the table is updated on delivery).
     groups: BTreeSet<String>,
+    /// Whether the client asked for membership deltas
+    /// (`ConnectExt` with `features::MEMBERSHIP_DELTAS`).
+    deltas: bool,
+    /// Per group, the [`Announced::seq`] of the last regular view this
+    /// client received from [`Sessions::announce`]: a delta goes to it
+    /// only when the group's last announcement is that one.
+    seen: BTreeMap<String, u64>,
+}
+
+/// The last view [`Sessions::announce`] told a group's local members,
+/// which the next one's delta is computed from.
+struct Announced {
+    /// Numbers every announcement of this daemon (all groups), so that a
+    /// client's [`Session::seen`] never matches a later one by chance.
+    seq: u64,
+    view_id: u64,
+    /// Sorted, as in the frames.
+    names: Vec<String>,
 }
 
 /// A large message being put back together.
@@ -351,6 +369,10 @@ pub struct Sessions {
     by_name: HashMap<String, SessionId>,
     /// Every group of the cluster and its members.
     table: BTreeMap<String, BTreeSet<Member>>,
+    /// Per group with local members, the last view announced to them.
+    announced: BTreeMap<String, Announced>,
+    /// The last [`Announced::seq`] given out.
+    announce_seq: u64,
     partials: HashMap<(NodeId, u64), Partial>,
     next_message_id: u64,
     /// Batches for the daemons' total order.
@@ -406,6 +428,8 @@ impl Sessions {
             sessions: BTreeMap::new(),
             by_name: HashMap::new(),
             table: BTreeMap::new(),
+            announced: BTreeMap::new(),
+            announce_seq: 0,
             partials: HashMap::new(),
             next_message_id: 0,
             pending: Batches::default(),
@@ -594,8 +618,36 @@ impl Sessions {
     }
 
     fn send(&mut self, session: SessionId, frame: Frame) {
+        if let Frame::Membership { group, .. } = &frame {
+            // A view not from `announce` (a transitional one): the next
+            // regular view goes to this client whole.
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.seen.remove(group);
+            }
+        }
         self.stats.frames_to_clients += 1;
         self.push_output(Output::Send(session, frame));
+    }
+
+    /// Encodes `frame` once and queues it to each of `sessions`.
+    fn send_encoded(&mut self, sessions: Vec<SessionId>, frame: &Frame) {
+        let start = self.arena.len();
+        if frame.encode(&mut self.arena).is_err() {
+            self.arena.truncate(start);
+            return;
+        }
+        self.stats.frames_to_clients += sessions.len() as u64;
+        self.outputs
+            .push(Output::Deliver(sessions, start..self.arena.len()));
+    }
+
+    /// Whether client `session` gets membership deltas
+    /// ([`Frame::MembershipDelta`]) instead of whole lists, where it has
+    /// the view they change (it asked with `ConnectExt`).
+    pub fn set_deltas(&mut self, session: SessionId, on: bool) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.deltas = on;
+        }
     }
 
     fn error(code: u16, text: impl Into<String>) -> Frame {
@@ -648,6 +700,8 @@ impl Sessions {
             Session {
                 private_group: private_group.clone(),
                 groups: BTreeSet::new(),
+                deltas: false,
+                seen: BTreeMap::new(),
             },
         );
         self.send(session, Frame::ConnectOk { private_group });
@@ -657,7 +711,7 @@ impl Sessions {
     pub fn frame(&mut self, session: SessionId, frame: Frame) {
         if !self.sessions.contains_key(&session) {
             let error = match frame {
-                Frame::Connect { .. } => return,
+                Frame::Connect { .. } | Frame::ConnectExt { .. } => return,
                 Frame::Disconnect => None,
                 _ => Some(Sessions::error(
                     code::PROTOCOL,
@@ -668,7 +722,7 @@ impl Sessions {
             return;
         }
         match frame {
-            Frame::Connect { .. } => {
+            Frame::Connect { .. } | Frame::ConnectExt { .. } => {
                 self.send(
                     session,
                     Sessions::error(code::PROTOCOL, "already connected"),
@@ -700,6 +754,7 @@ impl Sessions {
             | Frame::Message { .. }
             | Frame::MessageExt { .. }
             | Frame::Membership { .. }
+            | Frame::MembershipDelta { .. }
             | Frame::StatusReply { .. }
             | Frame::FlowState { .. }
             | Frame::GroupMembers { .. }
@@ -1456,19 +1511,68 @@ impl Sessions {
     }
 
     /// Tells local members of `group` its new membership (and a leaving
-    /// local client that it left).
+    /// local client that it left): the whole list, or, to a client that
+    /// asked for deltas and received the group's last announcement, what
+    /// changed since. Each frame is encoded once for all its recipients.
     fn announce(&mut self, group: &str, view_id: u64, reason: Reason, left: Option<&Member>) {
         let Some(me) = self.me else {
             return;
         };
-        let members: Vec<Member> = self
-            .table
-            .get(group)
-            .map(|m| m.iter().cloned().collect())
+        let members = self.table.get(group);
+        let mut names: Vec<String> = members
+            .map(|m| m.iter().map(|m| m.client.clone()).collect())
             .unwrap_or_default();
-        let mut names: Vec<String> = members.iter().map(|m| m.client.clone()).collect();
         names.sort();
         names.dedup();
+        let local: Vec<SessionId> = members
+            .into_iter()
+            .flatten()
+            .filter(|m| m.daemon == me)
+            .filter_map(|m| self.by_name.get(&m.client).copied())
+            .collect();
+        // The leaver hears the same view as the members (one view id, one
+        // member list everywhere): a list without itself says it left.
+        let leaver = left
+            .filter(|m| m.daemon == me)
+            .and_then(|m| self.by_name.get(&m.client).copied());
+        self.announce_seq += 1;
+        let seq = self.announce_seq;
+        let before = self.announced.remove(group);
+        let (mut whole, mut delta) = (Vec::new(), Vec::new());
+        for id in local.iter().copied().chain(leaver) {
+            let Some(s) = self.sessions.get_mut(&id) else {
+                continue;
+            };
+            let base = s.seen.get(group).copied();
+            if s.deltas && before.as_ref().is_some_and(|b| Some(b.seq) == base) {
+                delta.push(id);
+            } else {
+                whole.push(id);
+            }
+            if Some(id) == leaver {
+                s.seen.remove(group);
+            } else {
+                s.seen.insert(group.to_string(), seq);
+            }
+        }
+        if let (Some(before), false) = (&before, delta.is_empty()) {
+            let (joined, gone) = changes(&before.names, &names);
+            // A delta no shorter than the list is sent as the list.
+            if joined.len() + gone.len() < names.len() {
+                let frame = Frame::MembershipDelta {
+                    group: group.to_string(),
+                    view_id,
+                    previous: before.view_id,
+                    reason,
+                    transitional: false,
+                    quorum: self.quorum,
+                    joined,
+                    left: gone,
+                };
+                self.send_encoded(std::mem::take(&mut delta), &frame);
+            }
+        }
+        whole.append(&mut delta);
         let frame = Frame::Membership {
             group: group.to_string(),
             view_id,
@@ -1477,21 +1581,21 @@ impl Sessions {
             quorum: self.quorum,
             members: names,
         };
-        let local: Vec<SessionId> = members
-            .iter()
-            .filter(|m| m.daemon == me)
-            .filter_map(|m| self.by_name.get(&m.client).copied())
-            .collect();
-        for session in local {
-            self.send(session, frame.clone());
+        if !whole.is_empty() {
+            self.send_encoded(whole, &frame);
         }
-        // The leaver hears the same view as the members (one view id, one
-        // member list everywhere): a list without itself says it left.
-        if let Some(session) = left
-            .filter(|m| m.daemon == me)
-            .and_then(|m| self.by_name.get(&m.client).copied())
-        {
-            self.send(session, frame);
+        if !local.is_empty() {
+            let Frame::Membership { members: names, .. } = frame else {
+                unreachable!("built above")
+            };
+            self.announced.insert(
+                group.to_string(),
+                Announced {
+                    seq,
+                    view_id,
+                    names,
+                },
+            );
         }
     }
 
@@ -2293,6 +2397,25 @@ impl Sessions {
 }
 
 /// The services pbcast alone carries, outside the total order.
+/// What changed from `before` to `after` (both sorted, without
+/// duplicates): the names only in `after`, and those only in `before`.
+fn changes(before: &[String], after: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut joined, mut left) = (Vec::new(), Vec::new());
+    let (mut b, mut a) = (before.iter().peekable(), after.iter().peekable());
+    loop {
+        match (b.peek(), a.peek()) {
+            (Some(x), Some(y)) if x == y => {
+                b.next();
+                a.next();
+            }
+            (Some(x), Some(y)) if x < y => left.push(b.next().expect("peeked").clone()),
+            (Some(_), Some(_)) | (None, Some(_)) => joined.push(a.next().expect("peeked").clone()),
+            (Some(_), None) => left.push(b.next().expect("peeked").clone()),
+            (None, None) => return (joined, left),
+        }
+    }
+}
+
 fn below_virtual_synchrony(service: Service) -> bool {
     matches!(service, Service::Unreliable | Service::Probabilistic)
 }

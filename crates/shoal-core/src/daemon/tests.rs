@@ -157,6 +157,10 @@ fn a_client_that_never_reads_is_cut_at_its_queue_limit() {
         d.check_invariants();
     }
     assert!(closed, "status replies count against the queue");
+    // What the driver was handed counts until it says the connection is
+    // gone (`a_closed_slow_clients_bytes_count_until_its_driver_drops_them`).
+    assert!(d.client_queue_bytes() <= 64 * 1024);
+    d.handle_client(now, ClientInput::Closed(1));
     assert_eq!(d.client_queue_bytes(), 0);
 }
 
@@ -382,4 +386,281 @@ fn status_names_groups_members_clients_and_keeps_the_view_history() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+// ---- membership deltas and bounded memory ----------------------------------
+
+/// A lone daemon with `limits`, past founding.
+fn lone_daemon_with(limits: Limits, now: &mut Instant) -> Daemon {
+    let config = membership::Config::default();
+    let batch_max = config.vsync.max_payload();
+    let m = Membership::new(0, 1, 1, config, 7, Instant::ZERO).expect("config");
+    let mut d = Daemon::new(Settings::new("d0", limits, batch_max), m);
+    run_until(&mut d, now, Instant::from_nanos(3_000 * MS));
+    d
+}
+
+/// Connects client `id` as `c{id}`, asking for membership deltas or not.
+fn connect_client(d: &mut Daemon, now: Instant, id: SessionId, deltas: bool) {
+    d.handle_client(now, ClientInput::Opened { id, tcp: false });
+    let (name, token) = (format!("c{id}"), String::new());
+    let frame = if deltas {
+        Frame::ConnectExt {
+            name,
+            token,
+            features: shoal_wire::client::features::MEMBERSHIP_DELTAS,
+        }
+    } else {
+        Frame::Connect { name, token }
+    };
+    d.handle_client(now, ClientInput::Frame(id, frame));
+}
+
+/// Views of one group as a client library rebuilds them: `(view id,
+/// members)` in order. Panics on a delta whose base is not the last view.
+fn rebuilt_views(frames: &[Frame], group: &str) -> (Vec<(u64, Vec<String>)>, usize) {
+    let mut views: Vec<(u64, Vec<String>)> = Vec::new();
+    let mut last: Option<(u64, Vec<String>)> = None;
+    let mut deltas = 0;
+    for f in frames {
+        match f {
+            Frame::Membership {
+                group: g,
+                view_id,
+                members,
+                ..
+            } if g == group => last = Some((*view_id, members.clone())),
+            Frame::MembershipDelta {
+                group: g,
+                view_id,
+                previous,
+                joined,
+                left,
+                ..
+            } if g == group => {
+                deltas += 1;
+                let (id, mut members) = last.take().expect("a delta without a base");
+                assert_eq!(id, *previous, "a delta of another view");
+                members.retain(|m| !left.contains(m));
+                members.extend(joined.iter().cloned());
+                members.sort();
+                last = Some((*view_id, members));
+            }
+            _ => continue,
+        }
+        views.push(last.clone().expect("set"));
+    }
+    (views, deltas)
+}
+
+#[test]
+fn membership_deltas_rebuild_the_views_whole_lists_give() {
+    let mut now = Instant::ZERO;
+    let mut d = lone_daemon_with(Limits::default(), &mut now);
+    let mut events = Vec::new();
+    // Odd ids ask for deltas, even ones do not.
+    for id in 1..=30u64 {
+        connect_client(&mut d, now, id, id % 2 == 1);
+        d.handle_client(now, ClientInput::Frame(id, join("g")));
+        if id % 7 == 0 {
+            let at = now;
+            events.extend(run_until(&mut d, &mut now, at + Duration::from_millis(10)));
+        }
+    }
+    let at = now;
+    events.extend(run_until(&mut d, &mut now, at + Duration::from_millis(10)));
+    // Leaves, a disconnect, a leave and join again, a second group.
+    d.handle_client(
+        now,
+        ClientInput::Frame(3, Frame::Leave { group: "g".into() }),
+    );
+    d.handle_client(now, ClientInput::Frame(4, Frame::Disconnect));
+    d.handle_client(
+        now,
+        ClientInput::Frame(7, Frame::Leave { group: "g".into() }),
+    );
+    d.handle_client(now, ClientInput::Frame(7, join("g")));
+    d.handle_client(now, ClientInput::Frame(9, join("h")));
+    d.handle_client(now, ClientInput::Closed(10));
+    d.handle_client(
+        now,
+        ClientInput::Frame(8, Frame::Leave { group: "g".into() }),
+    );
+    let at = now;
+    events.extend(run_until(&mut d, &mut now, at + Duration::from_millis(10)));
+    connect_client(&mut d, now, 31, true);
+    d.handle_client(now, ClientInput::Frame(31, join("g")));
+    let at = now;
+    events.extend(run_until(&mut d, &mut now, at + Duration::from_millis(10)));
+
+    // Whole lists, as the clients without deltas got them.
+    let mut whole: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for id in (2..=30u64).step_by(2) {
+        let (views, deltas) = rebuilt_views(&frames(&events, id), "g");
+        assert_eq!(deltas, 0, "client {id} did not ask for deltas");
+        for (view, members) in views {
+            let known = whole.entry(view).or_insert_with(|| members.clone());
+            assert_eq!(*known, members, "view {view}: one view id, one list");
+        }
+    }
+    let mut deltas_seen = 0;
+    for id in (1..=31u64).step_by(2) {
+        let got = frames(&events, id);
+        let (views, deltas) = rebuilt_views(&got, "g");
+        deltas_seen += deltas;
+        assert!(!views.is_empty(), "client {id} saw views");
+        // Its first view of the group is whole.
+        let first = got
+            .iter()
+            .find(|f| matches!(f, Frame::Membership { .. } | Frame::MembershipDelta { .. }));
+        assert!(matches!(first, Some(Frame::Membership { .. })), "{first:?}");
+        for (view, members) in views {
+            if let Some(known) = whole.get(&view) {
+                assert_eq!(*known, members, "client {id}, view {view}");
+            }
+        }
+    }
+    assert!(deltas_seen > 100, "deltas were sent: {deltas_seen}");
+    // The client that left and joined again got a whole list on its return.
+    let seven = frames(&events, 7);
+    let left_at = seven
+        .iter()
+        .position(|f| match f {
+            Frame::MembershipDelta { left, .. } => left.iter().any(|m| m == "#c7#d0"),
+            Frame::Membership {
+                members, reason, ..
+            } => *reason == Reason::Leave && !members.iter().any(|m| m == "#c7#d0"),
+            _ => false,
+        })
+        .expect("client 7 heard it left");
+    assert!(
+        matches!(
+            seven[left_at + 1],
+            Frame::Membership {
+                reason: Reason::Join,
+                ..
+            }
+        ),
+        "{:?}",
+        &seven[left_at..]
+    );
+}
+
+/// Bytes of frames each client got for `n` clients joining one group
+/// (every client reads at once), and the frames of the last client.
+fn join_storm(n: u64, deltas: bool) -> (usize, Vec<Frame>, Daemon) {
+    let mut now = Instant::ZERO;
+    // The bound on queues is not what this measures: clients read at once.
+    let limits = Limits {
+        clients: 2 * n as usize,
+        client_queue: usize::MAX / 4,
+        clients_queue: usize::MAX / 2,
+        ..Limits::default()
+    };
+    let mut d = lone_daemon_with(limits, &mut now);
+    let mut bytes = 0;
+    let mut last = Vec::new();
+    for id in 1..=n {
+        connect_client(&mut d, now, id, deltas);
+        d.handle_client(now, ClientInput::Frame(id, join("g")));
+        // One join ordered at a time, as clients arriving one by one.
+        let at = now;
+        for ev in run_until(&mut d, &mut now, at + Duration::from_millis(1)) {
+            if let DaemonEvent::Frames(to, chunk) = ev {
+                bytes += chunk.len();
+                d.handle_client(now, ClientInput::Written(to, chunk.len()));
+                if to == n {
+                    last.extend(frames(&[DaemonEvent::Frames(to, chunk)], to));
+                }
+            }
+        }
+    }
+    (bytes, last, d)
+}
+
+fn join(group: &str) -> Frame {
+    Frame::Join {
+        group: group.into(),
+    }
+}
+
+#[test]
+fn a_join_storm_costs_each_member_a_delta_not_the_whole_list() {
+    let n = 600;
+    let (whole, _, _) = join_storm(n, false);
+    let (delta, last, d) = join_storm(n, true);
+    println!(
+        "{n} clients joining one group: {whole} bytes of frames with whole lists, {delta} with deltas"
+    );
+    // Whole lists: the k-th join sends k lists of k names (about n^3/3
+    // names); deltas: one name to each member, the whole list to the joiner.
+    assert!(whole > 600_000_000, "{whole}");
+    assert!(delta < 15_000_000, "{delta}");
+    // Every member rebuilds the full list: the last joiner's only view.
+    let (views, _) = rebuilt_views(&last, "g");
+    assert_eq!(views.last().map(|(_, m)| m.len()), Some(n as usize));
+    assert_eq!(d.client_queue_bytes(), 0);
+    d.check_invariants();
+}
+
+#[test]
+fn a_closed_slow_clients_bytes_count_until_its_driver_drops_them() {
+    let mut now = Instant::ZERO;
+    let limits = Limits {
+        client_queue: 256 * 1024,
+        ..Limits::default()
+    };
+    let mut d = lone_daemon_with(limits, &mut now);
+    connect_client(&mut d, now, 1, true);
+    connect_client(&mut d, now, 2, true);
+    d.handle_client(now, ClientInput::Frame(1, join("g")));
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_millis(10));
+    // Client 1 reads nothing; client 2 sends until client 1 is cut.
+    let base = d.client_queue_bytes();
+    let mut handed = 0;
+    let mut cut = false;
+    for _ in 0..1_000 {
+        let m = Frame::Multicast {
+            service: shoal_wire::client::Service::Agreed,
+            groups: vec!["g".into()],
+            payload: vec![1; 1024],
+        };
+        d.handle_client(now, ClientInput::Frame(2, m));
+        let at = now;
+        for ev in run_until(&mut d, &mut now, at + Duration::from_millis(1)) {
+            match ev {
+                DaemonEvent::Frames(1, b) => handed += b.len(),
+                DaemonEvent::Close(1, Some(_)) => cut = true,
+                _ => {}
+            }
+        }
+        d.check_invariants();
+        if cut {
+            break;
+        }
+    }
+    assert!(cut, "client 1 was cut as slow");
+    // Chunks of at most CHUNK_MAX (and a frame) were handed over.
+    assert!(handed > 200 * 1024 && handed <= 256 * 1024, "{handed}");
+    // The driver still holds them: they count, though the session is gone.
+    assert_eq!(d.client_queue_bytes(), base + handed);
+    d.handle_client(now, ClientInput::Written(1, 1000));
+    assert_eq!(d.client_queue_bytes(), base + handed - 1000);
+    d.handle_client(now, ClientInput::Closed(1));
+    assert_eq!(d.client_queue_bytes(), d.client_queued(2));
+    d.check_invariants();
+
+    // Without a word from the driver, they stop counting after close_grace.
+    connect_client(&mut d, now, 3, true);
+    d.handle_client(now, ClientInput::Frame(3, Frame::Status));
+    d.handle_client(now, ClientInput::Frame(3, Frame::Disconnect));
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_millis(1));
+    let waiting = d.client_queued(2);
+    assert!(d.client_queue_bytes() > waiting, "the status reply waits");
+    let at = now;
+    run_until(&mut d, &mut now, at + Duration::from_secs(31));
+    assert_eq!(d.client_queue_bytes(), waiting);
+    d.check_invariants();
 }

@@ -198,6 +198,7 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     );
     settings.token = config.tcp.as_ref().map(|t| t.token.clone());
     settings.epoch_floor = unix_ms() & u64::from(u32::MAX);
+    settings.close_grace = CLOSE_GRACE;
     settings.qsm = config.qsm.clone();
     let engine = Daemon::new(settings, engine);
     let mut node_config = NodeConfig::new(book);
@@ -382,10 +383,13 @@ struct Wiring {
     endpoints: std::sync::Arc<Vec<String>>,
 }
 
-/// The dispatcher's handle on one connection's writer.
+/// The dispatcher's handle on one connection's writer (and reader).
 struct ConnHandle {
     chunks: mpsc::UnboundedSender<Bytes>,
-    close: oneshot::Sender<Option<Bytes>>,
+    close: oneshot::Sender<Closing>,
+    /// Dropped with the handle, when the engine closes the connection:
+    /// its reader then stops reading (nothing it read would be used).
+    _reader: oneshot::Sender<()>,
 }
 
 /// Hands the engine's events to the connections' writers, logs daemon
@@ -452,8 +456,13 @@ async fn dispatch(
                             }
                         }
                         DaemonEvent::Close(id, last) => {
+                            // A slow client's unwritten frames are dropped
+                            // at once: the engine stopped counting them
+                            // when it gave up on the client, so they must
+                            // not wait out the close's grace in memory.
+                            let discard = log_close(id, last.as_deref()) == Some(client::code::SLOW_CLIENT);
                             if let Some(c) = conns.remove(&id) {
-                                let _ = c.close.send(last);
+                                let _ = c.close.send(Closing { last, discard });
                             }
                         }
                         DaemonEvent::Membership { me, event } => log_membership(me, &event),
@@ -468,6 +477,33 @@ async fn dispatch(
         }
     }
     Ok(())
+}
+
+/// Logs why the engine closes a client connection (the `Error` it sends
+/// last): a slow client, a connection that never said who it is, a wrong
+/// token, a malformed frame. The shutdown's goodbyes are logged at debug.
+/// Returns the error's code.
+fn log_close(id: SessionId, last: Option<&[u8]>) -> Option<u16> {
+    let Some(Ok(Some((Frame::Error { code, text }, _)))) =
+        last.map(|b| client::decode(b, &client::Limits::default()))
+    else {
+        return None;
+    };
+    if code == client::code::SHUTDOWN {
+        tracing::debug!(session = id, code, %text, "closing a client connection");
+    } else {
+        tracing::info!(session = id, code, %text, "closing a client connection");
+    }
+    Some(code)
+}
+
+/// How the dispatcher closes a connection's writer.
+struct Closing {
+    /// The last frame, written after what is queued.
+    last: Option<Bytes>,
+    /// Drop the queued chunks not begun yet (a slow client: the client is
+    /// gone anyway, and the engine no longer counts them).
+    discard: bool,
 }
 
 /// The address `listener` (configured as `configured`) is bound to, logged.
@@ -621,10 +657,12 @@ where
 {
     let (chunks_tx, chunks_rx) = mpsc::unbounded_channel();
     let (close_tx, close_rx) = oneshot::channel();
+    let (reader_tx, reader_rx) = oneshot::channel();
     // The dispatcher learns of the connection before the engine does.
     let handle = ConnHandle {
         chunks: chunks_tx,
         close: close_tx,
+        _reader: reader_tx,
     };
     if wiring.conns.send((id, handle)).is_err() {
         return;
@@ -639,21 +677,35 @@ where
         close_rx,
         wiring.controls.clone(),
     ));
-    tokio::spawn(reader(id, read, wiring.clone()));
+    tokio::spawn(reader(id, read, wiring.clone(), reader_rx));
 }
 
-/// Reads frames and hands them to the engine until EOF or a bad frame.
-/// Until the connection has sent `Connect`, frames are held to the small
-/// `connect_limits` (a name and a token).
-async fn reader<R: tokio::io::AsyncRead + Unpin>(id: SessionId, mut read: R, wiring: Wiring) {
-    let mut buf = BytesMut::with_capacity(4 * 1024);
+/// Reads frames and hands them to the engine until EOF, a bad frame, or
+/// the engine closing the connection (`closed` resolves).
+///
+/// Until the engine has accepted the connection's `Connect` (its token
+/// checked), frames are held to the small `connect_limits` (a name and a
+/// token: `limits.connect_frame_max`) and at most 4 KiB is buffered, so
+/// connections that never authenticate cannot each hold a large partial
+/// frame; after a `Connect` the reader reads nothing more until the engine
+/// has decided, and stops if it refused.
+async fn reader<R: tokio::io::AsyncRead + Unpin>(
+    id: SessionId,
+    mut read: R,
+    wiring: Wiring,
+    mut closed: oneshot::Receiver<()>,
+) {
+    let mut buf = BytesMut::with_capacity(READ_SMALL);
     let mut connected = false;
+    // Whether the last read filled the buffer (more is likely waiting).
+    let mut busy = false;
     loop {
         // Every frame this read completed goes to the engine as one input.
         let mut frames = Vec::new();
         let mut malformed = None;
         let mut used = 0;
-        loop {
+        let mut asked = false;
+        while !asked {
             let limits = if connected {
                 &wiring.limits
             } else {
@@ -662,12 +714,21 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(id: SessionId, mut read: R, wir
             match client::decode(&buf[used..], limits) {
                 Ok(Some((frame, n))) => {
                     used += n;
-                    connected |= matches!(frame, Frame::Connect { .. });
+                    asked = !connected
+                        && matches!(frame, Frame::Connect { .. } | Frame::ConnectExt { .. });
                     frames.push(frame);
                 }
                 Ok(None) => break,
-                Err(e) => {
+                Err(e) if connected => {
                     malformed = Some(e.to_string());
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(session = id, error = %e, "closing a connection: a bad frame before Connect");
+                    malformed = Some(format!(
+                        "before Connect: {e} (frames are at most {} bytes until the daemon accepts the connection)",
+                        wiring.connect_limits.frame_max()
+                    ));
                     break;
                 }
             }
@@ -675,6 +736,7 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(id: SessionId, mut read: R, wir
         let _ = buf.split_to(used);
         if !frames.is_empty() {
             let endpoints = wiring.endpoints.clone();
+            let (verdict_tx, verdict_rx) = oneshot::channel();
             let handed = wiring
                 .inputs
                 .send(Box::new(move |e: &mut Daemon, now, runtime| {
@@ -687,26 +749,58 @@ async fn reader<R: tokio::io::AsyncRead + Unpin>(id: SessionId, mut read: R, wir
                             e.handle_client(now, ClientInput::Frame(id, frame));
                         }
                     }
+                    let _ = verdict_tx.send(e.sessions().is_connected(id));
                 }))
                 .await;
             if handed.is_err() {
                 return;
+            }
+            if asked {
+                // Accepted: from now on the client's own limits. Refused:
+                // the engine closes the connection.
+                match verdict_rx.await {
+                    Ok(true) => connected = true,
+                    _ => return,
+                }
             }
         }
         if let Some(why) = malformed {
             let _ = input(&wiring.inputs, ClientInput::Malformed(id, why)).await;
             return;
         }
-        buf.reserve(if connected { 64 * 1024 } else { 4 * 1024 });
-        match read.read_buf(&mut buf).await {
+        if asked {
+            // Frames sent right behind the `Connect` may be decoded now.
+            continue;
+        }
+        // A busy sender reads 64 KiB at a time; an idle connection (most
+        // of a thousand) holds 4 KiB, not 64.
+        if buf.is_empty() && buf.capacity() > READ_SMALL && !busy {
+            buf = BytesMut::new();
+        }
+        buf.reserve(if connected && busy {
+            READ_LARGE
+        } else {
+            READ_SMALL
+        });
+        let room = buf.capacity() - buf.len();
+        let read = tokio::select! {
+            r = read.read_buf(&mut buf) => r,
+            _ = &mut closed => return,
+        };
+        match read {
             Ok(0) | Err(_) => {
                 let _ = input(&wiring.inputs, ClientInput::Closed(id)).await;
                 return;
             }
-            Ok(_) => {}
+            Ok(n) => busy = n == room,
         }
     }
 }
+
+/// A connection's read buffer while it sends little, and while it sends
+/// much (or a frame larger than the buffer is coming).
+const READ_SMALL: usize = 4 * 1024;
+const READ_LARGE: usize = 64 * 1024;
 
 /// Tells the engine how many bytes of a client's queue were written.
 fn written(controls: &mpsc::UnboundedSender<Control<Daemon>>, id: SessionId, n: usize) {
@@ -722,26 +816,15 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
     id: SessionId,
     mut write: W,
     mut frames: mpsc::UnboundedReceiver<Bytes>,
-    mut close: oneshot::Receiver<Option<Bytes>>,
+    mut close: oneshot::Receiver<Closing>,
     controls: mpsc::UnboundedSender<Control<Daemon>>,
 ) {
-    let mut chunks: VecDeque<Bytes> = VecDeque::new();
+    let mut out = Outgoing::default();
     loop {
         tokio::select! {
             biased;
-            last = &mut close => {
-                // Chunks queued before the close still go first.
-                while let Ok(f) = frames.try_recv() {
-                    chunks.push_back(f);
-                }
-                if let Ok(Some(f)) = last {
-                    chunks.push_back(f);
-                }
-                let finish = async {
-                    write_chunks(&mut write, &mut chunks).await?;
-                    write.shutdown().await
-                };
-                let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+            closing = &mut close => {
+                finish(&mut write, &mut out, &mut frames, closing.ok(), (id, &controls)).await;
                 return;
             }
             frame = frames.recv() => {
@@ -750,47 +833,38 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
                     return;
                 };
                 let mut cost = frame.len();
-                chunks.push_back(frame);
+                out.chunks.push_back(frame);
                 while cost < 256 * 1024 {
                     match frames.try_recv() {
                         Ok(f) => {
                             cost += f.len();
-                            chunks.push_back(f);
+                            out.chunks.push_back(f);
                         }
                         Err(_) => break,
                     }
                 }
                 // A client that does not read must not keep this task in
                 // a write forever after the engine gave up on it: on close,
-                // finish these chunks and write the reason if the client
-                // reads within CLOSE_GRACE, else drop the connection. Memory
-                // stays bounded: nothing more is queued for it.
+                // finish these chunks (a slow client: only the one begun)
+                // and write the reason if the client reads within
+                // CLOSE_GRACE, else drop the connection. Memory stays
+                // bounded: nothing more is queued for it.
                 // (`write_vectored` is cancel-safe: a dropped write wrote
                 // nothing, and `chunks` only advances by what was written.)
-                while !chunks.is_empty() {
-                    let slices = io_slices(&chunks);
+                while !out.chunks.is_empty() {
+                    let slices = io_slices(&out.chunks);
                     tokio::select! {
                         r = write.write_vectored(&slices) => match r {
                             Ok(0) | Err(_) => return,
                             Ok(n) => {
                                 drop(slices);
-                                advance(&mut chunks, n);
+                                out.advance(n);
                                 written(&controls, id, n);
                             }
                         },
-                        last = &mut close => {
+                        closing = &mut close => {
                             drop(slices);
-                            while let Ok(f) = frames.try_recv() {
-                                chunks.push_back(f);
-                            }
-                            if let Ok(Some(f)) = last {
-                                chunks.push_back(f);
-                            }
-                            let finish = async {
-                                write_chunks(&mut write, &mut chunks).await?;
-                                write.shutdown().await
-                            };
-                            let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+                            finish(&mut write, &mut out, &mut frames, closing.ok(), (id, &controls)).await;
                             return;
                         }
                     }
@@ -798,6 +872,75 @@ async fn writer<W: tokio::io::AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// Chunks waiting to be written to one client.
+#[derive(Default)]
+struct Outgoing {
+    chunks: VecDeque<Bytes>,
+    /// Whether the first chunk is partly written (it must then be
+    /// finished, or the client would read half a frame).
+    begun: bool,
+}
+
+impl Outgoing {
+    /// Drops the first `n` bytes.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                return;
+            };
+            if n >= front.len() {
+                n -= front.len();
+                self.chunks.pop_front();
+                self.begun = false;
+            } else {
+                bytes::Buf::advance(front, n);
+                self.begun = true;
+                n = 0;
+            }
+        }
+    }
+
+    /// Keeps only the chunk begun, if any; returns the bytes dropped.
+    fn discard(&mut self) -> usize {
+        let keep = usize::from(self.begun);
+        let dropped = self.chunks.iter().skip(keep).map(|c| c.len()).sum();
+        self.chunks.truncate(keep);
+        dropped
+    }
+}
+
+/// The close of a writer: what is queued (for a slow client, only the
+/// chunk begun), then the last frame, within CLOSE_GRACE; then shut. The
+/// engine hears what was written or dropped, and that the connection is
+/// gone (it counts those bytes until then).
+async fn finish<W: tokio::io::AsyncWrite + Unpin>(
+    write: &mut W,
+    out: &mut Outgoing,
+    frames: &mut mpsc::UnboundedReceiver<Bytes>,
+    closing: Option<Closing>,
+    (id, controls): (SessionId, &mpsc::UnboundedSender<Control<Daemon>>),
+) {
+    // Chunks queued before the close go first (or go, for a slow client).
+    while let Ok(f) = frames.try_recv() {
+        out.chunks.push_back(f);
+    }
+    if let Some(closing) = closing {
+        if closing.discard {
+            written(controls, id, out.discard());
+        }
+        out.chunks.extend(closing.last);
+    }
+    let finish = async {
+        write_chunks(write, out).await?;
+        write.shutdown().await
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+    out.chunks.clear();
+    let _ = controls.send(Box::new(move |e: &mut Daemon, now, _| {
+        e.handle_client(now, ClientInput::Closed(id))
+    }));
 }
 
 /// Slices per vectored write (the kernel's IOV_MAX is 1024).
@@ -812,35 +955,19 @@ fn io_slices(chunks: &VecDeque<Bytes>) -> Vec<io::IoSlice<'_>> {
         .collect()
 }
 
-/// Drops the first `n` bytes of `chunks`.
-fn advance(chunks: &mut VecDeque<Bytes>, mut n: usize) {
-    while n > 0 {
-        let Some(front) = chunks.front_mut() else {
-            return;
-        };
-        if n >= front.len() {
-            n -= front.len();
-            chunks.pop_front();
-        } else {
-            bytes::Buf::advance(front, n);
-            n = 0;
-        }
-    }
-}
-
 /// Writes every chunk.
 async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
     write: &mut W,
-    chunks: &mut VecDeque<Bytes>,
+    out: &mut Outgoing,
 ) -> io::Result<()> {
-    while !chunks.is_empty() {
-        let slices = io_slices(chunks);
+    while !out.chunks.is_empty() {
+        let slices = io_slices(&out.chunks);
         let n = write.write_vectored(&slices).await?;
         drop(slices);
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        advance(chunks, n);
+        out.advance(n);
     }
     Ok(())
 }
