@@ -144,7 +144,6 @@ struct Report {
 
 /// A delivery the engine made, waiting for its turn.
 struct Waiting {
-    source: u32,
     seq: u64,
     payload: Bytes,
 }
@@ -162,8 +161,12 @@ struct Instance {
     /// Per source slot: messages handed to the sessions.
     delivered: BTreeMap<u32, u64>,
     /// Engine deliveries not yet handed over (a dependency on the total
-    /// order not applied yet, or a flush bound not known yet), in order.
-    waiting: VecDeque<Waiting>,
+    /// order not applied yet, or a flush bound not known yet), in order,
+    /// per source slot: FIFO is per source, so one source's message that
+    /// waits never holds back another's (a sender's own messages waited
+    /// behind a peer's that depended on a later point of the order, and
+    /// its next ordered message overtook them).
+    waiting: BTreeMap<u32, VecDeque<Waiting>>,
     /// Set when retired: this daemon's report, the others', and the
     /// reporters expected.
     flush: Option<Flush>,
@@ -200,6 +203,14 @@ impl Flush {
 }
 
 impl Instance {
+    /// Whether a flush of this instance has nothing to agree on: this
+    /// daemon is its only member (its own messages are delivered at once),
+    /// or it carries no group (no member could send on it). Every member
+    /// derives the same instance, so all of them skip its flush alike.
+    fn trivial(&self) -> bool {
+        self.members.len() <= 1 || self.groups.is_empty()
+    }
+
     /// The bound of `source`, once known.
     fn bound(&self, source: u32) -> Option<u64> {
         let flush = self.flush.as_ref()?;
@@ -489,6 +500,11 @@ impl Regions {
             let ev = self.queue.front()?;
             let held = sessions.held_batches();
             if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
+                if self.current.as_ref().is_some_and(Instance::trivial) {
+                    // Nothing to agree on: dropped without a flush round.
+                    self.drop_trivial(now, sessions);
+                    continue;
+                }
                 self.retire(now, sessions);
                 self.gate = Some(Gate::Change { since: now });
                 continue;
@@ -566,7 +582,10 @@ impl Regions {
         else {
             return None;
         };
-        if Some(*sender) == self.me || self.current.is_none() && self.retired.is_empty() {
+        // A sender's own daemon waits too: its own region messages are
+        // delivered at once unless a flush holds them, and the ordered
+        // message after them must not overtake them.
+        if self.current.is_none() && self.retired.is_empty() {
             return None;
         }
         let items = groups::decode(payload).ok()?;
@@ -635,7 +654,8 @@ impl Regions {
                         self.stats.flush_lost += b.saturating_sub(*have);
                     }
                 }
-                self.stats.beyond_bound += inst.waiting.len() as u64;
+                self.stats.beyond_bound +=
+                    inst.waiting.values().map(|q| q.len() as u64).sum::<u64>();
                 self.forget(inst.id);
             }
         }
@@ -647,6 +667,16 @@ impl Regions {
             self.gone.pop_front();
         }
         self.early.retain(|(i, _, _)| *i != id);
+    }
+
+    /// A trivial instance ends at a change point without a flush: its own
+    /// messages (delivered at once) go to the sessions first.
+    fn drop_trivial(&mut self, now: Instant, sessions: &mut Sessions) {
+        self.deliver_ready(now, sessions);
+        if let Some(inst) = self.current.take() {
+            self.forget(inst.id);
+        }
+        self.cut_due = false;
     }
 
     /// Retires the current instance at a change point: its report goes into
@@ -782,7 +812,7 @@ impl Regions {
             groups,
             next_seq: 0,
             delivered: BTreeMap::new(),
-            waiting: VecDeque::new(),
+            waiting: BTreeMap::new(),
             flush: None,
         });
         // What peers sent it before this daemon got here.
@@ -824,14 +854,19 @@ impl Regions {
         if !orders {
             return Some((session, frame));
         }
-        if self.gate.is_some() || !self.held.is_empty() {
+        // A gate (flush or cut) does not hold client frames: during a flush
+        // there is no current instance and they go by the total order,
+        // behind this daemon's FLUSH item, which receivers apply only after
+        // the retired instance's messages. (Holding them starved clients
+        // while flushes followed one another, under `safe` traffic.)
+        if !self.held.is_empty() {
             self.held.push_back((session, frame));
             return None;
         }
         self.route(now, sessions, session, frame, order_idle)
     }
 
-    /// Frames held (a flush, a full engine) go on while they can. Returns
+    /// Frames held (the engine's send buffer full) go on while they can. Returns
     /// those for the sessions, in order.
     pub fn release_held(
         &mut self,
@@ -841,10 +876,7 @@ impl Regions {
     ) -> Vec<(SessionId, Frame)> {
         let mut out = Vec::new();
         let mut idle = order_idle;
-        while self.gate.is_none() {
-            let Some((session, frame)) = self.held.pop_front() else {
-                break;
-            };
+        while let Some((session, frame)) = self.held.pop_front() {
             match self.route(now, sessions, session, frame, idle) {
                 Some(f) => {
                     // Handed to the sessions: batches wait from now on.
@@ -1006,8 +1038,7 @@ impl Regions {
                 ..
             }) = inst.engine.poll_event()
             {
-                inst.waiting.push_back(Waiting {
-                    source: source.0,
+                inst.waiting.entry(source.0).or_default().push_back(Waiting {
                     seq,
                     payload,
                 });
@@ -1136,6 +1167,7 @@ impl Regions {
 /// Hands an instance's waiting deliveries on while each may go: its
 /// sender's order point applied, and within the flush bound of a retired
 /// instance (beyond this daemon's own report only once the bound is known).
+/// Each source's queue goes on by itself.
 fn drain_waiting(
     inst: &mut Instance,
     applied: u64,
@@ -1143,20 +1175,44 @@ fn drain_waiting(
     stats: &mut RegionStats,
 ) -> bool {
     let mut any = false;
-    while let Some(w) = inst.waiting.front() {
-        let have = inst.delivered.get(&w.source).copied().unwrap_or(0);
-        if w.seq < have {
-            inst.waiting.pop_front();
+    let sources: Vec<u32> = inst.waiting.keys().copied().collect();
+    for source in sources {
+        any |= drain_source(inst, source, applied, sessions, stats);
+    }
+    inst.waiting.retain(|_, q| !q.is_empty());
+    any
+}
+
+fn drain_source(
+    inst: &mut Instance,
+    source: u32,
+    applied: u64,
+    sessions: &mut Sessions,
+    stats: &mut RegionStats,
+) -> bool {
+    let mut any = false;
+    loop {
+        let Some(w) = inst.waiting.get(&source).and_then(VecDeque::front) else {
+            break;
+        };
+        let have = inst.delivered.get(&source).copied().unwrap_or(0);
+        let seq = w.seq;
+        let after = w.payload.get(..8).map(|b| {
+            u64::from_be_bytes(b.try_into().expect("8 bytes"))
+        });
+        let queue = inst.waiting.get_mut(&source).expect("present");
+        if seq < have {
+            queue.pop_front();
             continue;
         }
         if let Some(f) = &inst.flush {
-            let reported = f.mine.delivered.get(&w.source).copied().unwrap_or(0);
-            if w.seq >= reported {
-                match inst.bound(w.source) {
+            let reported = f.mine.delivered.get(&source).copied().unwrap_or(0);
+            if seq >= reported {
+                match inst.bound(source) {
                     None => break,
-                    Some(b) if w.seq >= b => {
+                    Some(b) if seq >= b => {
                         // Beyond the agreed end of a gone source: dropped.
-                        inst.waiting.pop_front();
+                        inst.waiting.get_mut(&source).expect("present").pop_front();
                         stats.beyond_bound += 1;
                         continue;
                     }
@@ -1164,17 +1220,17 @@ fn drain_waiting(
                 }
             }
         }
-        let Some(after) = w.payload.get(..8) else {
-            inst.waiting.pop_front();
+        let queue = inst.waiting.get_mut(&source).expect("present");
+        let Some(after) = after else {
+            queue.pop_front();
             stats.bad_datagrams += 1;
             continue;
         };
-        let after = u64::from_be_bytes(after.try_into().expect("8 bytes"));
         if after > applied {
             break;
         }
-        let w = inst.waiting.pop_front().expect("front");
-        inst.delivered.insert(w.source, w.seq + 1);
+        let w = queue.pop_front().expect("front");
+        inst.delivered.insert(source, w.seq + 1);
         any = true;
         let Ok(items) = groups::decode(&w.payload[8..]) else {
             stats.bad_datagrams += 1;
