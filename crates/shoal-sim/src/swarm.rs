@@ -398,8 +398,10 @@ impl World {
         for (slot, d) in self.daemons.iter().enumerate() {
             if let Some(engine) = &d.engine {
                 for line in engine.status_lines(now) {
-                    self.full_trace
-                        .push(format!("{:>9.3} ms d{slot} status: {line}", at as f64 / 1e6));
+                    self.full_trace.push(format!(
+                        "{:>9.3} ms d{slot} status: {line}",
+                        at as f64 / 1e6
+                    ));
                 }
             }
         }
@@ -1283,6 +1285,30 @@ mod tests {
     #[test]
     fn a_table_sent_again_at_a_view_change_carries_the_view() {
         assert_ok(109);
+    }
+
+    fn assert_ok_qsm(seed: u64) {
+        let mut cfg = SwarmConfig::from_seed(seed);
+        cfg.qsm = true;
+        let o = run(cfg);
+        assert!(o.ok(), "{}", describe(&o));
+    }
+
+    /// With `[qsm]` on, a sender's own region messages waited in one queue
+    /// behind a peer's region message that depended on a later point of
+    /// the total order, and its daemon skipped its own CUT: the sender's
+    /// next ordered (causal) message was delivered first at its own daemon
+    /// (fifo). Waiting is now per source and a daemon waits at its own CUT.
+    #[test]
+    fn qsm_a_senders_ordered_message_does_not_overtake_its_region_ones() {
+        assert_ok_qsm(2);
+    }
+
+    /// The same class (fifo across the region and the total order) in
+    /// another shape of faults.
+    #[test]
+    fn qsm_fifo_holds_across_the_two_paths_under_faults() {
+        assert_ok_qsm(13);
     }
 
     /// A daemon that stopped and restarted founded a group of its own and

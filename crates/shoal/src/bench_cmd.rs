@@ -437,11 +437,7 @@ fn cpu_seconds(pids: &[u32]) -> Option<(f64, f64)> {
 }
 
 /// `joined` is called once every client has seen every group's members.
-fn stream(
-    args: &BenchArgs,
-    sockets: &[PathBuf],
-    joined: impl FnOnce(),
-) -> anyhow::Result<()> {
+fn stream(args: &BenchArgs, sockets: &[PathBuf], joined: impl FnOnce()) -> anyhow::Result<()> {
     let group = "bench";
     // With --groups, messages go to these in turn (one per batch).
     let spread: Arc<Vec<String>> = Arc::new((0..args.groups).map(|g| format!("g{g:05}")).collect());

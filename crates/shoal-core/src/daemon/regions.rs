@@ -158,6 +158,14 @@ struct Instance {
     groups: Vec<u64>,
     /// Next sequence number of this daemon's messages.
     next_seq: u64,
+    /// Member slots whose OPEN for this instance came back in the total
+    /// order (an OPEN is a CUT at sequence number 0).
+    opens: BTreeSet<u32>,
+    /// Every member's OPEN came back: messages may go by this instance.
+    /// Decided at one point of the order, alike at every member, so an
+    /// instance that members derived differently (a joiner whose table or
+    /// held `safe` batches differ) carries nothing and needs no flush.
+    confirmed: bool,
     /// Per source slot: messages handed to the sessions.
     delivered: BTreeMap<u32, u64>,
     /// Engine deliveries not yet handed over (a dependency on the total
@@ -208,7 +216,16 @@ impl Instance {
     /// or it carries no group (no member could send on it). Every member
     /// derives the same instance, so all of them skip its flush alike.
     fn trivial(&self) -> bool {
-        self.members.len() <= 1 || self.groups.is_empty()
+        self.members.len() <= 1 || self.groups.is_empty() || !self.confirmed
+    }
+
+    /// An OPEN of this instance from `sender` came back in the order.
+    fn on_open(&mut self, sender: NodeId) {
+        let slot = slot_of(sender);
+        if self.members.get(&slot) == Some(&sender) {
+            self.opens.insert(slot);
+        }
+        self.confirmed = self.members.keys().all(|s| self.opens.contains(s));
     }
 
     /// The bound of `source`, once known.
@@ -272,6 +289,8 @@ pub struct Regions {
     applied_gseq: u64,
     /// Region messages sent since the last cut or flush.
     cut_due: bool,
+    /// The OPEN of the instance just derived, not yet put into the order.
+    open_due: Option<u32>,
     /// Client frames waiting (a flush, or the engine's buffer full).
     held: VecDeque<(SessionId, Frame)>,
     /// Flush reports for instances not retired here yet, by instance.
@@ -310,6 +329,7 @@ impl Regions {
             view_members: Vec::new(),
             applied_gseq: 0,
             cut_due: false,
+            open_due: None,
             held: VecDeque::new(),
             early: VecDeque::new(),
             early_reports: VecDeque::new(),
@@ -374,11 +394,40 @@ impl Regions {
             ),
             None => "none".into(),
         };
+        let retired: Vec<String> = self
+            .retired
+            .iter()
+            .map(|i| {
+                let f = i.flush.as_ref();
+                format!(
+                    "{:08x} (members {:?}, expected {:?}, reported {:?}, bounds {})",
+                    i.id,
+                    i.members.keys().collect::<Vec<_>>(),
+                    f.map(|f| f.expected.iter().collect::<Vec<_>>()),
+                    f.map(|f| f.reports.keys().collect::<Vec<_>>()),
+                    if f.is_some_and(|f| f.frozen.is_some()) {
+                        "fixed"
+                    } else {
+                        "open"
+                    }
+                )
+            })
+            .collect();
+        let gate = match self.gate {
+            None => "open".to_string(),
+            Some(Gate::Change { .. }) => "flushing".to_string(),
+            Some(Gate::Cut {
+                instance,
+                source,
+                upto,
+                ..
+            }) => format!("at a cut of {source} in {instance:08x} up to {upto}"),
+        };
         vec![
             format!(
-                "qsm: region {region}; retired {}; {}",
+                "qsm: region {region}; retired {} {}; {gate}",
                 self.retired.len(),
-                if self.gate.is_some() { "flushing" } else { "open" }
+                retired.join(", ")
             ),
             format!(
                 "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}",
@@ -439,6 +488,29 @@ impl Regions {
             Event::Unsequenced { .. } => {}
         }
         self.queue.push_back(ev);
+    }
+
+    /// OPENs (CUTs at 0) of the current instance, read in order.
+    fn read_opens(&mut self, sender: NodeId, payload: &[u8]) {
+        let Some(inst) = self.current.as_mut().filter(|i| !i.confirmed) else {
+            return;
+        };
+        let Ok(items) = groups::decode(payload) else {
+            return;
+        };
+        for item in items {
+            if let Item::RegionFlush {
+                instance,
+                cut: true,
+                sent: 0,
+                ..
+            } = item
+            {
+                if instance == inst.id {
+                    inst.on_open(sender);
+                }
+            }
+        }
     }
 
     fn read_reports(&mut self, sender: NodeId, payload: &[u8]) {
@@ -522,7 +594,13 @@ impl Regions {
 
     fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
         match &ev.event {
-            Event::Deliver { gseq, .. } => {
+            Event::Deliver {
+                gseq,
+                sender,
+                payload,
+                ..
+            } => {
+                self.read_opens(*sender, payload);
                 self.applied_gseq = self.applied_gseq.max(*gseq);
                 self.derive_at = *gseq;
             }
@@ -739,6 +817,7 @@ impl Regions {
         self.view_members.clear();
         self.applied_gseq = 0;
         self.cut_due = false;
+        self.open_due = None;
         self.early.clear();
         self.early_reports.clear();
         self.out.clear();
@@ -805,12 +884,18 @@ impl Regions {
             return;
         };
         self.stats.instances += 1;
+        let by_slot_len = by_slot.len();
+        if by_slot_len > 1 {
+            self.open_due = Some(id);
+        }
         self.current = Some(Instance {
             id,
             engine,
             members: by_slot,
             groups,
             next_seq: 0,
+            opens: BTreeSet::new(),
+            confirmed: by_slot_len == 1,
             delivered: BTreeMap::new(),
             waiting: BTreeMap::new(),
             flush: None,
@@ -991,7 +1076,7 @@ impl Regions {
         payload: &[u8],
     ) -> Option<(u64, Bytes)> {
         let inst = self.current.as_ref()?;
-        if !order_idle || groups.is_empty() {
+        if !inst.confirmed || !order_idle || groups.is_empty() {
             return None;
         }
         let mut first = None;
@@ -1028,6 +1113,17 @@ impl Regions {
     /// allow. Returns whether any went.
     pub fn deliver_ready(&mut self, _now: Instant, sessions: &mut Sessions) -> bool {
         let mut any = false;
+        if let Some(instance) = self.open_due.take() {
+            if self.current.as_ref().is_some_and(|i| i.id == instance) {
+                sessions.push_region_item(&Item::RegionFlush {
+                    instance,
+                    cut: true,
+                    sent: 0,
+                    delivered: Vec::new(),
+                });
+                any = true;
+            }
+        }
         let applied = self.applied_gseq;
         let stats = &mut self.stats;
         for inst in self.retired.iter_mut().chain(self.current.iter_mut()) {
@@ -1038,10 +1134,10 @@ impl Regions {
                 ..
             }) = inst.engine.poll_event()
             {
-                inst.waiting.entry(source.0).or_default().push_back(Waiting {
-                    seq,
-                    payload,
-                });
+                inst.waiting
+                    .entry(source.0)
+                    .or_default()
+                    .push_back(Waiting { seq, payload });
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
@@ -1197,9 +1293,10 @@ fn drain_source(
         };
         let have = inst.delivered.get(&source).copied().unwrap_or(0);
         let seq = w.seq;
-        let after = w.payload.get(..8).map(|b| {
-            u64::from_be_bytes(b.try_into().expect("8 bytes"))
-        });
+        let after = w
+            .payload
+            .get(..8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
         let queue = inst.waiting.get_mut(&source).expect("present");
         if seq < have {
             queue.pop_front();
