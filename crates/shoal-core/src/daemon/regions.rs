@@ -19,14 +19,17 @@
 //!   daemon had applied, which a receiver applies before delivering it.
 //! - **Flush**: at a *change point* (a batch that changes the group table,
 //!   a daemon view that adds or drops daemons) each daemon retires its
-//!   instance, pauses client input, puts a REGION_FLUSH item (its next
+//!   instance (client messages go by the total order meanwhile), puts a
+//!   REGION_FLUSH item (its next
 //!   sequence number, the prefix it delivered of each other source) into
 //!   the order, and holds the change and everything after it until it
 //!   delivered the retired instance's messages exactly up to each source's
 //!   bound: the source's own flush, or, for a daemon gone without one, the
 //!   highest prefix any reporter delivered. A flush that cannot finish
 //!   within `flush_timeout` completes without the missing messages, which
-//!   are counted (`flush_lost`).
+//!   are counted (`flush_lost`). An instance carries messages only once
+//!   every member's OPEN (a CUT at 0) came back in the order; one never
+//!   confirmed, of one member, or with no group ends without a flush.
 //!
 //! Engines number members by daemon slot (a small dense id, which the
 //! runtime's slot check accepts as a datagram's sender); the wire's region
