@@ -1290,10 +1290,7 @@ fn drain_source(
     stats: &mut RegionStats,
 ) -> bool {
     let mut any = false;
-    loop {
-        let Some(w) = inst.waiting.get(&source).and_then(VecDeque::front) else {
-            break;
-        };
+    while let Some(w) = inst.waiting.get(&source).and_then(VecDeque::front) {
         let have = inst.delivered.get(&source).copied().unwrap_or(0);
         let seq = w.seq;
         let after = w
