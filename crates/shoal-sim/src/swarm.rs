@@ -253,6 +253,15 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
     // sent has settled when the history is judged.
     w.quiet_from = end.saturating_sub(DRAIN);
     let progress = std::env::var("SWARM_PROGRESS").is_ok();
+    // `SWARM_STATUS_MS=N` (with `SWARM_DUMP`): every N simulated ms, each
+    // running daemon's `shoal status` lines go into the dumped trace (not
+    // into the trace hash).
+    let status_every = std::env::var("SWARM_STATUS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0 && w.keep_trace)
+        .map(|ms| ms * 1_000_000);
+    let mut next_status = status_every.unwrap_or(u64::MAX);
     let (mut same_time, mut last_at) = (0u64, 0u64);
     while let Some(Reverse((at, _, ev))) = w.queue.pop() {
         if at > end {
@@ -275,6 +284,10 @@ pub fn run(cfg: SwarmConfig) -> Outcome {
             eprintln!("{} events, {:.3} s, {:?}", w.events, at as f64 / 1e9, ev);
         }
         w.now = at;
+        while at >= next_status {
+            w.status_to_trace(next_status);
+            next_status += status_every.unwrap_or(u64::MAX);
+        }
         w.handle(ev);
     }
     w.now = end;
@@ -377,6 +390,21 @@ impl World {
     fn push(&mut self, at: u64, ev: Ev) {
         self.order += 1;
         self.queue.push(Reverse((at, self.order, ev)));
+    }
+
+    /// Each running daemon's status lines, into the full trace only.
+    fn status_to_trace(&mut self, at: u64) {
+        let now = Instant::from_nanos(at);
+        for (slot, d) in self.daemons.iter().enumerate() {
+            if let Some(engine) = &d.engine {
+                for line in engine.status_lines(now) {
+                    self.full_trace.push(format!(
+                        "{:>9.3} ms d{slot} status: {line}",
+                        at as f64 / 1e6
+                    ));
+                }
+            }
+        }
     }
 
     fn note(&mut self, line: String) {
@@ -1274,6 +1302,30 @@ mod tests {
     #[test]
     fn a_joiner_completes_messages_begun_in_pieces_before_it() {
         assert_ok(67);
+    }
+
+    fn assert_ok_qsm(seed: u64) {
+        let mut cfg = SwarmConfig::from_seed(seed);
+        cfg.qsm = true;
+        let o = run(cfg);
+        assert!(o.ok(), "{}", describe(&o));
+    }
+
+    /// With `[qsm]` on, a sender's own region messages waited in one queue
+    /// behind a peer's region message that depended on a later point of
+    /// the total order, and its daemon skipped its own CUT: the sender's
+    /// next ordered (causal) message was delivered first at its own daemon
+    /// (fifo). Waiting is now per source and a daemon waits at its own CUT.
+    #[test]
+    fn qsm_a_senders_ordered_message_does_not_overtake_its_region_ones() {
+        assert_ok_qsm(2);
+    }
+
+    /// The same class (fifo across the region and the total order) in
+    /// another shape of faults.
+    #[test]
+    fn qsm_fifo_holds_across_the_two_paths_under_faults() {
+        assert_ok_qsm(13);
     }
 
     /// A daemon that stopped and restarted founded a group of its own and

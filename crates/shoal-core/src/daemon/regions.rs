@@ -19,14 +19,17 @@
 //!   daemon had applied, which a receiver applies before delivering it.
 //! - **Flush**: at a *change point* (a batch that changes the group table,
 //!   a daemon view that adds or drops daemons) each daemon retires its
-//!   instance, pauses client input, puts a REGION_FLUSH item (its next
+//!   instance (client messages go by the total order meanwhile), puts a
+//!   REGION_FLUSH item (its next
 //!   sequence number, the prefix it delivered of each other source) into
 //!   the order, and holds the change and everything after it until it
 //!   delivered the retired instance's messages exactly up to each source's
 //!   bound: the source's own flush, or, for a daemon gone without one, the
 //!   highest prefix any reporter delivered. A flush that cannot finish
 //!   within `flush_timeout` completes without the missing messages, which
-//!   are counted (`flush_lost`).
+//!   are counted (`flush_lost`). An instance carries messages only once
+//!   every member's OPEN (a CUT at 0) came back in the order; one never
+//!   confirmed, of one member, or with no group ends without a flush.
 //!
 //! Engines number members by daemon slot (a small dense id, which the
 //! runtime's slot check accepts as a datagram's sender); the wire's region
@@ -144,7 +147,6 @@ struct Report {
 
 /// A delivery the engine made, waiting for its turn.
 struct Waiting {
-    source: u32,
     seq: u64,
     payload: Bytes,
 }
@@ -159,11 +161,23 @@ struct Instance {
     groups: Vec<u64>,
     /// Next sequence number of this daemon's messages.
     next_seq: u64,
+    /// Member slots whose OPEN for this instance came back in the total
+    /// order (an OPEN is a CUT at sequence number 0).
+    opens: BTreeSet<u32>,
+    /// Every member's OPEN came back: messages may go by this instance.
+    /// Decided at one point of the order, alike at every member, so an
+    /// instance that members derived differently (a joiner whose table or
+    /// held `safe` batches differ) carries nothing and needs no flush.
+    confirmed: bool,
     /// Per source slot: messages handed to the sessions.
     delivered: BTreeMap<u32, u64>,
     /// Engine deliveries not yet handed over (a dependency on the total
-    /// order not applied yet, or a flush bound not known yet), in order.
-    waiting: VecDeque<Waiting>,
+    /// order not applied yet, or a flush bound not known yet), in order,
+    /// per source slot: FIFO is per source, so one source's message that
+    /// waits never holds back another's (a sender's own messages waited
+    /// behind a peer's that depended on a later point of the order, and
+    /// its next ordered message overtook them).
+    waiting: BTreeMap<u32, VecDeque<Waiting>>,
     /// Set when retired: this daemon's report, the others', and the
     /// reporters expected.
     flush: Option<Flush>,
@@ -200,6 +214,23 @@ impl Flush {
 }
 
 impl Instance {
+    /// Whether a flush of this instance has nothing to agree on: this
+    /// daemon is its only member (its own messages are delivered at once),
+    /// or it carries no group (no member could send on it). Every member
+    /// derives the same instance, so all of them skip its flush alike.
+    fn trivial(&self) -> bool {
+        self.members.len() <= 1 || self.groups.is_empty() || !self.confirmed
+    }
+
+    /// An OPEN of this instance from `sender` came back in the order.
+    fn on_open(&mut self, sender: NodeId) {
+        let slot = slot_of(sender);
+        if self.members.get(&slot) == Some(&sender) {
+            self.opens.insert(slot);
+        }
+        self.confirmed = self.members.keys().all(|s| self.opens.contains(s));
+    }
+
     /// The bound of `source`, once known.
     fn bound(&self, source: u32) -> Option<u64> {
         let flush = self.flush.as_ref()?;
@@ -261,6 +292,8 @@ pub struct Regions {
     applied_gseq: u64,
     /// Region messages sent since the last cut or flush.
     cut_due: bool,
+    /// The OPEN of the instance just derived, not yet put into the order.
+    open_due: Option<u32>,
     /// Client frames waiting (a flush, or the engine's buffer full).
     held: VecDeque<(SessionId, Frame)>,
     /// Flush reports for instances not retired here yet, by instance.
@@ -299,6 +332,7 @@ impl Regions {
             view_members: Vec::new(),
             applied_gseq: 0,
             cut_due: false,
+            open_due: None,
             held: VecDeque::new(),
             early: VecDeque::new(),
             early_reports: VecDeque::new(),
@@ -363,11 +397,40 @@ impl Regions {
             ),
             None => "none".into(),
         };
+        let retired: Vec<String> = self
+            .retired
+            .iter()
+            .map(|i| {
+                let f = i.flush.as_ref();
+                format!(
+                    "{:08x} (members {:?}, expected {:?}, reported {:?}, bounds {})",
+                    i.id,
+                    i.members.keys().collect::<Vec<_>>(),
+                    f.map(|f| f.expected.iter().collect::<Vec<_>>()),
+                    f.map(|f| f.reports.keys().collect::<Vec<_>>()),
+                    if f.is_some_and(|f| f.frozen.is_some()) {
+                        "fixed"
+                    } else {
+                        "open"
+                    }
+                )
+            })
+            .collect();
+        let gate = match self.gate {
+            None => "open".to_string(),
+            Some(Gate::Change { .. }) => "flushing".to_string(),
+            Some(Gate::Cut {
+                instance,
+                source,
+                upto,
+                ..
+            }) => format!("at a cut of {source} in {instance:08x} up to {upto}"),
+        };
         vec![
             format!(
-                "qsm: region {region}; retired {}; {}",
+                "qsm: region {region}; retired {} {}; {gate}",
                 self.retired.len(),
-                if self.gate.is_some() { "flushing" } else { "open" }
+                retired.join(", ")
             ),
             format!(
                 "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}",
@@ -430,6 +493,29 @@ impl Regions {
         self.queue.push_back(ev);
     }
 
+    /// OPENs (CUTs at 0) of the current instance, read in order.
+    fn read_opens(&mut self, sender: NodeId, payload: &[u8]) {
+        let Some(inst) = self.current.as_mut().filter(|i| !i.confirmed) else {
+            return;
+        };
+        let Ok(items) = groups::decode(payload) else {
+            return;
+        };
+        for item in items {
+            if let Item::RegionFlush {
+                instance,
+                cut: true,
+                sent: 0,
+                ..
+            } = item
+            {
+                if instance == inst.id {
+                    inst.on_open(sender);
+                }
+            }
+        }
+    }
+
     fn read_reports(&mut self, sender: NodeId, payload: &[u8]) {
         let Ok(items) = groups::decode(payload) else {
             return;
@@ -489,6 +575,11 @@ impl Regions {
             let ev = self.queue.front()?;
             let held = sessions.held_batches();
             if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
+                if self.current.as_ref().is_some_and(Instance::trivial) {
+                    // Nothing to agree on: dropped without a flush round.
+                    self.drop_trivial(now, sessions);
+                    continue;
+                }
                 self.retire(now, sessions);
                 self.gate = Some(Gate::Change { since: now });
                 continue;
@@ -506,7 +597,13 @@ impl Regions {
 
     fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
         match &ev.event {
-            Event::Deliver { gseq, .. } => {
+            Event::Deliver {
+                gseq,
+                sender,
+                payload,
+                ..
+            } => {
+                self.read_opens(*sender, payload);
                 self.applied_gseq = self.applied_gseq.max(*gseq);
                 self.derive_at = *gseq;
             }
@@ -566,7 +663,10 @@ impl Regions {
         else {
             return None;
         };
-        if Some(*sender) == self.me || self.current.is_none() && self.retired.is_empty() {
+        // A sender's own daemon waits too: its own region messages are
+        // delivered at once unless a flush holds them, and the ordered
+        // message after them must not overtake them.
+        if self.current.is_none() && self.retired.is_empty() {
             return None;
         }
         let items = groups::decode(payload).ok()?;
@@ -635,7 +735,8 @@ impl Regions {
                         self.stats.flush_lost += b.saturating_sub(*have);
                     }
                 }
-                self.stats.beyond_bound += inst.waiting.len() as u64;
+                self.stats.beyond_bound +=
+                    inst.waiting.values().map(|q| q.len() as u64).sum::<u64>();
                 self.forget(inst.id);
             }
         }
@@ -647,6 +748,16 @@ impl Regions {
             self.gone.pop_front();
         }
         self.early.retain(|(i, _, _)| *i != id);
+    }
+
+    /// A trivial instance ends at a change point without a flush: its own
+    /// messages (delivered at once) go to the sessions first.
+    fn drop_trivial(&mut self, now: Instant, sessions: &mut Sessions) {
+        self.deliver_ready(now, sessions);
+        if let Some(inst) = self.current.take() {
+            self.forget(inst.id);
+        }
+        self.cut_due = false;
     }
 
     /// Retires the current instance at a change point: its report goes into
@@ -709,6 +820,7 @@ impl Regions {
         self.view_members.clear();
         self.applied_gseq = 0;
         self.cut_due = false;
+        self.open_due = None;
         self.early.clear();
         self.early_reports.clear();
         self.out.clear();
@@ -775,14 +887,20 @@ impl Regions {
             return;
         };
         self.stats.instances += 1;
+        let by_slot_len = by_slot.len();
+        if by_slot_len > 1 {
+            self.open_due = Some(id);
+        }
         self.current = Some(Instance {
             id,
             engine,
             members: by_slot,
             groups,
             next_seq: 0,
+            opens: BTreeSet::new(),
+            confirmed: by_slot_len == 1,
             delivered: BTreeMap::new(),
-            waiting: VecDeque::new(),
+            waiting: BTreeMap::new(),
             flush: None,
         });
         // What peers sent it before this daemon got here.
@@ -824,14 +942,19 @@ impl Regions {
         if !orders {
             return Some((session, frame));
         }
-        if self.gate.is_some() || !self.held.is_empty() {
+        // A gate (flush or cut) does not hold client frames: during a flush
+        // there is no current instance and they go by the total order,
+        // behind this daemon's FLUSH item, which receivers apply only after
+        // the retired instance's messages. (Holding them starved clients
+        // while flushes followed one another, under `safe` traffic.)
+        if !self.held.is_empty() {
             self.held.push_back((session, frame));
             return None;
         }
         self.route(now, sessions, session, frame, order_idle)
     }
 
-    /// Frames held (a flush, a full engine) go on while they can. Returns
+    /// Frames held (the engine's send buffer full) go on while they can. Returns
     /// those for the sessions, in order.
     pub fn release_held(
         &mut self,
@@ -841,10 +964,7 @@ impl Regions {
     ) -> Vec<(SessionId, Frame)> {
         let mut out = Vec::new();
         let mut idle = order_idle;
-        while self.gate.is_none() {
-            let Some((session, frame)) = self.held.pop_front() else {
-                break;
-            };
+        while let Some((session, frame)) = self.held.pop_front() {
             match self.route(now, sessions, session, frame, idle) {
                 Some(f) => {
                     // Handed to the sessions: batches wait from now on.
@@ -959,7 +1079,7 @@ impl Regions {
         payload: &[u8],
     ) -> Option<(u64, Bytes)> {
         let inst = self.current.as_ref()?;
-        if !order_idle || groups.is_empty() {
+        if !inst.confirmed || !order_idle || groups.is_empty() {
             return None;
         }
         let mut first = None;
@@ -996,6 +1116,17 @@ impl Regions {
     /// allow. Returns whether any went.
     pub fn deliver_ready(&mut self, _now: Instant, sessions: &mut Sessions) -> bool {
         let mut any = false;
+        if let Some(instance) = self.open_due.take() {
+            if self.current.as_ref().is_some_and(|i| i.id == instance) {
+                sessions.push_region_item(&Item::RegionFlush {
+                    instance,
+                    cut: true,
+                    sent: 0,
+                    delivered: Vec::new(),
+                });
+                any = true;
+            }
+        }
         let applied = self.applied_gseq;
         let stats = &mut self.stats;
         for inst in self.retired.iter_mut().chain(self.current.iter_mut()) {
@@ -1006,11 +1137,10 @@ impl Regions {
                 ..
             }) = inst.engine.poll_event()
             {
-                inst.waiting.push_back(Waiting {
-                    source: source.0,
-                    seq,
-                    payload,
-                });
+                inst.waiting
+                    .entry(source.0)
+                    .or_default()
+                    .push_back(Waiting { seq, payload });
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
@@ -1136,6 +1266,7 @@ impl Regions {
 /// Hands an instance's waiting deliveries on while each may go: its
 /// sender's order point applied, and within the flush bound of a retired
 /// instance (beyond this daemon's own report only once the bound is known).
+/// Each source's queue goes on by itself.
 fn drain_waiting(
     inst: &mut Instance,
     applied: u64,
@@ -1143,20 +1274,42 @@ fn drain_waiting(
     stats: &mut RegionStats,
 ) -> bool {
     let mut any = false;
-    while let Some(w) = inst.waiting.front() {
-        let have = inst.delivered.get(&w.source).copied().unwrap_or(0);
-        if w.seq < have {
-            inst.waiting.pop_front();
+    let sources: Vec<u32> = inst.waiting.keys().copied().collect();
+    for source in sources {
+        any |= drain_source(inst, source, applied, sessions, stats);
+    }
+    inst.waiting.retain(|_, q| !q.is_empty());
+    any
+}
+
+fn drain_source(
+    inst: &mut Instance,
+    source: u32,
+    applied: u64,
+    sessions: &mut Sessions,
+    stats: &mut RegionStats,
+) -> bool {
+    let mut any = false;
+    while let Some(w) = inst.waiting.get(&source).and_then(VecDeque::front) {
+        let have = inst.delivered.get(&source).copied().unwrap_or(0);
+        let seq = w.seq;
+        let after = w
+            .payload
+            .get(..8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+        let queue = inst.waiting.get_mut(&source).expect("present");
+        if seq < have {
+            queue.pop_front();
             continue;
         }
         if let Some(f) = &inst.flush {
-            let reported = f.mine.delivered.get(&w.source).copied().unwrap_or(0);
-            if w.seq >= reported {
-                match inst.bound(w.source) {
+            let reported = f.mine.delivered.get(&source).copied().unwrap_or(0);
+            if seq >= reported {
+                match inst.bound(source) {
                     None => break,
-                    Some(b) if w.seq >= b => {
+                    Some(b) if seq >= b => {
                         // Beyond the agreed end of a gone source: dropped.
-                        inst.waiting.pop_front();
+                        inst.waiting.get_mut(&source).expect("present").pop_front();
                         stats.beyond_bound += 1;
                         continue;
                     }
@@ -1164,17 +1317,17 @@ fn drain_waiting(
                 }
             }
         }
-        let Some(after) = w.payload.get(..8) else {
-            inst.waiting.pop_front();
+        let queue = inst.waiting.get_mut(&source).expect("present");
+        let Some(after) = after else {
+            queue.pop_front();
             stats.bad_datagrams += 1;
             continue;
         };
-        let after = u64::from_be_bytes(after.try_into().expect("8 bytes"));
         if after > applied {
             break;
         }
-        let w = inst.waiting.pop_front().expect("front");
-        inst.delivered.insert(w.source, w.seq + 1);
+        let w = queue.pop_front().expect("front");
+        inst.delivered.insert(source, w.seq + 1);
         any = true;
         let Ok(items) = groups::decode(&w.payload[8..]) else {
             stats.bad_datagrams += 1;
