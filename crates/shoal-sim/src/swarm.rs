@@ -1258,6 +1258,12 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "a client's reliable message is never delivered, not even to itself (untraced)"]
+    fn a_client_gets_its_own_reliable_message() {
+        assert_ok(68);
+    }
+
+    #[test]
     #[ignore = "a safe message delivered at one daemon is never delivered by a member of a client at another that installs the next view"]
     fn a_safe_message_reaches_every_member_moving_on() {
         assert_ok(1);

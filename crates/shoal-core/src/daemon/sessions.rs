@@ -98,6 +98,30 @@ struct Partial {
     total: usize,
 }
 
+impl Partial {
+    fn new(client: &str, service: u8, ext: (u8, u16), groups: &[&str], total: usize) -> Partial {
+        Partial {
+            client: client.to_string(),
+            service,
+            flags: ext.0,
+            mess_type: ext.1,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            bytes: Vec::new(),
+            total,
+        }
+    }
+
+    /// Appends the piece at `offset`: false (nothing appended) unless it
+    /// continues what is held and stays within the total.
+    fn append(&mut self, offset: u32, bytes: &[u8]) -> bool {
+        if offset as usize != self.bytes.len() || self.bytes.len() + bytes.len() > self.total {
+            return false;
+        }
+        self.bytes.extend_from_slice(bytes);
+        true
+    }
+}
+
 /// A batch of the total order held back: it carries a `safe` message that
 /// not every daemon of the view has acknowledged yet, or it comes after one.
 /// What a daemon cut off from the daemons' group keeps for its clients
@@ -1328,24 +1352,17 @@ impl Sessions {
             return;
         }
         let key = (daemon, id);
-        let partial = self.partials.entry(key).or_insert_with(|| Partial {
-            client: client.to_string(),
-            service,
-            flags,
-            mess_type,
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            bytes: Vec::with_capacity(total),
-            total,
+        let partial = self.partials.entry(key).or_insert_with(|| {
+            let mut p = Partial::new(client, service, (flags, mess_type), groups, total);
+            p.bytes.reserve_exact(total);
+            p
         });
-        if offset as usize != partial.bytes.len()
-            || partial.bytes.len() + bytes.len() > partial.total
-        {
+        if !partial.append(offset, bytes) {
             // Pieces of one message come in order from one daemon; anything
             // else is a peer's bug: drop the message.
             self.partials.remove(&key);
             return;
         }
-        partial.bytes.extend_from_slice(bytes);
         if partial.bytes.len() == partial.total {
             let p = self.partials.remove(&key).expect("present");
             let groups: Vec<&str> = p.groups.iter().map(String::as_str).collect();
@@ -1877,21 +1894,13 @@ impl Sessions {
             } = item
             {
                 if *joiner == me.0 && complete.is_none() {
-                    let partial = joining
+                    let ext = (*flags, *mess_type);
+                    let total = *total as usize;
+                    joining
                         .partials
                         .entry((NodeId(*daemon), *id))
-                        .or_insert_with(|| Partial {
-                            client: client.to_string(),
-                            service: *service,
-                            flags: *flags,
-                            mess_type: *mess_type,
-                            groups: groups.iter().map(|g| g.to_string()).collect(),
-                            bytes: Vec::new(),
-                            total: *total as usize,
-                        });
-                    if *offset as usize == partial.bytes.len() {
-                        partial.bytes.extend_from_slice(bytes);
-                    }
+                        .or_insert_with(|| Partial::new(client, *service, ext, groups, total))
+                        .append(*offset, bytes);
                 }
                 continue;
             }
