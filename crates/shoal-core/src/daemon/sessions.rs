@@ -274,6 +274,24 @@ struct Batches {
 }
 
 impl Batches {
+    /// The (client, group) of every LEAVE item waiting here.
+    fn queued_leaves(&self) -> BTreeSet<(String, String)> {
+        let mut leaves = BTreeSet::new();
+        for batch in &self.queue {
+            let mut bytes = batch.bytes.clone();
+            bytes[..2].copy_from_slice(&batch.count.to_be_bytes());
+            let Ok(items) = groups::decode(&bytes) else {
+                continue;
+            };
+            for item in items {
+                if let Item::Leave { client, group } = item {
+                    leaves.insert((client.to_string(), group.to_string()));
+                }
+            }
+        }
+        leaves
+    }
+
     fn push(&mut self, item: &Item<'_>, batch_max: usize) {
         let len = item.encoded_len();
         let fits = self
@@ -1736,7 +1754,8 @@ impl Sessions {
             // snapshot) go before what they sent while it was out, so that
             // they are members again when those messages are delivered.
             let waiting = std::mem::take(&mut self.pending);
-            self.send_snapshot();
+            let leaving = waiting.queued_leaves();
+            self.send_snapshot(&leaving);
             self.pending.append(waiting);
         }
         self.settled.retain(|d| view.members.contains(d));
@@ -2063,11 +2082,24 @@ impl Sessions {
         }
     }
 
-    fn send_snapshot(&mut self) {
+    /// This daemon's clients and their groups, for the others. A client
+    /// whose leave of a group still waits in the queue (sent while this
+    /// daemon was cut off) is listed in it: the leave is ordered after the
+    /// messages the client sent before it, which reach it as a member.
+    fn send_snapshot(&mut self, leaving: &BTreeSet<(String, String)>) {
         let owned: Vec<(String, Vec<String>)> = self
             .sessions
             .values()
-            .map(|s| (s.private_group.clone(), s.groups.iter().cloned().collect()))
+            .map(|s| {
+                let mut groups = s.groups.clone();
+                groups.extend(
+                    leaving
+                        .iter()
+                        .filter(|(client, _)| *client == s.private_group)
+                        .map(|(_, group)| group.clone()),
+                );
+                (s.private_group.clone(), groups.into_iter().collect())
+            })
             .collect();
         let entries: Vec<(&str, Vec<&str>)> = owned
             .iter()
