@@ -95,6 +95,18 @@ pub struct SimArgs {
     /// (`[qsm] enabled = true`).
     #[arg(long)]
     pub qsm: bool,
+    /// swarm: seconds of faults instead of the seed's draw (10 to 25),
+    /// with proportionally more faults: long runs find what builds up.
+    #[arg(long)]
+    pub fault_phase: Option<u64>,
+    /// swarm: loss on every datagram all run long, under the drawn
+    /// network faults (as a daemon's `[faults] loss`) [default: 0].
+    #[arg(long)]
+    pub floor_loss: Option<f64>,
+    /// swarm: datagrams travel as fragments of this many bytes, each lost
+    /// on its own (the transport beyond loopback: 1472) [default: whole].
+    #[arg(long)]
+    pub fragment_bytes: Option<usize>,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -365,11 +377,23 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
     if args.clients_per_daemon == Some(0) {
         bail!("--clients-per-daemon must be at least 1");
     }
+    if args.floor_loss.is_some_and(|l| !(0.0..1.0).contains(&l)) {
+        bail!("--floor-loss must be in [0, 1)");
+    }
+    if args.fragment_bytes.is_some_and(|f| f < 64) {
+        bail!("--fragment-bytes must be at least 64");
+    }
+    if args.fault_phase.is_some_and(|s| !(1..=86_400).contains(&s)) {
+        bail!("--fault-phase must be 1 to 86400 seconds");
+    }
     let shape = shoal_sim::swarm::Shape {
         daemons: args.daemons,
         clients_per_daemon: args.clients_per_daemon,
         no_faults: args.no_faults,
         qsm: args.qsm,
+        fault_phase: args.fault_phase.map(std::time::Duration::from_secs),
+        floor_loss_ppm: args.floor_loss.map_or(0, |l| (l * 1e6).round() as u32),
+        fragment_bytes: args.fragment_bytes,
     };
     let started = std::time::Instant::now();
     let outcomes = shoal_sim::swarm::run_seeds_shaped(a..b, args.threads.unwrap_or(2), shape);

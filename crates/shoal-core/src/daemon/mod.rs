@@ -301,9 +301,6 @@ impl Daemon {
         let mut sessions =
             Sessions::new(&settings.node, settings.limits.clone(), settings.batch_max);
         sessions.set_epoch_floor(settings.epoch_floor);
-        // Region instances are derived at points of the order that every
-        // daemon must see alike, `safe` releases included.
-        sessions.set_stable_in_order(settings.qsm.enabled);
         let regions = Regions::new(settings.qsm.clone(), settings.batch_max);
         Daemon {
             settings,

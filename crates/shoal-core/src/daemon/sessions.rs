@@ -160,8 +160,10 @@ struct HeldBatch {
 /// began (24 bits; a new epoch begins before they overflow); and the
 /// epoch's owner slot (8 bits), the lowest daemon slot of the view then, so
 /// that two components of a partition that reach one epoch apart never
-/// name two views alike. A transitional view's id has its own daemon's
-/// slot there. Ids rise at every client (until the epoch wraps, after 2^32
+/// name two views alike. A cut-off daemon's transitional views have its own
+/// slot there and a count in the upper half ([`REGULAR_CHANGES`]); those of
+/// daemons that move on past a view change take the id of the regular view
+/// they follow (a transitional view ranks after the regular one of its id). Ids rise at every client (until the epoch wraps, after 2^32
 /// epochs).
 pub fn regular_view_id(epoch: u64, changes: u64, owner: u32) -> u64 {
     (epoch & EPOCH_MASK) << 32 | (changes & CHANGES_MASK) << 8 | u64::from(owner & 0xFF)
@@ -233,6 +235,12 @@ fn name_and_list_len(name: &str, list: &[&str]) -> usize {
 
 const EPOCH_MASK: u64 = 0xFFFF_FFFF;
 const CHANGES_MASK: u64 = 0xFF_FFFF;
+/// Regular views count changes below this (a new epoch begins before it);
+/// the upper half of the count is the cut-off daemon's transitional views'
+/// (`keep_clients_while_rejoining`), so that those never share an id with
+/// the transitional views of the daemons that moved on, which take the id
+/// of the regular view they follow (`begin_transitional`).
+const REGULAR_CHANGES: u64 = 1 << 23;
 
 /// What a daemon that joined (or rejoined) does until it has the table:
 /// the total order's batches and views wait, in order, and the table's
@@ -439,11 +447,13 @@ pub struct Sessions {
     snapshot_before: BTreeMap<NodeId, BTreeSet<(String, String)>>,
     /// Whether the daemons' view holds its quorum (set by the daemon engine).
     quorum: bool,
-    /// This daemon's own RECEIVED counts only once ordered, so that held
-    /// `safe` batches are applied at the same point of the order at every
-    /// daemon (the QSM region layer needs that; off by default).
-    stable_in_order: bool,
     stats: SessionStats,
+    /// While held batches are applied at a view change in transitional
+    /// views: the daemons that left ([`Sessions::begin_transitional`]).
+    transitional_gone: BTreeSet<NodeId>,
+    /// Groups in such a transitional view: the id of the regular view it
+    /// follows and its members.
+    in_transitional: BTreeMap<String, (u64, Vec<String>)>,
 }
 
 impl Sessions {
@@ -485,8 +495,9 @@ impl Sessions {
             goodbye_delivered: false,
             snapshot_before: BTreeMap::new(),
             quorum: true,
-            stable_in_order: false,
             stats: SessionStats::default(),
+            transitional_gone: BTreeSet::new(),
+            in_transitional: BTreeMap::new(),
         }
     }
 
@@ -1157,11 +1168,13 @@ impl Sessions {
             return;
         };
         if self.daemons.len() > 1 {
+            // Counted when the item comes back in the total order, as every
+            // other daemon's is: held `safe` batches are then released at
+            // the same point of the order at every daemon, and a view change
+            // finds the same ones still held at each (transitional views
+            // and QSM regions depend on it).
             self.push_item(&Item::Received { gseq });
-            if self.stable_in_order {
-                // Counted when the item comes back in the total order.
-                return;
-            }
+            return;
         }
         let known = self.received.entry(me).or_default();
         *known = (*known).max(gseq);
@@ -1184,6 +1197,111 @@ impl Sessions {
         }
     }
 
+    /// Whether a held batch carries a `safe` message not every daemon of
+    /// the view has said it holds.
+    fn held_unstable_safe(&self) -> bool {
+        self.held.iter().any(|b| b.safe && !self.stable(b.gseq))
+    }
+
+    /// Before delivering a message of group `group` while held batches are
+    /// applied at a view change that dropped daemons
+    /// (`transitional_gone`): if the group has members on a gone
+    /// daemon, its local members first get a transitional view, the
+    /// group's members on the daemons that move on (EVS: a `safe` message
+    /// delivered there reaches those, not every member of the regular view
+    /// before it). Its id is the regular view's it follows (a transitional
+    /// view ranks after the regular one of the same id), so that it takes
+    /// no count: a daemon that joined recently holds only the end of what
+    /// an older one holds, and the counts after must agree. The list is the
+    /// same at every daemon that gives it, since the group's table does not
+    /// change within one regular view.
+    fn begin_transitional(&mut self, group: &str) {
+        let Some(me) = self.me else {
+            return;
+        };
+        if group.starts_with('#') || self.in_transitional.contains_key(group) {
+            return;
+        }
+        let Some(members) = self.table.get(group) else {
+            return;
+        };
+        let gone = &self.transitional_gone;
+        if !members.iter().any(|m| gone.contains(&m.daemon)) {
+            return;
+        }
+        let Some(view_id) = self.announced.get(group).map(|a| a.view_id) else {
+            return;
+        };
+        let staying: Vec<&Member> = members
+            .iter()
+            .filter(|m| !gone.contains(&m.daemon))
+            .collect();
+        let mut names: Vec<String> = staying.iter().map(|m| m.client.clone()).collect();
+        names.sort();
+        names.dedup();
+        let local: Vec<SessionId> = staying
+            .iter()
+            .filter(|m| m.daemon == me)
+            .filter_map(|m| self.by_name.get(&m.client).copied())
+            .collect();
+        let frame = Frame::Membership {
+            group: group.to_string(),
+            view_id,
+            reason: Reason::Network,
+            transitional: true,
+            quorum: false,
+            members: names.clone(),
+        };
+        self.send_encoded(local, &frame);
+        self.in_transitional
+            .insert(group.to_string(), (view_id, names));
+    }
+
+    /// At a group change among the held batches, each group in a
+    /// transitional view first installs a regular view of the transitional
+    /// view's members (EVS: the transitional configuration is part of the
+    /// next regular one; the change then follows as a view of its own). Its
+    /// id is the one before plus one in the owner's bits, below the next
+    /// counted id; it takes no count either ([`Sessions::begin_transitional`]).
+    fn end_transitional(&mut self) {
+        let Some(me) = self.me else {
+            return;
+        };
+        for (group, (view_id, names)) in std::mem::take(&mut self.in_transitional) {
+            if view_id & 0xFF == 0xFF {
+                continue;
+            }
+            let view_id = view_id + 1;
+            let local: Vec<SessionId> = self
+                .table
+                .get(&group)
+                .into_iter()
+                .flatten()
+                .filter(|m| m.daemon == me && names.contains(&m.client))
+                .filter_map(|m| self.by_name.get(&m.client).copied())
+                .collect();
+            let frame = Frame::Membership {
+                group: group.clone(),
+                view_id,
+                reason: Reason::Network,
+                transitional: false,
+                quorum: self.quorum,
+                members: names.clone(),
+            };
+            self.send_encoded(local, &frame);
+            self.announce_seq += 1;
+            let seq = self.announce_seq;
+            self.announced.insert(
+                group,
+                Announced {
+                    seq,
+                    view_id,
+                    names,
+                },
+            );
+        }
+    }
+
     /// Applies the oldest held batch.
     fn apply_held(&mut self) {
         let Some(batch) = self.held.pop_front() else {
@@ -1196,6 +1314,14 @@ impl Sessions {
     }
 
     fn apply(&mut self, daemon: NodeId, item: Item<'_>) {
+        if !self.in_transitional.is_empty()
+            && !matches!(
+                item,
+                Item::Message { .. } | Item::Fragment { .. } | Item::Received { .. }
+            )
+        {
+            self.end_transitional();
+        }
         if matches!(
             item,
             Item::Join { .. } | Item::Leave { .. } | Item::Gone { .. } | Item::Goodbye
@@ -1411,6 +1537,11 @@ impl Sessions {
         let Some(service) = Service::from_u8(service) else {
             return;
         };
+        if !self.transitional_gone.is_empty() {
+            for g in groups {
+                self.begin_transitional(g);
+            }
+        }
         let mut recipients = Vec::new();
         for g in groups {
             if let Some(moving) = &self.transitional_recipients {
@@ -1723,10 +1854,20 @@ impl Sessions {
             .filter(|d| !view.members.contains(d))
             .collect();
         // Every daemon moving into this view delivered the old view's
-        // batches: what was held for `safe` is stable among them.
+        // batches: what was held for `safe` is stable among them, but not
+        // among the old view's daemons when some left without saying they
+        // held it. Their clients' groups first go into a transitional view
+        // (EVS: a safe message delivered there reaches the members that
+        // move on together, not every member of the old regular view).
+        if !gone.is_empty() && self.held_unstable_safe() {
+            self.transitional_gone = gone.clone();
+        }
         while !self.held.is_empty() {
             self.apply_held();
         }
+        // The gone members' removal below installs the regular views.
+        self.transitional_gone.clear();
+        self.in_transitional.clear();
         self.received.retain(|d, _| view.members.contains(d));
         // Batches sent before a view change may come back in it or not at
         // all: stop waiting for them (`in_flight` only paces batching).
@@ -1793,7 +1934,7 @@ impl Sessions {
     /// count would overflow its bits).
     fn count_change(&mut self) {
         self.changes += 1;
-        if self.changes >= CHANGES_MASK {
+        if self.changes >= REGULAR_CHANGES - 1 {
             self.new_epoch(0);
         }
     }
@@ -2204,9 +2345,9 @@ impl Sessions {
             return;
         }
         self.count_change();
-        let stay_id = regular_view_id(self.epoch, self.changes, slot);
+        let stay_id = regular_view_id(self.epoch, REGULAR_CHANGES | self.changes, slot);
         self.count_change();
-        let leave_id = regular_view_id(self.epoch, self.changes, slot);
+        let leave_id = regular_view_id(self.epoch, REGULAR_CHANGES | self.changes, slot);
         let groups = local
             .into_iter()
             .map(|(g, clients)| (g, clients.into_iter().collect()))
@@ -2248,11 +2389,6 @@ impl Sessions {
     /// Whether this daemon is in a view and holds the whole group table.
     pub fn holds_table(&self) -> bool {
         self.me.is_some() && self.joining.is_none()
-    }
-
-    /// Counts this daemon's own RECEIVED only once ordered (see the field).
-    pub fn set_stable_in_order(&mut self, on: bool) {
-        self.stable_in_order = on;
     }
 
     /// Batches held back for `safe` (applied later, when a RECEIVED item
