@@ -40,7 +40,7 @@ enum Command {
     /// A local cluster on loopback: one sender, N members, injected loss.
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
-    Sim(sim::SimArgs),
+    Sim(Box<sim::SimArgs>),
     /// Judge recorded histories (JSON lines); exit status 1 on violations.
     Check(check_cmd::CheckArgs),
     /// Write the manual pages (shoal.1, shoal-daemon.1, ...) into a directory.
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         Command::Monitor(args) => monitor_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Sim(args) => sim::run(args),
+        Command::Sim(args) => sim::run(*args),
         Command::Check(args) => return check_cmd::run(args),
         Command::Man(args) => man(args),
     };
