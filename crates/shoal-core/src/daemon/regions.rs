@@ -135,6 +135,10 @@ pub struct RegionStats {
     pub beyond_bound: u64,
     /// Datagrams for unknown instances dropped (buffer full or retired).
     pub early_dropped: u64,
+    /// Events handed on as no change point that changed the table's view
+    /// id all the same (a region instance outlived a change without a
+    /// flush): a bug if ever above 0.
+    pub unflushed_changes: u64,
     pub bad_datagrams: u64,
 }
 
@@ -159,6 +163,13 @@ struct Instance {
     members: BTreeMap<u32, NodeId>,
     /// Hashes of the groups that span only this region, ascending.
     groups: Vec<u64>,
+    /// The local recipients of `groups[i]` are
+    /// `local[local_at[i]..local_at[i + 1]]`: resolved once from the table,
+    /// which no change touches during the instance's life (a change retires
+    /// it), so that a delivery costs no lookup in the sessions' table of
+    /// group names.
+    local_at: Vec<u32>,
+    local: Vec<SessionId>,
     /// Next sequence number of this daemon's messages.
     next_seq: u64,
     /// Member slots whose OPEN for this instance came back in the total
@@ -220,6 +231,17 @@ impl Instance {
     /// derives the same instance, so all of them skip its flush alike.
     fn trivial(&self) -> bool {
         self.members.len() <= 1 || self.groups.is_empty() || !self.confirmed
+    }
+
+    /// The local recipients of a message to `groups`, if all are carried.
+    fn recipients(&self, groups: &[&str]) -> Option<Vec<SessionId>> {
+        let mut to = Vec::new();
+        for g in groups {
+            let i = self.groups.binary_search(&group_hash(g)).ok()?;
+            let (a, b) = (self.local_at[i] as usize, self.local_at[i + 1] as usize);
+            to.extend_from_slice(&self.local[a..b]);
+        }
+        Some(to)
     }
 
     /// An OPEN of this instance from `sender` came back in the order.
@@ -288,6 +310,9 @@ pub struct Regions {
     removed: bool,
     /// Members of the latest daemon view seen.
     view_members: Vec<NodeId>,
+    /// The sessions' view id before an event handed on as no change point
+    /// was applied (checked after it, [`RegionStats::unflushed_changes`]).
+    watch: Option<u64>,
     /// The latest total-order batch handed to the sessions.
     applied_gseq: u64,
     /// Region messages sent since the last cut or flush.
@@ -330,6 +355,7 @@ impl Regions {
             derive_at: 0,
             removed: false,
             view_members: Vec::new(),
+            watch: None,
             applied_gseq: 0,
             cut_due: false,
             open_due: None,
@@ -372,13 +398,16 @@ impl Regions {
     }
 
     /// Bytes of state per carried group in this daemon's region layer: the
-    /// group list and the engine's group table, by their allocations (the
+    /// group list, its local recipients and the engine's group table, by
+    /// their allocations (the
     /// sessions' group table, which every daemon has with or without QSM,
     /// is not counted here).
     pub fn bytes_per_group(&self) -> Option<usize> {
         let i = self.current.as_ref()?;
         let n = i.groups.len().max(1);
-        let own = i.groups.capacity() * std::mem::size_of::<u64>();
+        let own = i.groups.capacity() * std::mem::size_of::<u64>()
+            + i.local_at.capacity() * std::mem::size_of::<u32>()
+            + i.local.capacity() * std::mem::size_of::<SessionId>();
         Some(own / n + i.engine.bytes_per_group())
     }
 
@@ -433,7 +462,7 @@ impl Regions {
                 retired.join(", ")
             ),
             format!(
-                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}",
+                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}",
                 s.messages_sent,
                 s.messages_delivered,
                 s.ordered_instead,
@@ -444,7 +473,8 @@ impl Regions {
                 s.flush_lost,
                 s.beyond_bound,
                 s.early_dropped,
-                s.bad_datagrams
+                s.bad_datagrams,
+                s.unflushed_changes
             ),
         ]
     }
@@ -570,11 +600,13 @@ impl Regions {
                 self.finish_gate(now, gate, sessions);
                 // The change, or the batch with the cut, goes now.
                 let ev = self.queue.pop_front()?;
+                if matches!(gate, Gate::Cut { .. }) {
+                    self.watch_for_change(sessions);
+                }
                 return Some(self.hand_on(ev));
             }
             let ev = self.queue.front()?;
-            let held = sessions.held_batches();
-            if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
+            if !self.removed && self.current.is_some() && Regions::is_change(ev, sessions) {
                 if self.current.as_ref().is_some_and(Instance::trivial) {
                     // Nothing to agree on: dropped without a flush round.
                     self.drop_trivial(now, sessions);
@@ -591,8 +623,15 @@ impl Regions {
                 }
             }
             let ev = self.queue.pop_front()?;
+            self.watch_for_change(sessions);
             return Some(self.hand_on(ev));
         }
+    }
+
+    /// An event goes on as no change point: with an instance current,
+    /// [`Regions::after_event`] checks that the table's view id stayed.
+    fn watch_for_change(&mut self, sessions: &Sessions) {
+        self.watch = (self.current.is_some() && !self.removed).then(|| sessions.change_point());
     }
 
     fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
@@ -618,6 +657,11 @@ impl Regions {
     /// change point's flush, or the table just installed), this daemon's
     /// region is derived.
     pub fn after_event(&mut self, now: Instant, sessions: &Sessions) {
+        if let Some(before) = self.watch.take() {
+            if sessions.change_point() != before && sessions.holds_table() {
+                self.stats.unflushed_changes += 1;
+            }
+        }
         if !sessions.holds_table() {
             return;
         }
@@ -627,29 +671,23 @@ impl Regions {
         }
     }
 
-    /// Whether handing `ev` on may change the group table: it carries a
-    /// change, or it may release batches the sessions hold for `safe` (a
-    /// RECEIVED item, a view), which may carry changes.
-    fn is_change(ev: &MembershipEvent, held: usize) -> bool {
+    /// Whether handing `ev` on may change the group table: a change item
+    /// applied at once, held batches with one that its RECEIVED items make
+    /// stable, a view that adds or drops daemons, or one that releases held
+    /// batches with a change. (A batch with a RECEIVED while batches were
+    /// held used to count whatever the held ones carried: under `safe`
+    /// traffic nearly every batch, a flush round each.)
+    fn is_change(ev: &MembershipEvent, sessions: &Sessions) -> bool {
         match &ev.event {
-            Event::Deliver { payload, .. } => groups::decode(payload).is_ok_and(|items| {
-                items.iter().any(|i| match i {
-                    Item::Join { .. }
-                    | Item::Leave { .. }
-                    | Item::Gone { .. }
-                    | Item::Goodbye
-                    | Item::Snapshot { .. }
-                    | Item::Table { .. } => true,
-                    Item::Received { .. } => held > 0,
-                    _ => false,
-                })
-            }),
+            Event::Deliver {
+                sender, payload, ..
+            } => sessions.batch_may_change_table(*sender, payload, changes_table),
             Event::View(v) => {
                 !v.first
-                    && (held > 0
-                        || !v.joined.is_empty()
+                    && (!v.joined.is_empty()
                         || !v.left.is_empty()
-                        || !v.failed.is_empty())
+                        || !v.failed.is_empty()
+                        || sessions.held_may_change_table(changes_table))
             }
             Event::Removed { .. } | Event::Unsequenced { .. } => false,
         }
@@ -818,6 +856,7 @@ impl Regions {
         self.gate = None;
         self.removed = false;
         self.view_members.clear();
+        self.watch = None;
         self.applied_gseq = 0;
         self.cut_due = false;
         self.open_due = None;
@@ -869,6 +908,7 @@ impl Regions {
         groups.sort_unstable();
         groups.dedup();
         groups.shrink_to_fit();
+        let (local_at, local) = local_recipients(&groups, sessions);
         let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
         let view = RegionView {
             id: RegionId(id),
@@ -896,6 +936,8 @@ impl Regions {
             engine,
             members: by_slot,
             groups,
+            local_at,
+            local,
             next_seq: 0,
             opens: BTreeSet::new(),
             confirmed: by_slot_len == 1,
@@ -1344,11 +1386,66 @@ fn drain_source(
             } = item
             {
                 stats.messages_delivered += 1;
-                sessions.deliver_region(client, service, (flags, mess_type), &groups, payload);
+                match inst.recipients(&groups) {
+                    Some(to) => sessions.deliver_region_to(
+                        to,
+                        client,
+                        service,
+                        (flags, mess_type),
+                        &groups,
+                        payload,
+                    ),
+                    // Not a group of this instance (no member sends one):
+                    // the sessions look its members up.
+                    None => sessions.deliver_region(
+                        client,
+                        service,
+                        (flags, mess_type),
+                        &groups,
+                        payload,
+                    ),
+                }
             }
         }
     }
     any
+}
+
+/// Whether applying `item` changes the group table.
+fn changes_table(item: &Item<'_>) -> bool {
+    matches!(
+        item,
+        Item::Join { .. }
+            | Item::Leave { .. }
+            | Item::Gone { .. }
+            | Item::Goodbye
+            | Item::Snapshot { .. }
+            | Item::Table { .. }
+    )
+}
+
+/// The local recipients of each of `groups` (ascending hashes), as offsets
+/// into one list of sessions.
+fn local_recipients(groups: &[u64], sessions: &Sessions) -> (Vec<u32>, Vec<SessionId>) {
+    let mut pairs: Vec<(usize, SessionId)> = Vec::new();
+    sessions.for_each_local_member(|group, session| {
+        if let Ok(i) = groups.binary_search(&group_hash(group)) {
+            pairs.push((i, session));
+        }
+    });
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut at = Vec::with_capacity(groups.len() + 1);
+    let mut local = Vec::with_capacity(pairs.len());
+    let mut next = pairs.iter().peekable();
+    for i in 0..groups.len() {
+        at.push(local.len() as u32);
+        while let Some((_, s)) = next.next_if(|(j, _)| *j == i) {
+            local.push(*s);
+        }
+    }
+    at.push(local.len() as u32);
+    (at, local)
 }
 
 /// A group name's 64-bit FNV-1a hash: how regions name groups (a collision
