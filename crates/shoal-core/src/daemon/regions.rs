@@ -204,6 +204,24 @@ struct Flush {
 }
 
 impl Flush {
+    /// Whether a reporter had not delivered some source up to its bound
+    /// (or the bounds are not fixed: this daemon gave up waiting).
+    fn someone_behind(&self) -> bool {
+        let Some(bounds) = &self.frozen else {
+            return true;
+        };
+        self.reports.iter().any(|(reporter, r)| {
+            bounds.iter().any(|(source, bound)| {
+                let had = if source == reporter {
+                    r.sent
+                } else {
+                    r.delivered.get(source).copied().unwrap_or(0)
+                };
+                had < *bound
+            })
+        })
+    }
+
     /// Fixes the bounds once every expected reporter has reported: a
     /// reporter's own `sent`, else the highest prefix reported.
     fn freeze(&mut self) {
@@ -300,6 +318,12 @@ pub struct Regions {
     me: Option<NodeId>,
     current: Option<Instance>,
     retired: Vec<Instance>,
+    /// Instances flushed here, kept running (token, repairs; deliveries
+    /// dropped) until the given time: a peer still flushing one may need
+    /// copies only this daemon holds. Dropping them at once left a slower
+    /// member nobody to recover from: its flush timed out and lost what it
+    /// lacked (a bench receiver lost 5,973 messages this way).
+    lingering: VecDeque<(Instance, Instant)>,
     /// Events of the daemons' group not handed on yet, in order.
     queue: VecDeque<MembershipEvent>,
     gate: Option<Gate>,
@@ -334,6 +358,8 @@ pub struct Regions {
 
 /// Instances remembered as gone.
 const GONE_MAX: usize = 64;
+/// Flushed instances kept running for peers at most (the oldest go first).
+const LINGER_MAX: usize = 8;
 /// Flush reports kept for instances not retired here yet.
 const EARLY_REPORTS_MAX: usize = 4096;
 /// Bytes of a QSM data packet before the payload: header, region, group,
@@ -350,6 +376,7 @@ impl Regions {
             me: None,
             current: None,
             retired: Vec::new(),
+            lingering: VecDeque::new(),
             queue: VecDeque::new(),
             gate: None,
             derive_at: 0,
@@ -493,7 +520,8 @@ impl Regions {
                 self.view_members = v.members.clone();
                 let alive: BTreeSet<u32> = v.members.iter().map(|d| slot_of(*d)).collect();
                 let now = self.last_now;
-                for inst in self.retired.iter_mut() {
+                let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+                for inst in self.retired.iter_mut().chain(lingering) {
                     if let Some(f) = inst.flush.as_mut() {
                         f.expected.retain(|s| alive.contains(s));
                         f.freeze();
@@ -775,7 +803,42 @@ impl Regions {
                 }
                 self.stats.beyond_bound +=
                     inst.waiting.values().map(|q| q.len() as u64).sum::<u64>();
-                self.forget(inst.id);
+                self.linger(now, inst);
+            }
+        }
+    }
+
+    /// Keeps a flushed instance's engine running for `flush_timeout`, so
+    /// that members still flushing it can recover from this one; not when
+    /// every reporter had delivered every source up to its bound when it
+    /// reported (the reports are the same at every member): nobody needs a
+    /// repair then, the usual case.
+    fn linger(&mut self, now: Instant, mut inst: Instance) {
+        let behind = inst.flush.as_ref().is_none_or(Flush::someone_behind);
+        if !behind || inst.members.len() <= 1 || self.settings.flush_timeout.is_zero() {
+            self.forget(inst.id);
+            return;
+        }
+        inst.waiting.clear();
+        inst.flush = None;
+        self.lingering
+            .push_back((inst, now + self.settings.flush_timeout));
+        while self.lingering.len() > LINGER_MAX {
+            if let Some((old, _)) = self.lingering.pop_front() {
+                self.forget(old.id);
+            }
+        }
+    }
+
+    /// Lingering instances whose time is up are dropped.
+    fn end_lingering(&mut self, now: Instant) {
+        while self
+            .lingering
+            .front()
+            .is_some_and(|(_, until)| *until <= now)
+        {
+            if let Some((old, _)) = self.lingering.pop_front() {
+                self.forget(old.id);
             }
         }
     }
@@ -850,6 +913,7 @@ impl Regions {
             .take()
             .into_iter()
             .chain(self.retired.drain(..))
+            .chain(self.lingering.drain(..).map(|(i, _)| i))
         {
             self.gone.push_back(inst.id);
         }
@@ -1186,6 +1250,11 @@ impl Regions {
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
+        // Flushed: what a lingering engine still delivers is past its
+        // bounds (or below them, and delivered already).
+        for (inst, _) in self.lingering.iter_mut() {
+            while inst.engine.poll_event().is_some() {}
+        }
         any
     }
 
@@ -1220,6 +1289,7 @@ impl Regions {
                 .current
                 .iter_mut()
                 .chain(self.retired.iter_mut())
+                .chain(self.lingering.iter_mut().map(|(i, _)| i))
                 .find(|i| i.id == id)
             {
                 inst.engine.handle_datagram_bytes(now, from, &bytes);
@@ -1232,7 +1302,14 @@ impl Regions {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+        self.end_lingering(now);
+        let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+        for inst in self
+            .current
+            .iter_mut()
+            .chain(self.retired.iter_mut())
+            .chain(lingering)
+        {
             if inst.engine.poll_timeout().is_some_and(|t| t <= now) {
                 inst.engine.handle_timeout(now);
             }
@@ -1246,11 +1323,14 @@ impl Regions {
             }
             None => None,
         };
+        let linger_end = self.lingering.front().map(|(_, until)| *until);
         self.current
             .iter()
             .chain(self.retired.iter())
+            .chain(self.lingering.iter().map(|(i, _)| i))
             .filter_map(|i| i.engine.poll_timeout())
             .chain(gate)
+            .chain(linger_end)
             .min()
     }
 
@@ -1268,7 +1348,13 @@ impl Regions {
         let max = self.datagram_max;
         let mut open: BTreeMap<NodeId, Vec<u8>> = BTreeMap::new();
         let mut out = Vec::new();
-        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+        let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+        for inst in self
+            .current
+            .iter_mut()
+            .chain(self.retired.iter_mut())
+            .chain(lingering)
+        {
             while let Some(t) = inst.engine.poll_transmit(now) {
                 let to: Vec<NodeId> = match t.destination {
                     Destination::Node(slot) => {
