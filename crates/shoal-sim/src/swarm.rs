@@ -1347,7 +1347,7 @@ mod tests {
     /// points and the linger the seed still loses the message; why was not
     /// traced).
     #[test]
-    fn qsm_a_member_behind_at_a_flush_recovers_from_peers_that_finished_it() {
+    fn qsm_a_daemon_behind_at_a_change_point_loses_nothing_silently() {
         assert_ok_qsm(96);
     }
 
