@@ -538,8 +538,12 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf], joined: impl FnOnce()) -> anyho
         let barrier = barrier.clone();
         let progress = progress.clone();
         let delivered = delivered.clone();
+        // A receiver keeps its connection until every receiver has finished
+        // (the thread returns it): a client leaving is a group change, and
+        // with --qsm a change point, which would make the slower receivers
+        // wait for a flush that the measurement should not include.
         receivers.push(std::thread::spawn(
-            move || -> anyhow::Result<(u64, Histogram<u64>, u64)> {
+            move || -> anyhow::Result<(u64, Histogram<u64>, u64, shoal_client::RecvHalf)> {
                 let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
                 barrier.wait();
                 let mut got = 0u64;
@@ -560,7 +564,7 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf], joined: impl FnOnce()) -> anyho
                         shoal_client::Received::Membership(_) => {}
                     }
                 }
-                Ok((got, hist, last))
+                Ok((got, hist, last, conn))
             },
         ));
     }
@@ -570,11 +574,14 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf], joined: impl FnOnce()) -> anyho
     }
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let mut end_ns = 0;
+    let mut finished = Vec::new();
     for r in receivers {
-        let (_, hist, last) = r.join().expect("receiver thread")?;
+        let (_, hist, last, conn) = r.join().expect("receiver thread")?;
         all.add(&hist)?;
         end_ns = end_ns.max(last);
+        finished.push(conn);
     }
+    drop(finished);
     progress.finish_and_clear();
     let secs = (end_ns.saturating_sub(start_ns)) as f64 / 1e9;
     let rate = expected as f64 / secs;

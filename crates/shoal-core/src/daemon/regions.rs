@@ -135,6 +135,10 @@ pub struct RegionStats {
     pub beyond_bound: u64,
     /// Datagrams for unknown instances dropped (buffer full or retired).
     pub early_dropped: u64,
+    /// Events handed on as no change point that changed the table's view
+    /// id all the same (a region instance outlived a change without a
+    /// flush): a bug if ever above 0.
+    pub unflushed_changes: u64,
     pub bad_datagrams: u64,
 }
 
@@ -159,6 +163,13 @@ struct Instance {
     members: BTreeMap<u32, NodeId>,
     /// Hashes of the groups that span only this region, ascending.
     groups: Vec<u64>,
+    /// The local recipients of `groups[i]` are
+    /// `local[local_at[i]..local_at[i + 1]]`: resolved once from the table,
+    /// which no change touches during the instance's life (a change retires
+    /// it), so that a delivery costs no lookup in the sessions' table of
+    /// group names.
+    local_at: Vec<u32>,
+    local: Vec<SessionId>,
     /// Next sequence number of this daemon's messages.
     next_seq: u64,
     /// Member slots whose OPEN for this instance came back in the total
@@ -193,6 +204,24 @@ struct Flush {
 }
 
 impl Flush {
+    /// Whether a reporter had not delivered some source up to its bound
+    /// (or the bounds are not fixed: this daemon gave up waiting).
+    fn someone_behind(&self) -> bool {
+        let Some(bounds) = &self.frozen else {
+            return true;
+        };
+        self.reports.iter().any(|(reporter, r)| {
+            bounds.iter().any(|(source, bound)| {
+                let had = if source == reporter {
+                    r.sent
+                } else {
+                    r.delivered.get(source).copied().unwrap_or(0)
+                };
+                had < *bound
+            })
+        })
+    }
+
     /// Fixes the bounds once every expected reporter has reported: a
     /// reporter's own `sent`, else the highest prefix reported.
     fn freeze(&mut self) {
@@ -220,6 +249,17 @@ impl Instance {
     /// derives the same instance, so all of them skip its flush alike.
     fn trivial(&self) -> bool {
         self.members.len() <= 1 || self.groups.is_empty() || !self.confirmed
+    }
+
+    /// The local recipients of a message to `groups`, if all are carried.
+    fn recipients(&self, groups: &[&str]) -> Option<Vec<SessionId>> {
+        let mut to = Vec::new();
+        for g in groups {
+            let i = self.groups.binary_search(&group_hash(g)).ok()?;
+            let (a, b) = (self.local_at[i] as usize, self.local_at[i + 1] as usize);
+            to.extend_from_slice(&self.local[a..b]);
+        }
+        Some(to)
     }
 
     /// An OPEN of this instance from `sender` came back in the order.
@@ -278,6 +318,12 @@ pub struct Regions {
     me: Option<NodeId>,
     current: Option<Instance>,
     retired: Vec<Instance>,
+    /// Instances flushed here, kept running (token, repairs; deliveries
+    /// dropped) until the given time: a peer still flushing one may need
+    /// copies only this daemon holds. Dropping them at once left a slower
+    /// member nobody to recover from: its flush timed out and lost what it
+    /// lacked (a bench receiver lost 5,973 messages this way).
+    lingering: VecDeque<(Instance, Instant)>,
     /// Events of the daemons' group not handed on yet, in order.
     queue: VecDeque<MembershipEvent>,
     gate: Option<Gate>,
@@ -288,6 +334,9 @@ pub struct Regions {
     removed: bool,
     /// Members of the latest daemon view seen.
     view_members: Vec<NodeId>,
+    /// The sessions' view id before an event handed on as no change point
+    /// was applied (checked after it, [`RegionStats::unflushed_changes`]).
+    watch: Option<u64>,
     /// The latest total-order batch handed to the sessions.
     applied_gseq: u64,
     /// Region messages sent since the last cut or flush.
@@ -309,6 +358,8 @@ pub struct Regions {
 
 /// Instances remembered as gone.
 const GONE_MAX: usize = 64;
+/// Flushed instances kept running for peers at most (the oldest go first).
+const LINGER_MAX: usize = 8;
 /// Flush reports kept for instances not retired here yet.
 const EARLY_REPORTS_MAX: usize = 4096;
 /// Bytes of a QSM data packet before the payload: header, region, group,
@@ -325,11 +376,13 @@ impl Regions {
             me: None,
             current: None,
             retired: Vec::new(),
+            lingering: VecDeque::new(),
             queue: VecDeque::new(),
             gate: None,
             derive_at: 0,
             removed: false,
             view_members: Vec::new(),
+            watch: None,
             applied_gseq: 0,
             cut_due: false,
             open_due: None,
@@ -372,13 +425,16 @@ impl Regions {
     }
 
     /// Bytes of state per carried group in this daemon's region layer: the
-    /// group list and the engine's group table, by their allocations (the
+    /// group list, its local recipients and the engine's group table, by
+    /// their allocations (the
     /// sessions' group table, which every daemon has with or without QSM,
     /// is not counted here).
     pub fn bytes_per_group(&self) -> Option<usize> {
         let i = self.current.as_ref()?;
         let n = i.groups.len().max(1);
-        let own = i.groups.capacity() * std::mem::size_of::<u64>();
+        let own = i.groups.capacity() * std::mem::size_of::<u64>()
+            + i.local_at.capacity() * std::mem::size_of::<u32>()
+            + i.local.capacity() * std::mem::size_of::<SessionId>();
         Some(own / n + i.engine.bytes_per_group())
     }
 
@@ -433,7 +489,7 @@ impl Regions {
                 retired.join(", ")
             ),
             format!(
-                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}",
+                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}",
                 s.messages_sent,
                 s.messages_delivered,
                 s.ordered_instead,
@@ -444,7 +500,8 @@ impl Regions {
                 s.flush_lost,
                 s.beyond_bound,
                 s.early_dropped,
-                s.bad_datagrams
+                s.bad_datagrams,
+                s.unflushed_changes
             ),
         ]
     }
@@ -463,7 +520,8 @@ impl Regions {
                 self.view_members = v.members.clone();
                 let alive: BTreeSet<u32> = v.members.iter().map(|d| slot_of(*d)).collect();
                 let now = self.last_now;
-                for inst in self.retired.iter_mut() {
+                let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+                for inst in self.retired.iter_mut().chain(lingering) {
                     if let Some(f) = inst.flush.as_mut() {
                         f.expected.retain(|s| alive.contains(s));
                         f.freeze();
@@ -570,11 +628,13 @@ impl Regions {
                 self.finish_gate(now, gate, sessions);
                 // The change, or the batch with the cut, goes now.
                 let ev = self.queue.pop_front()?;
+                if matches!(gate, Gate::Cut { .. }) {
+                    self.watch_for_change(sessions);
+                }
                 return Some(self.hand_on(ev));
             }
             let ev = self.queue.front()?;
-            let held = sessions.held_batches();
-            if !self.removed && self.current.is_some() && Regions::is_change(ev, held) {
+            if !self.removed && self.current.is_some() && Regions::is_change(ev, sessions) {
                 if self.current.as_ref().is_some_and(Instance::trivial) {
                     // Nothing to agree on: dropped without a flush round.
                     self.drop_trivial(now, sessions);
@@ -591,8 +651,15 @@ impl Regions {
                 }
             }
             let ev = self.queue.pop_front()?;
+            self.watch_for_change(sessions);
             return Some(self.hand_on(ev));
         }
+    }
+
+    /// An event goes on as no change point: with an instance current,
+    /// [`Regions::after_event`] checks that the table's view id stayed.
+    fn watch_for_change(&mut self, sessions: &Sessions) {
+        self.watch = (self.current.is_some() && !self.removed).then(|| sessions.change_point());
     }
 
     fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
@@ -618,6 +685,11 @@ impl Regions {
     /// change point's flush, or the table just installed), this daemon's
     /// region is derived.
     pub fn after_event(&mut self, now: Instant, sessions: &Sessions) {
+        if let Some(before) = self.watch.take() {
+            if sessions.change_point() != before && sessions.holds_table() {
+                self.stats.unflushed_changes += 1;
+            }
+        }
         if !sessions.holds_table() {
             return;
         }
@@ -627,29 +699,23 @@ impl Regions {
         }
     }
 
-    /// Whether handing `ev` on may change the group table: it carries a
-    /// change, or it may release batches the sessions hold for `safe` (a
-    /// RECEIVED item, a view), which may carry changes.
-    fn is_change(ev: &MembershipEvent, held: usize) -> bool {
+    /// Whether handing `ev` on may change the group table: a change item
+    /// applied at once, held batches with one that its RECEIVED items make
+    /// stable, a view that adds or drops daemons, or one that releases held
+    /// batches with a change. (A batch with a RECEIVED while batches were
+    /// held used to count whatever the held ones carried: under `safe`
+    /// traffic nearly every batch, a flush round each.)
+    fn is_change(ev: &MembershipEvent, sessions: &Sessions) -> bool {
         match &ev.event {
-            Event::Deliver { payload, .. } => groups::decode(payload).is_ok_and(|items| {
-                items.iter().any(|i| match i {
-                    Item::Join { .. }
-                    | Item::Leave { .. }
-                    | Item::Gone { .. }
-                    | Item::Goodbye
-                    | Item::Snapshot { .. }
-                    | Item::Table { .. } => true,
-                    Item::Received { .. } => held > 0,
-                    _ => false,
-                })
-            }),
+            Event::Deliver {
+                sender, payload, ..
+            } => sessions.batch_may_change_table(*sender, payload, changes_table),
             Event::View(v) => {
                 !v.first
-                    && (held > 0
-                        || !v.joined.is_empty()
+                    && (!v.joined.is_empty()
                         || !v.left.is_empty()
-                        || !v.failed.is_empty())
+                        || !v.failed.is_empty()
+                        || sessions.held_may_change_table(changes_table))
             }
             Event::Removed { .. } | Event::Unsequenced { .. } => false,
         }
@@ -737,7 +803,42 @@ impl Regions {
                 }
                 self.stats.beyond_bound +=
                     inst.waiting.values().map(|q| q.len() as u64).sum::<u64>();
-                self.forget(inst.id);
+                self.linger(now, inst);
+            }
+        }
+    }
+
+    /// Keeps a flushed instance's engine running for `flush_timeout`, so
+    /// that members still flushing it can recover from this one; not when
+    /// every reporter had delivered every source up to its bound when it
+    /// reported (the reports are the same at every member): nobody needs a
+    /// repair then, the usual case.
+    fn linger(&mut self, now: Instant, mut inst: Instance) {
+        let behind = inst.flush.as_ref().is_none_or(Flush::someone_behind);
+        if !behind || inst.members.len() <= 1 || self.settings.flush_timeout.is_zero() {
+            self.forget(inst.id);
+            return;
+        }
+        inst.waiting.clear();
+        inst.flush = None;
+        self.lingering
+            .push_back((inst, now + self.settings.flush_timeout));
+        while self.lingering.len() > LINGER_MAX {
+            if let Some((old, _)) = self.lingering.pop_front() {
+                self.forget(old.id);
+            }
+        }
+    }
+
+    /// Lingering instances whose time is up are dropped.
+    fn end_lingering(&mut self, now: Instant) {
+        while self
+            .lingering
+            .front()
+            .is_some_and(|(_, until)| *until <= now)
+        {
+            if let Some((old, _)) = self.lingering.pop_front() {
+                self.forget(old.id);
             }
         }
     }
@@ -812,12 +913,14 @@ impl Regions {
             .take()
             .into_iter()
             .chain(self.retired.drain(..))
+            .chain(self.lingering.drain(..).map(|(i, _)| i))
         {
             self.gone.push_back(inst.id);
         }
         self.gate = None;
         self.removed = false;
         self.view_members.clear();
+        self.watch = None;
         self.applied_gseq = 0;
         self.cut_due = false;
         self.open_due = None;
@@ -869,6 +972,7 @@ impl Regions {
         groups.sort_unstable();
         groups.dedup();
         groups.shrink_to_fit();
+        let (local_at, local) = local_recipients(&groups, sessions);
         let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
         let view = RegionView {
             id: RegionId(id),
@@ -896,6 +1000,8 @@ impl Regions {
             engine,
             members: by_slot,
             groups,
+            local_at,
+            local,
             next_seq: 0,
             opens: BTreeSet::new(),
             confirmed: by_slot_len == 1,
@@ -1144,6 +1250,11 @@ impl Regions {
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
+        // Flushed: what a lingering engine still delivers is past its
+        // bounds (or below them, and delivered already).
+        for (inst, _) in self.lingering.iter_mut() {
+            while inst.engine.poll_event().is_some() {}
+        }
         any
     }
 
@@ -1178,6 +1289,7 @@ impl Regions {
                 .current
                 .iter_mut()
                 .chain(self.retired.iter_mut())
+                .chain(self.lingering.iter_mut().map(|(i, _)| i))
                 .find(|i| i.id == id)
             {
                 inst.engine.handle_datagram_bytes(now, from, &bytes);
@@ -1190,7 +1302,14 @@ impl Regions {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+        self.end_lingering(now);
+        let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+        for inst in self
+            .current
+            .iter_mut()
+            .chain(self.retired.iter_mut())
+            .chain(lingering)
+        {
             if inst.engine.poll_timeout().is_some_and(|t| t <= now) {
                 inst.engine.handle_timeout(now);
             }
@@ -1204,11 +1323,14 @@ impl Regions {
             }
             None => None,
         };
+        let linger_end = self.lingering.front().map(|(_, until)| *until);
         self.current
             .iter()
             .chain(self.retired.iter())
+            .chain(self.lingering.iter().map(|(i, _)| i))
             .filter_map(|i| i.engine.poll_timeout())
             .chain(gate)
+            .chain(linger_end)
             .min()
     }
 
@@ -1226,7 +1348,13 @@ impl Regions {
         let max = self.datagram_max;
         let mut open: BTreeMap<NodeId, Vec<u8>> = BTreeMap::new();
         let mut out = Vec::new();
-        for inst in self.current.iter_mut().chain(self.retired.iter_mut()) {
+        let lingering = self.lingering.iter_mut().map(|(i, _)| i);
+        for inst in self
+            .current
+            .iter_mut()
+            .chain(self.retired.iter_mut())
+            .chain(lingering)
+        {
             while let Some(t) = inst.engine.poll_transmit(now) {
                 let to: Vec<NodeId> = match t.destination {
                     Destination::Node(slot) => {
@@ -1344,11 +1472,66 @@ fn drain_source(
             } = item
             {
                 stats.messages_delivered += 1;
-                sessions.deliver_region(client, service, (flags, mess_type), &groups, payload);
+                match inst.recipients(&groups) {
+                    Some(to) => sessions.deliver_region_to(
+                        to,
+                        client,
+                        service,
+                        (flags, mess_type),
+                        &groups,
+                        payload,
+                    ),
+                    // Not a group of this instance (no member sends one):
+                    // the sessions look its members up.
+                    None => sessions.deliver_region(
+                        client,
+                        service,
+                        (flags, mess_type),
+                        &groups,
+                        payload,
+                    ),
+                }
             }
         }
     }
     any
+}
+
+/// Whether applying `item` changes the group table.
+fn changes_table(item: &Item<'_>) -> bool {
+    matches!(
+        item,
+        Item::Join { .. }
+            | Item::Leave { .. }
+            | Item::Gone { .. }
+            | Item::Goodbye
+            | Item::Snapshot { .. }
+            | Item::Table { .. }
+    )
+}
+
+/// The local recipients of each of `groups` (ascending hashes), as offsets
+/// into one list of sessions.
+fn local_recipients(groups: &[u64], sessions: &Sessions) -> (Vec<u32>, Vec<SessionId>) {
+    let mut pairs: Vec<(usize, SessionId)> = Vec::new();
+    sessions.for_each_local_member(|group, session| {
+        if let Ok(i) = groups.binary_search(&group_hash(group)) {
+            pairs.push((i, session));
+        }
+    });
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut at = Vec::with_capacity(groups.len() + 1);
+    let mut local = Vec::with_capacity(pairs.len());
+    let mut next = pairs.iter().peekable();
+    for i in 0..groups.len() {
+        at.push(local.len() as u32);
+        while let Some((_, s)) = next.next_if(|(j, _)| *j == i) {
+            local.push(*s);
+        }
+    }
+    at.push(local.len() as u32);
+    (at, local)
 }
 
 /// A group name's 64-bit FNV-1a hash: how regions name groups (a collision

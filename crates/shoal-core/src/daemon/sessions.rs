@@ -1564,6 +1564,27 @@ impl Sessions {
                 );
             }
         }
+        self.deliver_to(
+            recipients,
+            client,
+            service,
+            (flags, mess_type),
+            groups,
+            payload,
+        );
+    }
+
+    /// Delivers a message to `recipients` (sessions of this daemon), once
+    /// each; not to the sending client itself if it asked for self-discard.
+    fn deliver_to(
+        &mut self,
+        mut recipients: Vec<SessionId>,
+        client: &str,
+        service: Service,
+        (flags, mess_type): (u8, u16),
+        groups: &[&str],
+        payload: &[u8],
+    ) {
         if recipients.is_empty() {
             return;
         }
@@ -2439,6 +2460,107 @@ impl Sessions {
         payload: &[u8],
     ) {
         self.deliver_message(client, service, ext, groups, payload);
+    }
+
+    // ---- QSM region hooks (`regions.rs`): local recipients resolved once per
+    // region instance, so that a region message costs no lookup in the group
+    // table (a `BTreeMap` of group names: its descent was most of what
+    // 10,000 groups added to a message's cost).
+
+    /// Calls `f(group, session)` for each member of each group that is a
+    /// client connected to this daemon.
+    pub fn for_each_local_member(&self, mut f: impl FnMut(&str, SessionId)) {
+        let Some(me) = self.me else {
+            return;
+        };
+        for (group, members) in &self.table {
+            for m in members.iter().filter(|m| m.daemon == me) {
+                if let Some(session) = self.by_name.get(&m.client) {
+                    f(group, *session);
+                }
+            }
+        }
+    }
+
+    /// Whether applying the total order's batch `payload` from `sender`
+    /// now may change the group table: at once (nothing held: a change item
+    /// in it), or by releasing held batches that carry one (its RECEIVED
+    /// items make them stable, as [`Sessions::release_stable`] will find).
+    /// A batch that only joins the held ones changes nothing yet.
+    /// `changes(item)` says which items change the table.
+    pub fn batch_may_change_table(
+        &self,
+        sender: NodeId,
+        payload: &[u8],
+        changes: impl Fn(&Item<'_>) -> bool,
+    ) -> bool {
+        let Ok(items) = groups::decode(payload) else {
+            return false;
+        };
+        let own = items.iter().any(&changes);
+        if self.held.is_empty() {
+            // A safe batch waits for every daemon's RECEIVED, which comes
+            // after it in the order (its own daemon's too, counted in order).
+            let waits = items.iter().any(is_safe) && self.stable_in_order && self.daemons.len() > 1;
+            return own && !waits;
+        }
+        let Some(acked) = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Received { gseq } => Some(*gseq),
+                _ => None,
+            })
+            .max()
+        else {
+            return false;
+        };
+        let stable = |gseq: u64| {
+            self.daemons.iter().all(|d| {
+                let known = self.received.get(d).copied();
+                let known = if *d == sender {
+                    Some(known.unwrap_or(0).max(acked))
+                } else {
+                    known
+                };
+                known.is_some_and(|r| r >= gseq)
+            })
+        };
+        for batch in &self.held {
+            if batch.safe && !stable(batch.gseq) {
+                return false;
+            }
+            if groups::decode(&batch.payload).is_ok_and(|items| items.iter().any(&changes)) {
+                return true;
+            }
+        }
+        // Every held batch goes: this one too, unless it is held itself.
+        own
+    }
+
+    /// Whether a batch held for `safe` carries an item `changes` selects
+    /// (a view applies every held batch).
+    pub fn held_may_change_table(&self, changes: impl Fn(&Item<'_>) -> bool) -> bool {
+        self.held.iter().any(|batch| {
+            groups::decode(&batch.payload).is_ok_and(|items| items.iter().any(&changes))
+        })
+    }
+
+    /// Delivers a message a QSM region carried to `recipients`, sessions
+    /// the region layer resolved from the table (which no change has
+    /// touched since: a change retires the region instance).
+    pub fn deliver_region_to(
+        &mut self,
+        recipients: Vec<SessionId>,
+        client: &str,
+        service: u8,
+        ext: (u8, u16),
+        groups: &[&str],
+        payload: &[u8],
+    ) {
+        let Some(service) = Service::from_u8(service) else {
+            return;
+        };
+        self.deliver_to(recipients, client, service, ext, groups, payload);
     }
 
     /// Puts a region layer's item into the next batch for the total order.
