@@ -177,14 +177,7 @@ pub fn full_mesh(
 
 /// The checker's name for a service.
 pub fn check_service(service: Service) -> shoal_check::Service {
-    match service {
-        Service::Unreliable => shoal_check::Service::Unreliable,
-        Service::Reliable => shoal_check::Service::Reliable,
-        Service::Fifo => shoal_check::Service::Fifo,
-        Service::Causal => shoal_check::Service::Causal,
-        Service::Agreed => shoal_check::Service::Agreed,
-        Service::Safe => shoal_check::Service::Safe,
-    }
+    service.into()
 }
 
 /// A history as the checker's records (a crash ends its clients'

@@ -70,6 +70,19 @@ impl Service {
     ];
 }
 
+impl From<Service> for shoal_check::Service {
+    fn from(service: Service) -> shoal_check::Service {
+        match service {
+            Service::Unreliable => shoal_check::Service::Unreliable,
+            Service::Reliable => shoal_check::Service::Reliable,
+            Service::Fifo => shoal_check::Service::Fifo,
+            Service::Causal => shoal_check::Service::Causal,
+            Service::Agreed => shoal_check::Service::Agreed,
+            Service::Safe => shoal_check::Service::Safe,
+        }
+    }
+}
+
 /// Settings of a daemon in a site.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
