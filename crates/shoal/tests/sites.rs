@@ -1,0 +1,162 @@
+//! Spread's sites as real processes on loopback: `shoal site` daemons of
+//! three sites (two daemons, two, one), each a process with its own UDP
+//! socket, one workload client per daemon sending agreed and safe
+//! messages to one group. Every client's history is judged by the
+//! checker, and every message must reach every client. Time bounds are
+//! generous; only the test's length depends on this machine's speed.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shoal-sites-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_udp_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A process killed on drop unless waited for (a failed test leaves
+/// nothing running).
+struct Proc(Option<Child>);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The sites file: sites of `per_site` daemons, a full mesh of links.
+fn sites_file(dir: &Path, per_site: &[u32]) -> (PathBuf, u32) {
+    let mut text = String::new();
+    let mut id = 0;
+    for (s, n) in per_site.iter().enumerate() {
+        let daemons: Vec<String> = (0..*n)
+            .map(|_| {
+                id += 1;
+                format!("{{ id = {}, addr = \"{}\" }}", id - 1, free_udp_port())
+            })
+            .collect();
+        text.push_str(&format!(
+            "[[site]]\nname = \"s{s}\"\ndaemons = [{}]\n\n",
+            daemons.join(", ")
+        ));
+    }
+    for a in 0..per_site.len() {
+        for b in a + 1..per_site.len() {
+            text.push_str(&format!(
+                "[[link]]\na = \"s{a}\"\nb = \"s{b}\"\nweight = {}\n\n",
+                1 + b - a
+            ));
+        }
+    }
+    let path = dir.join("sites.toml");
+    std::fs::write(&path, text).unwrap();
+    (path, id)
+}
+
+#[test]
+fn three_sites_of_real_processes_deliver_agreed_and_safe_to_everyone() {
+    let dir = temp_dir("three");
+    let (config, daemons) = sites_file(&dir, &[2, 2, 1]);
+    let started = Instant::now();
+    let procs: Vec<Proc> = (0..daemons)
+        .map(|id| {
+            let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+                .args(["site", "--config"])
+                .arg(&config)
+                .args(["--id", &id.to_string()])
+                .args(["--clients", "1", "--group", "g"])
+                .args(["--start-after", "1.5", "--send-for", "2", "--rate", "20"])
+                .args(["--services", "agreed,safe", "--size", "200"])
+                .args(["--run-for", "7"])
+                .arg("--history")
+                .arg(dir.join(format!("h{id}.jsonl")))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("shoal site starts");
+            Proc(Some(child))
+        })
+        .collect();
+    let mut checker = shoal_check::Checker::new();
+    let mut sent = 0;
+    let mut delivered = 0;
+    let mut procs = procs;
+    for (id, p) in procs.iter_mut().enumerate() {
+        let child = p.0.take().expect("waited once");
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "daemon {id}: {}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprint!("{stdout}");
+        let records = shoal_check::read_jsonl_file(dir.join(format!("h{id}.jsonl"))).unwrap();
+        for r in &records {
+            match r {
+                shoal_check::Record::Send { .. } => sent += 1,
+                shoal_check::Record::Deliver { .. } => delivered += 1,
+                _ => {}
+            }
+        }
+        checker.extend(records);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the daemons stopped on time"
+    );
+    let report = checker.finish();
+    assert!(report.is_clean(), "{report}");
+    // 5 clients, 20 msgs/s for 2 s each (a few may be refused at the
+    // edges of the interval), every message at every client.
+    assert!(sent >= 5 * 35, "sent {sent}");
+    assert_eq!(delivered, sent * 5, "every client delivers every message");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_sites_file_is_refused_with_what_is_wrong() {
+    let dir = temp_dir("bad");
+    let path = dir.join("sites.toml");
+    std::fs::write(
+        &path,
+        "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"127.0.0.1:1\" }, { id = 2, addr = \"127.0.0.1:2\" }]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["site", "--config"])
+        .arg(&path)
+        .args(["--id", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("daemon ids must be 0..2 each once; 1 is missing"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["site", "--config"])
+        .arg(dir.join("missing.toml"))
+        .args(["--id", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.toml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
