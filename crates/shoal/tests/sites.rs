@@ -66,36 +66,51 @@ fn sites_file(dir: &Path, per_site: &[u32]) -> (PathBuf, u32) {
     (path, id)
 }
 
-#[test]
-fn three_sites_of_real_processes_deliver_agreed_and_safe_to_everyone() {
-    let dir = temp_dir("three");
-    let (config, daemons) = sites_file(&dir, &[2, 2, 1]);
+/// What a run of `shoal site` processes recorded.
+struct Run {
+    report: shoal_check::Report,
+    sent: usize,
+    delivered: usize,
+}
+
+/// Sites of `per_site` daemons, one process each; daemon `late` (if any)
+/// starts `late_by` after the others, its schedule shifted to match. Each
+/// client joins at 1.5 s and sends agreed and safe at 20 msgs/s for 2 s;
+/// every process stops at 7 s (of the first processes' clock).
+fn run(tag: &str, per_site: &[u32], late: Option<(u32, f64)>) -> Run {
+    let dir = temp_dir(tag);
+    let (config, daemons) = sites_file(&dir, per_site);
     let started = Instant::now();
-    let procs: Vec<Proc> = (0..daemons)
-        .map(|id| {
-            let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-                .args(["site", "--config"])
-                .arg(&config)
-                .args(["--id", &id.to_string()])
-                .args(["--clients", "1", "--group", "g"])
-                .args(["--start-after", "1.5", "--send-for", "2", "--rate", "20"])
-                .args(["--services", "agreed,safe", "--size", "200"])
-                .args(["--run-for", "7"])
-                .arg("--history")
-                .arg(dir.join(format!("h{id}.jsonl")))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("shoal site starts");
-            Proc(Some(child))
-        })
+    let spawn = |id: u32, shift: f64| {
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["site", "--config"])
+            .arg(&config)
+            .args(["--id", &id.to_string()])
+            .args(["--clients", "1", "--group", "g"])
+            .args(["--start-after", &format!("{}", (1.5 - shift).max(0.5))])
+            .args(["--send-for", "2", "--rate", "20"])
+            .args(["--services", "agreed,safe", "--size", "200"])
+            .args(["--run-for", &format!("{}", 7.0 - shift)])
+            .arg("--history")
+            .arg(dir.join(format!("h{id}.jsonl")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal site starts");
+        Proc(Some(child))
+    };
+    let mut procs: Vec<(u32, Proc)> = (0..daemons)
+        .filter(|id| late.map(|l| l.0) != Some(*id))
+        .map(|id| (id, spawn(id, 0.0)))
         .collect();
+    if let Some((id, by)) = late {
+        std::thread::sleep(Duration::from_secs_f64(by));
+        procs.push((id, spawn(id, by)));
+    }
     let mut checker = shoal_check::Checker::new();
-    let mut sent = 0;
-    let mut delivered = 0;
-    let mut procs = procs;
-    for (id, p) in procs.iter_mut().enumerate() {
+    let (mut sent, mut delivered) = (0, 0);
+    for (id, p) in procs.iter_mut() {
         let child = p.0.take().expect("waited once");
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -120,13 +135,42 @@ fn three_sites_of_real_processes_deliver_agreed_and_safe_to_everyone() {
         started.elapsed() < Duration::from_secs(60),
         "the daemons stopped on time"
     );
-    let report = checker.finish();
-    assert!(report.is_clean(), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+    Run {
+        report: checker.finish(),
+        sent,
+        delivered,
+    }
+}
+
+#[test]
+fn three_sites_of_real_processes_deliver_agreed_and_safe_to_everyone() {
+    let r = run("three", &[2, 2, 1], None);
+    assert!(r.report.is_clean(), "{}", r.report);
     // 5 clients, 20 msgs/s for 2 s each (a few may be refused at the
     // edges of the interval), every message at every client.
-    assert!(sent >= 5 * 35, "sent {sent}");
-    assert_eq!(delivered, sent * 5, "every client delivers every message");
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(r.sent >= 5 * 35, "sent {}", r.sent);
+    assert_eq!(
+        r.delivered,
+        r.sent * 5,
+        "every client delivers every message"
+    );
+}
+
+/// A known failure, kept so that a fix has a test: a daemon started after
+/// its site's ring gave up on it (`token_timeout`, 1 s) joins the ring but
+/// has no site state; it delivers nothing while the others count its
+/// client in the group (`docs/spread.md`, "Sites in real processes").
+#[test]
+#[ignore = "the sites engine has no state transfer for a daemon joining a running site"]
+fn a_daemon_started_late_joins_its_site() {
+    let r = run("late", &[2, 1], Some((1, 2.5)));
+    assert!(r.report.is_clean(), "{}", r.report);
+    assert_eq!(
+        r.delivered,
+        r.sent * 3,
+        "every client delivers every message"
+    );
 }
 
 #[test]
