@@ -80,11 +80,34 @@ struct Run {
 fn run(tag: &str, per_site: &[u32], late: Option<(u32, f64)>) -> Run {
     let dir = temp_dir(tag);
     let (config, daemons) = sites_file(&dir, per_site);
+    let r = run_file(&dir, &config, daemons, late, None);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Runs the daemons of the sites file `config`, each in the network
+/// namespace `{netns}-h{id+1}` when `netns` is given.
+fn run_file(
+    dir: &Path,
+    config: &Path,
+    daemons: u32,
+    late: Option<(u32, f64)>,
+    netns: Option<&str>,
+) -> Run {
     let started = Instant::now();
     let spawn = |id: u32, shift: f64| {
-        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        let mut command = match netns {
+            Some(prefix) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &format!("{prefix}-h{}", id + 1)])
+                    .arg(env!("CARGO_BIN_EXE_shoal"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_shoal")),
+        };
+        let child = command
             .args(["site", "--config"])
-            .arg(&config)
+            .arg(config)
             .args(["--id", &id.to_string()])
             .args(["--clients", "1", "--group", "g"])
             .args(["--start-after", &format!("{}", (1.5 - shift).max(0.5))])
@@ -135,7 +158,6 @@ fn run(tag: &str, per_site: &[u32], late: Option<(u32, f64)>) -> Run {
         started.elapsed() < Duration::from_secs(60),
         "the daemons stopped on time"
     );
-    let _ = std::fs::remove_dir_all(&dir);
     Run {
         report: checker.finish(),
         sent,
@@ -171,6 +193,60 @@ fn a_daemon_started_late_joins_its_site() {
         r.sent * 3,
         "every client delivers every message"
     );
+}
+
+/// Two sites as hosts in network namespaces on one bridge
+/// (`tests/netns/netns.sh`), over IPv6: site a is hosts 1 and 2, site b
+/// host 3, each daemon at `[fd77::i]:4810`. Needs root and `ip netns`;
+/// otherwise it says why it is skipped and passes.
+#[test]
+fn two_sites_in_network_namespaces_over_ipv6() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/netns/netns.sh");
+    let check = Command::new(&script).arg("check").output();
+    match check {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            eprintln!("skipped: {}", String::from_utf8_lossy(&out.stderr).trim());
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: cannot run {}: {e}", script.display());
+            return;
+        }
+    }
+    /// The namespaces, removed on drop (even on a panic).
+    struct Net(PathBuf, String);
+    impl Drop for Net {
+        fn drop(&mut self) {
+            let _ = Command::new(&self.0).args(["down", &self.1]).status();
+        }
+    }
+    let _ = Command::new(&script).arg("reap").status();
+    let prefix = format!("shoalt{}s", std::process::id());
+    let up = Command::new(&script)
+        .args(["up", &prefix, "3"])
+        .status()
+        .unwrap();
+    assert!(up.success(), "netns.sh up {prefix} 3");
+    let _net = Net(script.clone(), prefix.clone());
+    let dir = temp_dir("netns");
+    let config = dir.join("sites.toml");
+    std::fs::write(
+        &config,
+        "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"[fd77::1]:4810\" }, { id = 1, addr = \"[fd77::2]:4810\" }]\n\n\
+         [[site]]\nname = \"b\"\ndaemons = [{ id = 2, addr = \"[fd77::3]:4810\" }]\n\n\
+         [[link]]\na = \"a\"\nb = \"b\"\nweight = 1\n",
+    )
+    .unwrap();
+    let r = run_file(&dir, &config, 3, None, Some(&prefix));
+    assert!(r.report.is_clean(), "{}", r.report);
+    assert!(r.sent >= 3 * 35, "sent {}", r.sent);
+    assert_eq!(
+        r.delivered,
+        r.sent * 3,
+        "every client delivers every message"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
