@@ -39,7 +39,14 @@
 //!
 //! [engine]               # shoal_core::sites::Config, every field optional
 //! global_window = 200
+//!
+//! [auth]                 # the cluster key, as the daemon's [auth]
+//! key_file = "/etc/shoal/sites.key"
 //! ```
+//!
+//! Beyond loopback `[auth]` is required (or `insecure_no_auth = true`):
+//! without a key anyone who reaches a daemon's port can forge ring or
+//! gateway datagrams.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -53,7 +60,8 @@ use shoal_core::overlay::{LinkWeights, Site, SiteId, Topology};
 use shoal_core::sites::{self, SiteDaemon, SitesError, Target};
 use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 
-use crate::{AddressBook, NetError};
+use crate::daemon::config::AuthConfig;
+use crate::{AddressBook, Auth, ClusterKey, Mode, NetError, NodeConfig};
 
 /// The sites file as written (see the module's example).
 #[derive(Debug, Clone, Deserialize)]
@@ -68,6 +76,13 @@ pub struct SitesFile {
     /// Every daemon's engine settings (the paper's defaults when left out).
     #[serde(default)]
     pub engine: sites::Config,
+    /// The cluster key every datagram is sealed with (the daemon's `[auth]`
+    /// section: `key` or `key_file`, and `encrypt`).
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+    /// Run without `[auth]` although some address is beyond loopback.
+    #[serde(default)]
+    pub insecure_no_auth: bool,
 }
 
 /// One site: the daemons sharing a LAN.
@@ -148,6 +163,10 @@ pub enum SitesConfigError {
     Engine(#[from] SitesError),
     #[error("daemon id {0} is not in the sites file")]
     UnknownDaemon(u32),
+    #[error("[auth] is required: {0} is beyond loopback, and without a cluster key anyone who can reach it can forge datagrams. Add [auth] with key_file, or set insecure_no_auth = true to accept the risk")]
+    AuthRequired(SocketAddr),
+    #[error("[auth]: {0}")]
+    Auth(String),
 }
 
 /// A validated sites file: what every daemon of the system needs.
@@ -159,6 +178,8 @@ pub struct SitesPlan {
     pub addrs: Vec<SocketAddr>,
     /// Every daemon's engine settings.
     pub engine: sites::Config,
+    /// The cluster key and whether payloads are encrypted.
+    pub auth: Option<(ClusterKey, Mode)>,
 }
 
 impl SitesPlan {
@@ -226,6 +247,25 @@ impl SitesPlan {
         for l in &file.links {
             topo.links.push(link(l, &index, &mut pairs)?);
         }
+        let auth = match &file.auth {
+            Some(a) => {
+                let key = a
+                    .cluster_key()
+                    .map_err(|e| SitesConfigError::Auth(e.to_string()))?;
+                let mode = if a.encrypt {
+                    Mode::Encrypt
+                } else {
+                    Mode::Authenticate
+                };
+                Some((key, mode))
+            }
+            None => None,
+        };
+        if auth.is_none() && !file.insecure_no_auth {
+            if let Some(a) = by_id.values().find(|a| !a.ip().is_loopback()) {
+                return Err(SitesConfigError::AuthRequired(*a));
+            }
+        }
         // The engine checks its own settings when a daemon is made.
         SiteDaemon::new(
             file.engine.clone(),
@@ -238,7 +278,21 @@ impl SitesPlan {
             topology: Arc::new(topo),
             addrs: by_id.into_values().collect(),
             engine: file.engine,
+            auth,
         })
+    }
+
+    /// The runtime's settings for a daemon: the address book and, with a
+    /// key, authentication (`epoch`: Unix milliseconds at start-up, rising
+    /// across restarts; see `Sealer::new`).
+    pub fn node_config(&self, epoch: u64) -> Result<NodeConfig, NetError> {
+        let mut config = NodeConfig::new(self.book()?);
+        config.auth = self.auth.as_ref().map(|(key, mode)| Auth {
+            key: key.clone(),
+            mode: *mode,
+            epoch,
+        });
+        Ok(config)
     }
 
     /// The address book of every daemon (id `i` at `addrs[i]`).

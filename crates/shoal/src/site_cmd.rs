@@ -13,7 +13,7 @@ use bytes::Bytes;
 use clap::Args;
 use shoal_core::sites::{ClientError, Event, Service};
 use shoal_net::sites::{SiteEngine, SitesPlan};
-use shoal_net::{Clock, Endpoint, EventBatch, Node, NodeConfig, SocketOptions};
+use shoal_net::{Clock, Endpoint, EventBatch, Node, SocketOptions};
 use tokio::sync::{mpsc, oneshot};
 
 #[derive(Debug, Args)]
@@ -92,7 +92,10 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     let engine = plan.engine(args.id, clock.now())?;
     let endpoint = Endpoint::bind(addr, &SocketOptions::default())
         .with_context(|| format!("daemon {} at {addr}", args.id))?;
-    let config = NodeConfig::new(plan.book()?);
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let config = plan.node_config(epoch)?;
     let mut node = Node::spawn(engine, endpoint, config, clock)?;
     let events = node.take_events().expect("events taken once");
     eprintln!(
@@ -122,7 +125,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     }
     let d = engine.daemon();
     println!(
-        "site daemon {}: gateway {}, sent {}, refused {}, delivered {}, views {}, datagrams in {} out {}, bad {}, resent {}, tokens {}, ring gathers {}",
+        "site daemon {}: gateway {}, sent {}, refused {}, delivered {}, views {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
         args.id,
         d.is_gateway(),
         workload.sent,
@@ -131,6 +134,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         workload.views,
         stats.datagrams_received,
         stats.datagrams_sent,
+        stats.auth_dropped,
         d.stats().bad_datagrams,
         d.stats().resent,
         d.ring_stats().tokens,

@@ -197,7 +197,8 @@ fn a_daemon_started_late_joins_its_site() {
 
 /// Two sites as hosts in network namespaces on one bridge
 /// (`tests/netns/netns.sh`), over IPv6: site a is hosts 1 and 2, site b
-/// host 3, each daemon at `[fd77::i]:4810`. Needs root and `ip netns`;
+/// host 3, each daemon at `[fd77::i]:4810`, every datagram sealed with
+/// a cluster key (required beyond loopback). Needs root and `ip netns`;
 /// otherwise it says why it is skipped and passes.
 #[test]
 fn two_sites_in_network_namespaces_over_ipv6() {
@@ -235,7 +236,8 @@ fn two_sites_in_network_namespaces_over_ipv6() {
         &config,
         "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"[fd77::1]:4810\" }, { id = 1, addr = \"[fd77::2]:4810\" }]\n\n\
          [[site]]\nname = \"b\"\ndaemons = [{ id = 2, addr = \"[fd77::3]:4810\" }]\n\n\
-         [[link]]\na = \"a\"\nb = \"b\"\nweight = 1\n",
+         [[link]]\na = \"a\"\nb = \"b\"\nweight = 1\n\n\
+         [auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n",
     )
     .unwrap();
     let r = run_file(&dir, &config, 3, None, Some(&prefix));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use shoal_core::sites::Event;
 
 use super::*;
-use crate::{Clock, Endpoint, Node, NodeConfig, SocketOptions};
+use crate::{Clock, Endpoint, Node, SocketOptions};
 
 const GOOD: &str = r#"
 [[site]]
@@ -80,6 +80,29 @@ fn every_bad_file_is_refused_with_what_is_wrong() {
     }
 }
 
+const KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+/// Beyond loopback a key is required, as for the daemon.
+#[test]
+fn a_key_is_required_beyond_loopback() {
+    let far = "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"192.0.2.1:4810\" }]\n";
+    assert!(
+        err(far).contains("[auth] is required: 192.0.2.1:4810"),
+        "{}",
+        err(far)
+    );
+    let insecure = format!("insecure_no_auth = true\n{far}");
+    assert!(SitesPlan::from_toml(&insecure).unwrap().auth.is_none());
+    let keyed = format!("{far}[auth]\nkey = \"{KEY}\"\nencrypt = true\n");
+    let plan = SitesPlan::from_toml(&keyed).unwrap();
+    assert!(matches!(plan.auth, Some((_, crate::Mode::Encrypt))));
+    assert!(plan.node_config(1).unwrap().auth.is_some());
+    let bad = format!("{far}[auth]\nkey = \"00\"\n");
+    assert!(err(&bad).starts_with("[auth]: "), "{}", err(&bad));
+    // Loopback needs none.
+    assert!(SitesPlan::from_toml(GOOD).unwrap().auth.is_none());
+}
+
 #[test]
 fn a_missing_file_is_named() {
     let e = SitesPlan::load(Path::new("/nonexistent/sites.toml")).unwrap_err();
@@ -131,9 +154,10 @@ fn the_adapter_fans_ring_multicast_out_to_its_site_only() {
 }
 
 /// Two sites (two daemons and one) on loopback, each daemon a `Node` on
-/// its own thread with its own UDP socket: a client at each daemon joins,
-/// each sends agreed and safe messages, and every client delivers every
-/// message in one order, judged by the checker.
+/// its own thread with its own UDP socket, every datagram sealed with a
+/// cluster key: a client at each daemon joins, each sends agreed and safe
+/// messages, and every client delivers every message in one order, judged
+/// by the checker.
 #[test]
 fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
     let endpoints: Vec<Endpoint> = (0..3)
@@ -142,7 +166,8 @@ fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
     let text = format!(
         "[[site]]\nname = \"east\"\ndaemons = [{{ id = 0, addr = \"{}\" }}, {{ id = 1, addr = \"{}\" }}]\n\
          [[site]]\nname = \"west\"\ndaemons = [{{ id = 2, addr = \"{}\" }}]\n\
-         [[link]]\na = \"east\"\nb = \"west\"\nweight = 1\n",
+         [[link]]\na = \"east\"\nb = \"west\"\nweight = 1\n\
+         [auth]\nkey = \"{KEY}\"\n",
         endpoints[0].local_addr(),
         endpoints[1].local_addr(),
         endpoints[2].local_addr()
@@ -154,7 +179,7 @@ fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
         .enumerate()
         .map(|(i, ep)| {
             let engine = plan.engine(i as u32, clock.now()).unwrap();
-            Node::spawn(engine, ep, NodeConfig::new(plan.book().unwrap()), clock).unwrap()
+            Node::spawn(engine, ep, plan.node_config(1).unwrap(), clock).unwrap()
         })
         .collect();
     let mut streams: Vec<_> = nodes.iter_mut().map(|n| n.take_events().unwrap()).collect();
