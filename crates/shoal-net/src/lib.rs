@@ -34,6 +34,7 @@ mod faults;
 mod gro;
 mod gso;
 mod node;
+pub mod sites;
 mod socket;
 
 pub use addr::{AddressBook, Learned};

@@ -712,7 +712,7 @@ impl<E: Engine> Driver<E> {
             self.stats.own_filtered += 1;
             return;
         }
-        let len = match self.open(datagram) {
+        let len = match self.open(from, datagram) {
             Some(len) => len,
             None => {
                 self.stats.auth_dropped += 1;
@@ -803,9 +803,12 @@ impl<E: Engine> Driver<E> {
         }
     }
 
-    /// Opens a sealed datagram in place: on success `datagram[..len]` holds
-    /// the datagram inside, whose header must name the envelope's sender.
-    fn open(&mut self, datagram: &mut [u8]) -> Option<usize> {
+    /// Opens a sealed datagram from `from` in place: on success
+    /// `datagram[..len]` holds the datagram inside. In a slotted book its
+    /// Shoal packet header must name the envelope's sender; in a plain book
+    /// (engines with formats of their own, such as the Ring's) the
+    /// envelope's sender must be the member listed at `from`.
+    fn open(&mut self, from: SocketAddr, datagram: &mut [u8]) -> Option<usize> {
         let Some(opener) = self.opener.as_mut() else {
             return Some(datagram.len());
         };
@@ -818,10 +821,14 @@ impl<E: Engine> Driver<E> {
         };
         // The key proves the cluster, not the member: the packet must claim
         // the sealer's own slot (the slot check against the address follows).
-        let header_sender = plain
-            .get(4..8)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))?;
-        if self.book.slot(NodeId(header_sender)) != self.book.slot(NodeId(sender)) {
+        if self.book.is_slotted() {
+            let header_sender = plain
+                .get(4..8)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))?;
+            if self.book.slot(NodeId(header_sender)) != self.book.slot(NodeId(sender)) {
+                return None;
+            }
+        } else if self.book.node(from) != Some(NodeId(sender)) {
             return None;
         }
         datagram[..plain.len()].copy_from_slice(&plain);

@@ -8,6 +8,7 @@ mod daemon_cmd;
 mod demo;
 mod monitor_cmd;
 mod sim;
+mod site_cmd;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run a simulator scenario (paper experiments).
     Sim(Box<sim::SimArgs>),
+    /// One daemon of Spread's sites (the Ring inside a site, Hop links
+    /// between sites), from a sites file, with an optional built-in
+    /// workload of clients that record histories.
+    Site(site_cmd::SiteArgs),
     /// Judge recorded histories (JSON lines); exit status 1 on violations.
     Check(check_cmd::CheckArgs),
     /// Write the manual pages (shoal.1, shoal-daemon.1, ...) into a directory.
@@ -76,6 +81,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => sim::run(*args),
+        Command::Site(args) => site_cmd::run(args),
         Command::Check(args) => return check_cmd::run(args),
         Command::Man(args) => man(args),
     };

@@ -2,7 +2,9 @@
 //! daemon multicasts in its ring, what gateways send each other inside Hop
 //! packets, and the outer WAN datagram. Bounds-checked reads: a bad or
 //! short buffer is an error, never a panic; counts are checked against the
-//! bytes left before anything is allocated.
+//! bytes left before anything is allocated. Public so that the fuzz targets
+//! (`fuzz/fuzz_targets/sites_decode.rs`) reach every decoder; a daemon's
+//! driver needs none of it.
 
 use bytes::Bytes;
 
@@ -279,7 +281,8 @@ pub struct Element {
 }
 
 impl Element {
-    pub(crate) fn encode(&self) -> Bytes {
+    /// The element's bytes.
+    pub fn encode(&self) -> Bytes {
         let mut w = Writer::default();
         w.u16(self.origin.0)
             .u32(self.epoch)
@@ -290,7 +293,8 @@ impl Element {
         Bytes::from(w.0)
     }
 
-    pub(crate) fn decode(buf: &[u8]) -> R<Element> {
+    /// An element from `buf`, which it must fill exactly.
+    pub fn decode(buf: &[u8]) -> R<Element> {
         let mut r = Reader::new(buf);
         let e = Element {
             origin: SiteId(r.u16()?),
@@ -312,7 +316,7 @@ impl Element {
 
 /// What a daemon multicasts in its site's ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RingMsg {
+pub enum RingMsg {
     /// An element of this site, numbered when the ring delivers it.
     Own(Body),
     /// Another site's element, taken in by the gateway.
@@ -320,6 +324,7 @@ pub(crate) enum RingMsg {
 }
 
 impl RingMsg {
+    /// The message's bytes.
     pub fn encode(&self) -> Bytes {
         let mut w = Writer::default();
         match self {
@@ -335,6 +340,8 @@ impl RingMsg {
         Bytes::from(w.0)
     }
 
+    /// A ring message from `buf` (an own body must fill it exactly; a
+    /// foreign element is decoded later, by [`Element::decode`]).
     pub fn decode(buf: &[u8]) -> R<RingMsg> {
         let mut r = Reader::new(buf);
         match r.u8()? {
@@ -350,11 +357,11 @@ impl RingMsg {
 }
 
 /// `dest` of a WAN message sent down the source's tree.
-pub(crate) const TREE: u16 = u16::MAX;
+pub const TREE: u16 = u16::MAX;
 
 /// What gateways send each other inside Hop packets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum WanMsg {
+pub enum WanMsg {
     /// An element, down its origin's tree (`dest == TREE`) or to one site.
     Elem { dest: u16, element: Bytes },
     /// What site `site` holds of configuration `epoch`: `holds[i]`
@@ -368,6 +375,7 @@ pub(crate) enum WanMsg {
 }
 
 impl WanMsg {
+    /// The message's bytes.
     pub fn encode(&self) -> Bytes {
         let mut w = Writer::default();
         match self {
@@ -387,6 +395,8 @@ impl WanMsg {
         Bytes::from(w.0)
     }
 
+    /// A gateway message from `buf` (an element's bytes are decoded
+    /// later, by [`Element::decode`]).
     pub fn decode(buf: &[u8]) -> R<WanMsg> {
         let mut r = Reader::new(buf);
         match r.u8()? {
@@ -411,16 +421,21 @@ impl WanMsg {
 
 /// Outer WAN datagram kinds: a Hop datagram of the link, or a beacon
 /// naming the sender as its site's gateway.
-pub(crate) const WAN_HOP: u8 = 0;
-pub(crate) const WAN_BEACON: u8 = 1;
+pub const WAN_HOP: u8 = 0;
+/// Outer WAN datagram kind: a beacon (nothing follows the header).
+pub const WAN_BEACON: u8 = 1;
 
-pub(crate) fn wan_header(kind: u8, epoch: u32, site: SiteId) -> Vec<u8> {
+/// The outer WAN header: kind, the link's epoch, the sender's site.
+pub fn wan_header(kind: u8, epoch: u32, site: SiteId) -> Vec<u8> {
     let mut w = Writer::default();
     w.u8(kind).u32(epoch).u16(site.0);
     w.0
 }
 
-pub(crate) fn parse_wan(buf: &[u8]) -> R<(u8, u32, SiteId, &[u8])> {
+/// Splits a WAN datagram into its header's kind, epoch and site, and
+/// the rest (the Hop datagram). Any kind is returned; the caller acts on
+/// the ones it knows.
+pub fn parse_wan(buf: &[u8]) -> R<(u8, u32, SiteId, &[u8])> {
     let mut r = Reader::new(buf);
     let kind = r.u8()?;
     let epoch = r.u32()?;

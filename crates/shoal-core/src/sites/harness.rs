@@ -6,7 +6,9 @@
 //! configuration. It is a driver, like the simulator: it holds no clock
 //! (time is the events' own) and draws loss from its own seeded
 //! generator, so a seed reproduces a run. The tests beside this module
-//! and the simulator's `spread-sites` scenario use it.
+//! and the simulator's `spread-sites` scenario use it, with the helpers
+//! below: [`full_mesh`] builds their sites and links, [`records`] turns a
+//! history into the checker's records.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{Config, Event, Out, Service, SiteDaemon, Target};
-use crate::overlay::{SiteId, Topology};
+use crate::overlay::{LinkWeights, Site, SiteId, Topology};
 use crate::{Destination, Instant, NodeId};
 
 /// One direction of a WAN link.
@@ -136,6 +138,115 @@ pub struct World {
     stats: WorldStats,
 }
 
+/// Sites of `per_site[i]` daemons each (numbered from 0, site by site),
+/// site `i` named `name(i)`, joined by a full mesh: `link(a, b)` (with
+/// `a < b`) gives the weight of the overlay link and the WAN link, the same
+/// in both directions. The topology and the links, for [`World::new`].
+pub fn full_mesh(
+    per_site: &[u32],
+    name: impl Fn(usize) -> String,
+    link: impl Fn(usize, usize) -> (u32, WanLink),
+) -> (Topology, BTreeMap<(SiteId, SiteId), WanLink>) {
+    let mut topo = Topology::default();
+    let mut next = 0;
+    for (i, n) in per_site.iter().enumerate() {
+        topo.sites.push(Site {
+            name: name(i),
+            daemons: (next..next + n).map(NodeId).collect(),
+        });
+        next += n;
+    }
+    let mut wan = BTreeMap::new();
+    let sites = per_site.len();
+    for a in 0..sites {
+        for b in a + 1..sites {
+            let (weight, wan_link) = link(a, b);
+            let (sa, sb) = (SiteId(a as u16), SiteId(b as u16));
+            topo.links.push(LinkWeights {
+                a: sa,
+                b: sb,
+                a_to_b: Some(weight),
+                b_to_a: Some(weight),
+            });
+            wan.insert((sa, sb), wan_link);
+            wan.insert((sb, sa), wan_link);
+        }
+    }
+    (topo, wan)
+}
+
+/// The checker's name for a service.
+pub fn check_service(service: Service) -> shoal_check::Service {
+    service.into()
+}
+
+/// A history as the checker's records (a crash ends its clients'
+/// sessions with the reason "daemon crashed").
+pub fn records(history: &[Rec]) -> Vec<shoal_check::Record> {
+    use shoal_check::{MsgId, Record};
+    history
+        .iter()
+        .map(|r| match r {
+            Rec::Send {
+                at,
+                client,
+                seq,
+                service,
+                groups,
+            } => Record::Send {
+                client: client.clone(),
+                msg: MsgId {
+                    sender: client.clone(),
+                    seq: *seq,
+                },
+                service: check_service(*service),
+                groups: groups.clone(),
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::Deliver {
+                at,
+                client,
+                sender,
+                seq,
+                service,
+                groups,
+                transitional,
+            } => Record::Deliver {
+                client: client.clone(),
+                msg: MsgId {
+                    sender: sender.clone(),
+                    seq: *seq,
+                },
+                service: check_service(*service),
+                groups: groups.clone(),
+                transitional: *transitional,
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::View {
+                at,
+                client,
+                group,
+                view_id,
+                members,
+                transitional,
+            } => Record::View {
+                client: client.clone(),
+                group: group.clone(),
+                view_id: *view_id,
+                members: members.clone(),
+                transitional: *transitional,
+                quorum: None,
+                at_ns: Some(at.as_nanos()),
+            },
+            Rec::Ended { at, client } => Record::Ended {
+                client: client.clone(),
+                reason: "daemon crashed".into(),
+                at_ns: Some(at.as_nanos()),
+            },
+        })
+        .collect()
+}
+
 /// The client's name as the checker wants it: its private-group name.
 pub fn client_name(client: u32, node: NodeId) -> String {
     format!("#c{client}#d{}", node.0)
@@ -215,6 +326,11 @@ impl World {
     /// Every client's records, in the order they happened.
     pub fn history(&self) -> &[Rec] {
         &self.history
+    }
+
+    /// The checker's verdict on the history so far.
+    pub fn check(&self) -> shoal_check::Report {
+        shoal_check::check(records(&self.history))
     }
 
     /// Connects client `client` of daemon `node`; returns its name.

@@ -28,7 +28,7 @@
 //! recovery of departed sites' messages, transitional and regular views)
 //! is this module's.
 
-mod codec;
+pub mod codec;
 pub mod harness;
 #[cfg(test)]
 mod tests;
@@ -68,6 +68,19 @@ impl Service {
         Service::Agreed,
         Service::Safe,
     ];
+}
+
+impl From<Service> for shoal_check::Service {
+    fn from(service: Service) -> shoal_check::Service {
+        match service {
+            Service::Unreliable => shoal_check::Service::Unreliable,
+            Service::Reliable => shoal_check::Service::Reliable,
+            Service::Fifo => shoal_check::Service::Fifo,
+            Service::Causal => shoal_check::Service::Causal,
+            Service::Agreed => shoal_check::Service::Agreed,
+            Service::Safe => shoal_check::Service::Safe,
+        }
+    }
 }
 
 /// Settings of a daemon in a site.
@@ -823,7 +836,8 @@ impl SiteDaemon {
             Body::Marker { holds } | Body::Flush { holds, .. } => *holds = self.conf.holds(),
             _ => {}
         }
-        self.clock += 1;
+        // Saturating: a forged timestamp near the top must not panic.
+        self.clock = self.clock.saturating_add(1);
         let e = Element {
             origin: self.site,
             epoch: self.conf.epoch,
@@ -1322,8 +1336,22 @@ impl SiteDaemon {
         }
     }
 
+    /// Whether `site` names a site of the topology (WAN messages name
+    /// sites; routes exist only for the topology's).
+    fn known_site(&self, site: u16) -> bool {
+        usize::from(site) < self.topo.sites.len()
+    }
+
     fn on_wan_msg(&mut self, payload: &[u8]) {
         match WanMsg::decode(payload) {
+            Ok(WanMsg::Elem { dest, .. }) if dest != TREE && !self.known_site(dest) => {
+                self.stats.bad_datagrams += 1;
+            }
+            Ok(WanMsg::Status { dest, site, .. })
+                if !self.known_site(dest) || !self.known_site(site.0) =>
+            {
+                self.stats.bad_datagrams += 1;
+            }
             Ok(WanMsg::Elem { dest, element }) => self.on_wan_elem(dest, element),
             Ok(WanMsg::Status {
                 dest,
@@ -1354,6 +1382,10 @@ impl SiteDaemon {
             self.stats.bad_datagrams += 1;
             return;
         };
+        if !self.known_site(e.origin.0) {
+            self.stats.bad_datagrams += 1;
+            return;
+        }
         if e.origin == self.site {
             return;
         }
@@ -1481,7 +1513,7 @@ impl SiteDaemon {
             }
             let mine = conf.streams[i].next - 1;
             let sent = self.sent_upto.get(&(t, epoch, *x)).copied().unwrap_or(0);
-            let from = holds[i].max(sent) + 1;
+            let from = holds[i].max(sent).saturating_add(1);
             if from <= mine {
                 sends.push((*x, from, mine.min(from + RESEND_MAX - 1)));
             }

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::harness::{Rec, WanLink, World, WorldConfig};
+use super::harness::{full_mesh, Rec, WanLink, World, WorldConfig};
 use super::*;
-use crate::overlay::{LinkWeights, Site};
+use crate::overlay::Site;
 
 fn ms(n: u64) -> Instant {
     Instant::ZERO + Duration::from_millis(n)
@@ -19,33 +19,19 @@ fn ms(n: u64) -> Instant {
 /// `sites` sites of `per_site` daemons, a full mesh of WAN links with
 /// one-way delay 5 + 5·|a−b| ms at 10 Mbit/s.
 fn world(sites: u16, per_site: u32, seed: u64, loss: f64) -> World {
-    let mut topo = Topology::default();
-    for s in 0..sites {
-        let first = u32::from(s) * per_site;
-        topo.sites.push(Site {
-            name: format!("site{s}"),
-            daemons: (first..first + per_site).map(NodeId).collect(),
-        });
-    }
-    let mut wan = BTreeMap::new();
-    for a in 0..sites {
-        for b in a + 1..sites {
-            let delay = 5 + 5 * u64::from(b - a);
-            topo.links.push(LinkWeights {
-                a: SiteId(a),
-                b: SiteId(b),
-                a_to_b: Some(delay as u32),
-                b_to_a: Some(delay as u32),
-            });
+    let (topo, wan) = full_mesh(
+        &vec![per_site; usize::from(sites)],
+        |s| format!("site{s}"),
+        |a, b| {
+            let delay = 5 + 5 * (b - a) as u64;
             let link = WanLink {
                 delay: Duration::from_millis(delay),
                 bandwidth_bps: 10_000_000,
                 loss,
             };
-            wan.insert((SiteId(a), SiteId(b)), link);
-            wan.insert((SiteId(b), SiteId(a)), link);
-        }
-    }
+            (delay as u32, link)
+        },
+    );
     let config = WorldConfig {
         seed,
         ..WorldConfig::default()
@@ -53,84 +39,8 @@ fn world(sites: u16, per_site: u32, seed: u64, loss: f64) -> World {
     World::new(topo, wan, config)
 }
 
-fn to_check(service: Service) -> shoal_check::Service {
-    match service {
-        Service::Unreliable => shoal_check::Service::Unreliable,
-        Service::Reliable => shoal_check::Service::Reliable,
-        Service::Fifo => shoal_check::Service::Fifo,
-        Service::Causal => shoal_check::Service::Causal,
-        Service::Agreed => shoal_check::Service::Agreed,
-        Service::Safe => shoal_check::Service::Safe,
-    }
-}
-
-fn records(history: &[Rec]) -> Vec<shoal_check::Record> {
-    use shoal_check::{MsgId, Record};
-    history
-        .iter()
-        .map(|r| match r {
-            Rec::Send {
-                at,
-                client,
-                seq,
-                service,
-                groups,
-            } => Record::Send {
-                client: client.clone(),
-                msg: MsgId {
-                    sender: client.clone(),
-                    seq: *seq,
-                },
-                service: to_check(*service),
-                groups: groups.clone(),
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::Deliver {
-                at,
-                client,
-                sender,
-                seq,
-                service,
-                groups,
-                transitional,
-            } => Record::Deliver {
-                client: client.clone(),
-                msg: MsgId {
-                    sender: sender.clone(),
-                    seq: *seq,
-                },
-                service: to_check(*service),
-                groups: groups.clone(),
-                transitional: *transitional,
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::View {
-                at,
-                client,
-                group,
-                view_id,
-                members,
-                transitional,
-            } => Record::View {
-                client: client.clone(),
-                group: group.clone(),
-                view_id: *view_id,
-                members: members.clone(),
-                transitional: *transitional,
-                quorum: None,
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::Ended { at, client } => Record::Ended {
-                client: client.clone(),
-                reason: "daemon crashed".into(),
-                at_ns: Some(at.as_nanos()),
-            },
-        })
-        .collect()
-}
-
 fn check(w: &World) -> shoal_check::Report {
-    shoal_check::check(records(w.history()))
+    w.check()
 }
 
 /// One client per daemon, all in group "g", joined at time 0.
@@ -347,27 +257,12 @@ fn partition_and_merge_keep_evs() {
 /// daemon has more than the global window outstanding.
 #[test]
 fn global_window_throttles_senders_to_a_slow_site() {
-    let mut topo = Topology::default();
-    for s in 0..2u32 {
-        topo.sites.push(Site {
-            name: format!("s{s}"),
-            daemons: vec![NodeId(s)],
-        });
-    }
-    topo.links.push(LinkWeights {
-        a: SiteId(0),
-        b: SiteId(1),
-        a_to_b: Some(1),
-        b_to_a: Some(1),
-    });
-    let mut wan = BTreeMap::new();
     let slow = WanLink {
         delay: Duration::from_millis(20),
         bandwidth_bps: 200_000,
         loss: 0.0,
     };
-    wan.insert((SiteId(0), SiteId(1)), slow);
-    wan.insert((SiteId(1), SiteId(0)), slow);
+    let (topo, wan) = full_mesh(&[1, 1], |s| format!("s{s}"), |_, _| (1, slow));
     let mut config = WorldConfig::default();
     config.daemon.global_window = 20;
     config.daemon.hop.rate_bps = 150_000;
@@ -486,4 +381,100 @@ fn a_daemon_fed_garbage_keeps_working() {
         views += usize::from(matches!(e, Event::View { .. }));
     }
     assert_eq!(views, 1);
+}
+
+/// Found by the fuzz target `sites_handle_datagram`: a gateway message
+/// naming a site outside the topology (a status's destination, an
+/// element's origin or destination) indexed the routes out of bounds. It
+/// is now counted as bad and dropped; so is a forged timestamp at the top
+/// of the range, which overflowed the site's Lamport clock.
+#[test]
+fn gateway_messages_naming_unknown_sites_are_dropped() {
+    use super::codec::{wan_header, RingMsg, WanMsg, TREE, WAN_HOP};
+    let (topo, _) = full_mesh(
+        &[2, 2],
+        |s| format!("s{s}"),
+        |_, _| {
+            let link = WanLink {
+                delay: Duration::from_millis(1),
+                bandwidth_bps: 1_000_000,
+                loss: 0.0,
+            };
+            (1, link)
+        },
+    );
+    let mut d = SiteDaemon::new(
+        Config::default(),
+        std::sync::Arc::new(topo),
+        NodeId(0),
+        1,
+        Instant::ZERO,
+    )
+    .unwrap();
+    assert!(d.is_gateway());
+    d.connect("#c0#d0");
+    d.join(ms(1), "#c0#d0", "g").unwrap();
+    let element = |origin: u16, ts: u64| {
+        Element {
+            origin: SiteId(origin),
+            epoch: 1,
+            seq: 1,
+            ts,
+            sender: NodeId(2),
+            body: Body::Join {
+                client: "#x".into(),
+                group: "g".into(),
+            },
+        }
+        .encode()
+    };
+    let forged = [
+        WanMsg::Status {
+            dest: 93,
+            site: SiteId(1),
+            epoch: 1,
+            holds: vec![0, 0],
+        },
+        WanMsg::Status {
+            dest: 0,
+            site: SiteId(93),
+            epoch: 1,
+            holds: vec![u64::MAX, u64::MAX],
+        },
+        WanMsg::Elem {
+            dest: 93,
+            element: element(1, 1),
+        },
+        WanMsg::Elem {
+            dest: TREE,
+            element: element(93, 1),
+        },
+    ];
+    for (i, msg) in forged.iter().enumerate() {
+        let payload = msg.encode();
+        let items = [shoal_wire::hop::Item::Data {
+            seq: i as u64 + 1,
+            payload: &payload,
+        }];
+        let mut datagram = wan_header(WAN_HOP, 1, SiteId(1));
+        datagram.extend_from_slice(&shoal_wire::hop::encode(0, &items).unwrap());
+        d.handle_wan(ms(2 + i as u64), NodeId(2), &datagram);
+    }
+    assert_eq!(d.stats().bad_datagrams, 4, "each unknown site counted");
+    // A foreign element stamped u64::MAX reaches the stream through the
+    // ring; the daemon's own next element must not overflow the clock.
+    let top = RingMsg::Foreign(element(1, u64::MAX)).encode();
+    let packet = shoal_wire::ring::RingPacket::Data(shoal_wire::ring::Data {
+        ring_id: shoal_wire::ring::RingId { seq: 1, rep: 0 },
+        seq: 1,
+        sender: 1,
+        safe: false,
+        recovered: None,
+        payload: &top,
+    });
+    d.handle_lan(ms(10), NodeId(1), &packet.encode());
+    d.join(ms(11), "#c0#d0", "h").unwrap();
+    d.handle_timeout(ms(50));
+    while d.poll_transmit().is_some() {}
+    while d.poll_event().is_some() {}
 }

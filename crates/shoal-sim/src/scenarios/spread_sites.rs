@@ -29,8 +29,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use shoal_core::overlay::{LinkWeights, Membership, Routes, Site, SiteId, Topology};
-use shoal_core::sites::harness::{Rec, WanLink, World, WorldConfig};
+use shoal_core::overlay::{Membership, Routes, SiteId, Topology};
+use shoal_core::sites::harness::{check_service, full_mesh, Rec, WanLink, World, WorldConfig};
 use shoal_core::sites::Service;
 use shoal_core::{Instant, NodeId};
 use shoal_plot::Series;
@@ -58,41 +58,21 @@ fn link_bps(a: usize, b: usize) -> u64 {
     }
 }
 
-/// The six sites and their daemons (links are added by `world`).
-pub fn topology() -> Topology {
-    let mut topo = Topology::default();
-    let mut next = 0;
-    for (i, n) in DAEMONS.iter().enumerate() {
-        topo.sites.push(Site {
-            name: SITES[i].to_string(),
-            daemons: (next..next + n).map(NodeId).collect(),
-        });
-        next += n;
-    }
-    topo
-}
-
 fn world(loss: f64, seed: u64) -> (World, Routes, Topology) {
-    let mut topo = topology();
-    let mut wan = BTreeMap::new();
-    for (a, rtts) in RTT_MS.iter().enumerate() {
-        for (b, &rtt) in rtts.iter().enumerate().skip(a + 1) {
+    let (topo, wan) = full_mesh(
+        &DAEMONS,
+        |i| SITES[i].to_string(),
+        |a, b| {
+            let rtt = RTT_MS[a][b];
             let weight = (rtt * 10.0).round().max(1.0) as u32;
-            topo.links.push(LinkWeights {
-                a: SiteId(a as u16),
-                b: SiteId(b as u16),
-                a_to_b: Some(weight),
-                b_to_a: Some(weight),
-            });
             let link = WanLink {
                 delay: Duration::from_secs_f64(rtt / 2.0 / 1000.0),
                 bandwidth_bps: link_bps(a, b),
                 loss,
             };
-            wan.insert((SiteId(a as u16), SiteId(b as u16)), link);
-            wan.insert((SiteId(b as u16), SiteId(a as u16)), link);
-        }
-    }
+            (weight, link)
+        },
+    );
     let live = topo
         .sites
         .iter()
@@ -303,90 +283,13 @@ fn measure(
     }
     RunResult {
         latencies,
-        report: shoal_check::check(records(w.history())),
+        report: w.check(),
         transitional_views,
         events: w.stats().events,
         wan_bytes: w.stats().wan_bytes,
         stats,
         undelivered_after_merge,
     }
-}
-
-fn check_service(s: Service) -> shoal_check::Service {
-    match s {
-        Service::Unreliable => shoal_check::Service::Unreliable,
-        Service::Reliable => shoal_check::Service::Reliable,
-        Service::Fifo => shoal_check::Service::Fifo,
-        Service::Causal => shoal_check::Service::Causal,
-        Service::Agreed => shoal_check::Service::Agreed,
-        Service::Safe => shoal_check::Service::Safe,
-    }
-}
-
-/// The harness's history as the checker's records.
-pub fn records(history: &[Rec]) -> Vec<shoal_check::Record> {
-    use shoal_check::{MsgId, Record};
-    history
-        .iter()
-        .map(|r| match r {
-            Rec::Send {
-                at,
-                client,
-                seq,
-                service,
-                groups,
-            } => Record::Send {
-                client: client.clone(),
-                msg: MsgId {
-                    sender: client.clone(),
-                    seq: *seq,
-                },
-                service: check_service(*service),
-                groups: groups.clone(),
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::Deliver {
-                at,
-                client,
-                sender,
-                seq,
-                service,
-                groups,
-                transitional,
-            } => Record::Deliver {
-                client: client.clone(),
-                msg: MsgId {
-                    sender: sender.clone(),
-                    seq: *seq,
-                },
-                service: check_service(*service),
-                groups: groups.clone(),
-                transitional: *transitional,
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::View {
-                at,
-                client,
-                group,
-                view_id,
-                members,
-                transitional,
-            } => Record::View {
-                client: client.clone(),
-                group: group.clone(),
-                view_id: *view_id,
-                members: members.clone(),
-                transitional: *transitional,
-                quorum: None,
-                at_ns: Some(at.as_nanos()),
-            },
-            Rec::Ended { at, client } => Record::Ended {
-                client: client.clone(),
-                reason: "daemon crashed".into(),
-                at_ns: Some(at.as_nanos()),
-            },
-        })
-        .collect()
 }
 
 fn service_name(s: Service) -> &'static str {

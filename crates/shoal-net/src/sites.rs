@@ -1,0 +1,508 @@
+//! Spread's sites in real processes: a site daemon
+//! (`shoal_core::sites::SiteDaemon`: the Ring inside its site, Hop links
+//! between sites' gateways) driven over UDP by the runtime's [`Node`](crate::Node).
+//!
+//! - [`SitesPlan`] is the configuration: the sites, each daemon's id and
+//!   UDP address (any address, IPv4 or IPv6), the overlay links with a
+//!   weight per direction, and the engine's settings
+//!   (`shoal_core::sites::Config`), read from one TOML file and validated
+//!   once, with an error naming what is wrong.
+//! - [`SiteEngine`] adapts one daemon to `shoal_core::Engine`, so a `Node`
+//!   drives it like any engine (one socket per daemon, the loop, batching,
+//!   authentication, fault injection). A datagram from a daemon of this
+//!   daemon's own site goes to the Ring (`handle_lan`), one from another
+//!   site's daemon to the gateway (`handle_wan`), one from an address not
+//!   in the file is dropped by the `Node`. The Ring's multicast goes as
+//!   unicast to each other daemon of the site (no IP multicast here).
+//!
+//! Not here: a site-level failure detector and agreement on the set of
+//! sites. Every daemon starts in the first configuration (all sites) and
+//! stays in it; a daemon that leaves its site's ring is handled by the
+//! Ring and the sites engine, a site that becomes unreachable is not (its
+//! links fail, nothing reconfigures). Clients live in the daemon's process
+//! and reach it through [`Node::control`](crate::Node::control) closures
+//! on the engine ([`SiteEngine::daemon_mut`]); there is no client socket.
+//!
+//! ```toml
+//! [[site]]
+//! name = "east"
+//! daemons = [{ id = 0, addr = "192.0.2.1:4810" }, { id = 1, addr = "192.0.2.2:4810" }]
+//!
+//! [[site]]
+//! name = "west"
+//! daemons = [{ id = 2, addr = "[2001:db8::1]:4810" }]
+//!
+//! [[link]]
+//! a = "east"
+//! b = "west"
+//! weight = 10            # both directions; or a_to_b / b_to_a
+//!
+//! [engine]               # shoal_core::sites::Config, every field optional
+//! global_window = 200
+//!
+//! [auth]                 # the cluster key, as the daemon's [auth]
+//! key_file = "/etc/shoal/sites.key"
+//! ```
+//!
+//! Beyond loopback `[auth]` is required (or `insecure_no_auth = true`):
+//! without a key anyone who reaches a daemon's port can forge ring or
+//! gateway datagrams.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use shoal_core::engine::SendError;
+use shoal_core::overlay::{LinkWeights, Site, SiteId, Topology};
+use shoal_core::sites::{self, SiteDaemon, SitesError, Target};
+use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
+
+use crate::daemon::config::AuthConfig;
+use crate::{AddressBook, Auth, ClusterKey, Mode, NetError, NodeConfig};
+
+/// The sites file as written (see the module's example).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SitesFile {
+    /// The sites, each with its daemons.
+    #[serde(rename = "site", default)]
+    pub sites: Vec<SiteEntry>,
+    /// Overlay links between sites.
+    #[serde(rename = "link", default)]
+    pub links: Vec<LinkEntry>,
+    /// Every daemon's engine settings (the paper's defaults when left out).
+    #[serde(default)]
+    pub engine: sites::Config,
+    /// The cluster key every datagram is sealed with (the daemon's `[auth]`
+    /// section: `key` or `key_file`, and `encrypt`).
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+    /// Run without `[auth]` although some address is beyond loopback.
+    #[serde(default)]
+    pub insecure_no_auth: bool,
+}
+
+/// One site: the daemons sharing a LAN.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteEntry {
+    /// Unique among the sites.
+    pub name: String,
+    /// At least one.
+    pub daemons: Vec<DaemonEntry>,
+}
+
+/// One daemon.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonEntry {
+    /// The daemon's id: the ids of a file are 0, 1, ... n−1, each once.
+    /// The lowest live id of a site is its gateway.
+    pub id: u32,
+    /// Where it receives UDP datagrams, from its site and from other sites.
+    pub addr: SocketAddr,
+}
+
+/// One overlay link between two sites, with a weight per direction
+/// (P-Spread §2.2); `weight` sets both.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkEntry {
+    pub a: String,
+    pub b: String,
+    /// Cost both ways; at least 1. Not with `a_to_b` or `b_to_a`.
+    pub weight: Option<u32>,
+    /// Cost from `a` to `b`; at least 1; leaving it out leaves that
+    /// direction out of the overlay.
+    pub a_to_b: Option<u32>,
+    /// Cost from `b` to `a`.
+    pub b_to_a: Option<u32>,
+}
+
+/// Why a sites file was refused. Nothing was started.
+#[derive(Debug, thiserror::Error)]
+pub enum SitesConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("no [[site]] listed")]
+    NoSites,
+    #[error("site {0:?} is listed twice")]
+    DuplicateSite(String),
+    #[error("site {0:?} lists no daemon")]
+    EmptySite(String),
+    #[error("daemon id {0} is listed twice")]
+    DuplicateId(u32),
+    #[error("daemon ids must be 0..{count} each once; {missing} is missing")]
+    IdsNotDense { count: usize, missing: u32 },
+    #[error("address {0} is listed for two daemons")]
+    DuplicateAddress(SocketAddr),
+    #[error("address {0} has port 0: every daemon needs a fixed port its peers can reach")]
+    NoPort(SocketAddr),
+    #[error("link {a:?}-{b:?} names site {name:?}, which is not listed")]
+    UnknownSite { a: String, b: String, name: String },
+    #[error("link {0:?}-{0:?} joins a site to itself")]
+    SelfLink(String),
+    #[error("link {a:?}-{b:?} is listed twice")]
+    DuplicateLink { a: String, b: String },
+    #[error("link {a:?}-{b:?}: give `weight`, or `a_to_b` and/or `b_to_a`, not both")]
+    WeightAndDirections { a: String, b: String },
+    #[error("link {a:?}-{b:?} carries nothing: give `weight`, `a_to_b` or `b_to_a`")]
+    NoDirection { a: String, b: String },
+    #[error("link {a:?}-{b:?}: weights are at least 1")]
+    ZeroWeight { a: String, b: String },
+    #[error("engine settings: {0}")]
+    Engine(#[from] SitesError),
+    #[error("daemon id {0} is not in the sites file")]
+    UnknownDaemon(u32),
+    #[error("[auth] is required: {0} is beyond loopback, and without a cluster key anyone who can reach it can forge datagrams. Add [auth] with key_file, or set insecure_no_auth = true to accept the risk")]
+    AuthRequired(SocketAddr),
+    #[error("[auth]: {0}")]
+    Auth(String),
+}
+
+/// A validated sites file: what every daemon of the system needs.
+#[derive(Debug, Clone)]
+pub struct SitesPlan {
+    /// The sites and links, as the engine sees them.
+    pub topology: Arc<Topology>,
+    /// Daemon `i` receives at `addrs[i]`.
+    pub addrs: Vec<SocketAddr>,
+    /// Every daemon's engine settings.
+    pub engine: sites::Config,
+    /// The cluster key and whether payloads are encrypted.
+    pub auth: Option<(ClusterKey, Mode)>,
+}
+
+impl SitesPlan {
+    /// Reads and validates the sites file at `path`.
+    pub fn load(path: &Path) -> Result<SitesPlan, SitesConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SitesConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        SitesPlan::from_toml(&text).map_err(|e| match e {
+            SitesConfigError::Parse { message, .. } => SitesConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates a sites file's text.
+    pub fn from_toml(text: &str) -> Result<SitesPlan, SitesConfigError> {
+        let file: SitesFile = toml::from_str(text).map_err(|e| SitesConfigError::Parse {
+            path: "sites file".into(),
+            message: e.to_string(),
+        })?;
+        SitesPlan::new(file)
+    }
+
+    /// Validates a parsed sites file.
+    pub fn new(file: SitesFile) -> Result<SitesPlan, SitesConfigError> {
+        if file.sites.is_empty() {
+            return Err(SitesConfigError::NoSites);
+        }
+        let mut index: BTreeMap<&str, u16> = BTreeMap::new();
+        let mut by_id: BTreeMap<u32, SocketAddr> = BTreeMap::new();
+        let mut seen_addrs = BTreeSet::new();
+        let mut topo = Topology::default();
+        for (i, site) in file.sites.iter().enumerate() {
+            if index.insert(&site.name, i as u16).is_some() {
+                return Err(SitesConfigError::DuplicateSite(site.name.clone()));
+            }
+            if site.daemons.is_empty() {
+                return Err(SitesConfigError::EmptySite(site.name.clone()));
+            }
+            for d in &site.daemons {
+                if by_id.insert(d.id, d.addr).is_some() {
+                    return Err(SitesConfigError::DuplicateId(d.id));
+                }
+                if d.addr.port() == 0 {
+                    return Err(SitesConfigError::NoPort(d.addr));
+                }
+                if !seen_addrs.insert(d.addr) {
+                    return Err(SitesConfigError::DuplicateAddress(d.addr));
+                }
+            }
+            topo.sites.push(Site {
+                name: site.name.clone(),
+                daemons: site.daemons.iter().map(|d| NodeId(d.id)).collect(),
+            });
+        }
+        let count = by_id.len();
+        if let Some(missing) = (0..count as u32).find(|i| !by_id.contains_key(i)) {
+            return Err(SitesConfigError::IdsNotDense { count, missing });
+        }
+        let mut pairs = BTreeSet::new();
+        for l in &file.links {
+            topo.links.push(link(l, &index, &mut pairs)?);
+        }
+        let auth = match &file.auth {
+            Some(a) => {
+                let key = a
+                    .cluster_key()
+                    .map_err(|e| SitesConfigError::Auth(e.to_string()))?;
+                let mode = if a.encrypt {
+                    Mode::Encrypt
+                } else {
+                    Mode::Authenticate
+                };
+                Some((key, mode))
+            }
+            None => None,
+        };
+        if auth.is_none() && !file.insecure_no_auth {
+            if let Some(a) = by_id.values().find(|a| !a.ip().is_loopback()) {
+                return Err(SitesConfigError::AuthRequired(*a));
+            }
+        }
+        // The engine checks its own settings when a daemon is made.
+        SiteDaemon::new(
+            file.engine.clone(),
+            Arc::new(topo.clone()),
+            NodeId(0),
+            1,
+            Instant::ZERO,
+        )?;
+        Ok(SitesPlan {
+            topology: Arc::new(topo),
+            addrs: by_id.into_values().collect(),
+            engine: file.engine,
+            auth,
+        })
+    }
+
+    /// The runtime's settings for a daemon: the address book and, with a
+    /// key, authentication (`epoch`: Unix milliseconds at start-up, rising
+    /// across restarts; see `Sealer::new`).
+    pub fn node_config(&self, epoch: u64) -> Result<NodeConfig, NetError> {
+        let mut config = NodeConfig::new(self.book()?);
+        config.auth = self.auth.as_ref().map(|(key, mode)| Auth {
+            key: key.clone(),
+            mode: *mode,
+            epoch,
+        });
+        Ok(config)
+    }
+
+    /// The address book of every daemon (id `i` at `addrs[i]`).
+    pub fn book(&self) -> Result<AddressBook, NetError> {
+        AddressBook::new(self.addrs.clone())
+    }
+
+    /// Daemon `id`'s address.
+    pub fn addr(&self, id: u32) -> Result<SocketAddr, SitesConfigError> {
+        self.addrs
+            .get(id as usize)
+            .copied()
+            .ok_or(SitesConfigError::UnknownDaemon(id))
+    }
+
+    /// Daemon `id`'s engine, started at `now` in the first configuration.
+    pub fn engine(&self, id: u32, now: Instant) -> Result<SiteEngine, SitesConfigError> {
+        self.addr(id)?;
+        let daemon = SiteDaemon::new(
+            self.engine.clone(),
+            self.topology.clone(),
+            NodeId(id),
+            1,
+            now,
+        )?;
+        Ok(SiteEngine::new(daemon, &self.topology))
+    }
+}
+
+fn link(
+    l: &LinkEntry,
+    index: &BTreeMap<&str, u16>,
+    pairs: &mut BTreeSet<(u16, u16)>,
+) -> Result<LinkWeights, SitesConfigError> {
+    let names = || (l.a.clone(), l.b.clone());
+    let site = |name: &String| {
+        index
+            .get(name.as_str())
+            .copied()
+            .ok_or_else(|| SitesConfigError::UnknownSite {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                name: name.clone(),
+            })
+    };
+    let (a, b) = (site(&l.a)?, site(&l.b)?);
+    if a == b {
+        return Err(SitesConfigError::SelfLink(l.a.clone()));
+    }
+    if !pairs.insert((a.min(b), a.max(b))) {
+        let (a, b) = names();
+        return Err(SitesConfigError::DuplicateLink { a, b });
+    }
+    let (a_to_b, b_to_a) = match (l.weight, l.a_to_b, l.b_to_a) {
+        (Some(w), None, None) => (Some(w), Some(w)),
+        (None, x, y) => (x, y),
+        _ => {
+            let (a, b) = names();
+            return Err(SitesConfigError::WeightAndDirections { a, b });
+        }
+    };
+    if a_to_b.is_none() && b_to_a.is_none() {
+        let (a, b) = names();
+        return Err(SitesConfigError::NoDirection { a, b });
+    }
+    if a_to_b == Some(0) || b_to_a == Some(0) {
+        let (a, b) = names();
+        return Err(SitesConfigError::ZeroWeight { a, b });
+    }
+    Ok(LinkWeights {
+        a: SiteId(a),
+        b: SiteId(b),
+        a_to_b,
+        b_to_a,
+    })
+}
+
+/// Counters of the adapter (the daemon and the runtime keep their own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiteEngineStats {
+    /// Datagrams from an id outside the topology, dropped.
+    pub unknown_sender: u64,
+    /// Ring multicasts sent as unicast copies to the site's other daemons.
+    pub lan_fan_out: u64,
+}
+
+/// One site daemon as a `shoal_core::Engine`, for a [`Node`](crate::Node).
+#[derive(Debug)]
+pub struct SiteEngine {
+    daemon: SiteDaemon,
+    /// The other daemons of this daemon's site.
+    site_peers: Vec<NodeId>,
+    /// Each daemon's site, by id.
+    site_of: Vec<SiteId>,
+    pending: VecDeque<Transmit>,
+    stats: SiteEngineStats,
+}
+
+impl SiteEngine {
+    /// Wraps `daemon` of `topology`.
+    pub fn new(daemon: SiteDaemon, topology: &Topology) -> SiteEngine {
+        let n = topology
+            .sites
+            .iter()
+            .flat_map(|s| s.daemons.iter())
+            .map(|d| d.0 as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut site_of = vec![SiteId(u16::MAX); n];
+        for (i, s) in topology.sites.iter().enumerate() {
+            for d in &s.daemons {
+                site_of[d.0 as usize] = SiteId(i as u16);
+            }
+        }
+        let me = daemon.node_id();
+        let site_peers = topology.sites[usize::from(daemon.site().0)]
+            .daemons
+            .iter()
+            .copied()
+            .filter(|d| *d != me)
+            .collect();
+        SiteEngine {
+            daemon,
+            site_peers,
+            site_of,
+            pending: VecDeque::new(),
+            stats: SiteEngineStats::default(),
+        }
+    }
+
+    /// The daemon: its counters and state.
+    pub fn daemon(&self) -> &SiteDaemon {
+        &self.daemon
+    }
+
+    /// The daemon, for client requests (`connect`, `join`, `leave`,
+    /// `send`); the `Node` drains its outputs after the closure returns.
+    pub fn daemon_mut(&mut self) -> &mut SiteDaemon {
+        &mut self.daemon
+    }
+
+    /// The adapter's counters.
+    pub fn stats(&self) -> SiteEngineStats {
+        self.stats
+    }
+}
+
+impl Engine for SiteEngine {
+    type Event = sites::Event;
+
+    fn node_id(&self) -> NodeId {
+        self.daemon.node_id()
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
+        match self.site_of.get(from.0 as usize) {
+            Some(&s) if s == self.daemon.site() => self.daemon.handle_lan(now, from, datagram),
+            Some(&s) if s.0 != u16::MAX => self.daemon.handle_wan(now, from, datagram),
+            _ => self.stats.unknown_sender += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.daemon.handle_timeout(now);
+    }
+
+    /// Not the sites' interface: a client message names its client,
+    /// service and groups (`SiteDaemon::send` through
+    /// [`SiteEngine::daemon_mut`]). Refused, the engine unchanged.
+    fn multicast(&mut self, _now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        Err(SendError::TooLarge {
+            len: payload.len(),
+            max: 0,
+        })
+    }
+
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+        loop {
+            if let Some(t) = self.pending.pop_front() {
+                return Some(t);
+            }
+            let out = self.daemon.poll_transmit()?;
+            match out.target {
+                Target::Lan(Destination::Multicast) => {
+                    self.stats.lan_fan_out += 1;
+                    for p in &self.site_peers {
+                        self.pending.push_back(Transmit {
+                            destination: Destination::Node(*p),
+                            payload: out.payload.clone(),
+                        });
+                    }
+                }
+                Target::Lan(Destination::Node(n)) | Target::Wan(n) => {
+                    return Some(Transmit {
+                        destination: Destination::Node(n),
+                        payload: out.payload,
+                    })
+                }
+            }
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<sites::Event> {
+        self.daemon.poll_event()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.daemon.poll_timeout()
+    }
+}
+
+#[cfg(test)]
+mod tests;

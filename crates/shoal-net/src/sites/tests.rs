@@ -1,0 +1,277 @@
+//! The sites file: what it accepts and each error it names; the adapter's
+//! routing of datagrams between the LAN and the WAN; and two sites of
+//! daemons over real UDP on loopback in one process (the multi-process
+//! test is `crates/shoal/tests/sites.rs`).
+
+use std::time::Duration;
+
+use shoal_core::sites::Event;
+
+use super::*;
+use crate::{Clock, Endpoint, Node, SocketOptions};
+
+const GOOD: &str = r#"
+[[site]]
+name = "east"
+daemons = [{ id = 0, addr = "127.0.0.1:4810" }, { id = 1, addr = "127.0.0.1:4811" }]
+
+[[site]]
+name = "west"
+daemons = [{ id = 2, addr = "[::1]:4810" }]
+
+[[link]]
+a = "east"
+b = "west"
+weight = 10
+
+[engine]
+global_window = 50
+"#;
+
+fn err(text: &str) -> String {
+    SitesPlan::from_toml(text).unwrap_err().to_string()
+}
+
+#[test]
+fn a_good_file_gives_the_topology_addresses_and_settings() {
+    let plan = SitesPlan::from_toml(GOOD).unwrap();
+    assert_eq!(plan.topology.sites.len(), 2);
+    assert_eq!(plan.topology.sites[0].daemons, vec![NodeId(0), NodeId(1)]);
+    assert_eq!(plan.addrs[2], "[::1]:4810".parse().unwrap(), "IPv6 taken");
+    let l = plan.topology.links[0];
+    assert_eq!((l.a_to_b, l.b_to_a), (Some(10), Some(10)));
+    assert_eq!(plan.engine.global_window, 50);
+    assert!(plan.engine(1, Instant::ZERO).is_ok());
+    assert!(matches!(
+        plan.engine(3, Instant::ZERO),
+        Err(SitesConfigError::UnknownDaemon(3))
+    ));
+}
+
+#[test]
+fn every_bad_file_is_refused_with_what_is_wrong() {
+    let site =
+        |name: &str, daemons: &str| format!("[[site]]\nname = \"{name}\"\ndaemons = [{daemons}]\n");
+    let d = |id: u32, port: u16| format!("{{ id = {id}, addr = \"127.0.0.1:{port}\" }}");
+    let two = format!("{}{}", site("a", &d(0, 1000)), site("b", &d(1, 1001)));
+    let cases: Vec<(String, &str)> = vec![
+        (String::new(), "no [[site]]"),
+        ("[[site]]\nname = \"a\"\n".into(), "missing field `daemons`"),
+        (format!("{}foo = 1\n", site("a", &d(0, 1000))), "unknown field"),
+        (site("a", "{ id = 0, addr = \"localhost:1\" }"), "invalid socket address"),
+        (site("a", ""), "site \"a\" lists no daemon"),
+        (format!("{}{}", site("a", &d(0, 1000)), site("a", &d(1, 1001))), "site \"a\" is listed twice"),
+        (site("a", &format!("{}, {}", d(0, 1000), d(0, 1001))), "daemon id 0 is listed twice"),
+        (site("a", &format!("{}, {}", d(0, 1000), d(2, 1001))), "1 is missing"),
+        (site("a", &format!("{}, {}", d(0, 1000), d(1, 1000))), "127.0.0.1:1000 is listed for two daemons"),
+        (site("a", &d(0, 0)), "port 0"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"c\"\nweight = 1\n"), "names site \"c\", which is not listed"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"a\"\nweight = 1\n"), "joins a site to itself"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\n[[link]]\na = \"b\"\nb = \"a\"\nweight = 2\n"), "listed twice"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\na_to_b = 2\n"), "not both"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\n"), "carries nothing"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\na_to_b = 0\n"), "at least 1"),
+        (format!("{two}[engine]\nglobal_window = 0\n"), "global_window must be positive"),
+        (format!("{two}[engine]\nwindow = 5\n"), "unknown field `window`"),
+    ];
+    for (text, want) in cases {
+        let got = err(&text);
+        assert!(got.contains(want), "{text:?}: got {got:?}, want {want:?}");
+    }
+}
+
+const KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+/// Beyond loopback a key is required, as for the daemon.
+#[test]
+fn a_key_is_required_beyond_loopback() {
+    let far = "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"192.0.2.1:4810\" }]\n";
+    assert!(
+        err(far).contains("[auth] is required: 192.0.2.1:4810"),
+        "{}",
+        err(far)
+    );
+    let insecure = format!("insecure_no_auth = true\n{far}");
+    assert!(SitesPlan::from_toml(&insecure).unwrap().auth.is_none());
+    let keyed = format!("{far}[auth]\nkey = \"{KEY}\"\nencrypt = true\n");
+    let plan = SitesPlan::from_toml(&keyed).unwrap();
+    assert!(matches!(plan.auth, Some((_, crate::Mode::Encrypt))));
+    assert!(plan.node_config(1).unwrap().auth.is_some());
+    let bad = format!("{far}[auth]\nkey = \"00\"\n");
+    assert!(err(&bad).starts_with("[auth]: "), "{}", err(&bad));
+    // Loopback needs none.
+    assert!(SitesPlan::from_toml(GOOD).unwrap().auth.is_none());
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let e = SitesPlan::load(Path::new("/nonexistent/sites.toml")).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/sites.toml"), "{e}");
+}
+
+/// Ring traffic stays in the site; WAN traffic goes to another site's
+/// daemon; a datagram from an id outside the topology is counted.
+#[test]
+fn the_adapter_fans_ring_multicast_out_to_its_site_only() {
+    let plan = SitesPlan::from_toml(GOOD).unwrap();
+    let mut e = [
+        plan.engine(0, Instant::ZERO).unwrap(),
+        plan.engine(1, Instant::ZERO).unwrap(),
+    ];
+    let mut now = Instant::ZERO + Duration::from_millis(1);
+    e[0].daemon_mut().connect("#c0#d0");
+    e[0].daemon_mut().join(now, "#c0#d0", "g").unwrap();
+    // Daemons 0 and 1 pass the token and data between them; what daemon
+    // 0 sends elsewhere is noted.
+    let mut to = Vec::new();
+    for _ in 0..20 {
+        now += Duration::from_millis(1);
+        for i in 0..2 {
+            e[i].handle_timeout(now);
+            while let Some(t) = e[i].poll_transmit(now) {
+                if i == 0 {
+                    to.push(t.destination);
+                }
+                if t.destination == Destination::Node(NodeId(1 - i as u32)) {
+                    e[1 - i].handle_datagram(now, NodeId(i as u32), &t.payload);
+                }
+            }
+        }
+    }
+    assert!(e[0].stats().lan_fan_out > 0, "the join was multicast");
+    assert!(
+        to.contains(&Destination::Node(NodeId(1))),
+        "ring peer: {to:?}"
+    );
+    assert!(
+        to.contains(&Destination::Node(NodeId(2))),
+        "other site's gateway: {to:?}"
+    );
+    assert!(!to.contains(&Destination::Multicast));
+    assert!(!to.contains(&Destination::Node(NodeId(0))));
+    e[0].handle_datagram(now, NodeId(7), b"junk");
+    assert_eq!(e[0].stats().unknown_sender, 1);
+}
+
+/// Two sites (two daemons and one) on loopback, each daemon a `Node` on
+/// its own thread with its own UDP socket, every datagram sealed with a
+/// cluster key: a client at each daemon joins, each sends agreed and safe
+/// messages, and every client delivers every message in one order, judged
+/// by the checker.
+#[test]
+fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
+    let endpoints: Vec<Endpoint> = (0..3)
+        .map(|_| Endpoint::bind_loopback(&SocketOptions::default()).unwrap())
+        .collect();
+    let text = format!(
+        "[[site]]\nname = \"east\"\ndaemons = [{{ id = 0, addr = \"{}\" }}, {{ id = 1, addr = \"{}\" }}]\n\
+         [[site]]\nname = \"west\"\ndaemons = [{{ id = 2, addr = \"{}\" }}]\n\
+         [[link]]\na = \"east\"\nb = \"west\"\nweight = 1\n\
+         [auth]\nkey = \"{KEY}\"\n",
+        endpoints[0].local_addr(),
+        endpoints[1].local_addr(),
+        endpoints[2].local_addr()
+    );
+    let plan = SitesPlan::from_toml(&text).unwrap();
+    let clock = Clock::new();
+    let mut nodes: Vec<Node<SiteEngine>> = endpoints
+        .into_iter()
+        .enumerate()
+        .map(|(i, ep)| {
+            let engine = plan.engine(i as u32, clock.now()).unwrap();
+            Node::spawn(engine, ep, plan.node_config(1).unwrap(), clock).unwrap()
+        })
+        .collect();
+    let mut streams: Vec<_> = nodes.iter_mut().map(|n| n.take_events().unwrap()).collect();
+    let names: Vec<String> = (0..3).map(|i| format!("#c0#d{i}")).collect();
+    let mut records = Vec::new();
+    for (n, name) in nodes.iter().zip(&names) {
+        let name = name.clone();
+        n.control(move |e, now, _| {
+            e.daemon_mut().connect(&name);
+            e.daemon_mut().join(now, &name, "g").unwrap();
+        });
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut delivered = 0;
+    drain(&mut streams, &mut records, &mut delivered);
+    let g = vec!["g".to_string()];
+    for seq in 1..=20u64 {
+        for (n, name) in nodes.iter().zip(&names) {
+            let service = if seq % 2 == 0 {
+                shoal_core::sites::Service::Safe
+            } else {
+                shoal_core::sites::Service::Agreed
+            };
+            records.push(shoal_check::Record::send(name, seq, service.into(), &["g"]));
+            let (name, g) = (name.clone(), g.clone());
+            n.control(move |e, now, _| {
+                let payload = Bytes::copy_from_slice(&seq.to_be_bytes());
+                e.daemon_mut()
+                    .send(now, &name, service, &g, payload)
+                    .unwrap();
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    for n in nodes {
+        n.shutdown().unwrap();
+    }
+    drain(&mut streams, &mut records, &mut delivered);
+    // The views were recorded before the sends, the deliveries after all
+    // of them: each client's records keep their order, except that a
+    // send may be recorded before deliveries that preceded it (the
+    // checker then assumes less causality, never more).
+    let report = shoal_check::check(records);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(delivered, 3 * 60, "every client delivers all 60 messages");
+}
+
+type Events = tokio::sync::mpsc::UnboundedReceiver<crate::EventBatch<Event>>;
+
+/// Every event handed over so far, as the checker's records.
+fn drain(streams: &mut [Events], records: &mut Vec<shoal_check::Record>, delivered: &mut usize) {
+    for s in streams {
+        while let Ok(batch) = s.try_recv() {
+            for ev in batch.events {
+                match ev {
+                    Event::Deliver {
+                        client,
+                        sender,
+                        service,
+                        groups,
+                        payload,
+                        transitional,
+                    } => {
+                        *delivered += 1;
+                        let seq = u64::from_be_bytes(payload[..8].try_into().unwrap());
+                        records.push(shoal_check::Record::Deliver {
+                            client,
+                            msg: shoal_check::MsgId { sender, seq },
+                            service: service.into(),
+                            groups,
+                            transitional,
+                            at_ns: None,
+                        });
+                    }
+                    Event::View {
+                        client,
+                        group,
+                        view_id,
+                        members,
+                        transitional,
+                    } => records.push(shoal_check::Record::View {
+                        client,
+                        group,
+                        view_id,
+                        members,
+                        transitional,
+                        quorum: None,
+                        at_ns: None,
+                    }),
+                }
+            }
+        }
+    }
+}

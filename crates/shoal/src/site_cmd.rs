@@ -1,0 +1,346 @@
+//! `shoal site`: one daemon of Spread's sites (`shoal_net::sites`), in a
+//! process of its own, configured from a sites file, with an optional
+//! built-in workload of clients that join a group, send, and record their
+//! histories for `shoal check`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use clap::Args;
+use shoal_core::sites::{ClientError, Event, Service};
+use shoal_net::sites::{SiteEngine, SitesPlan};
+use shoal_net::{Clock, Endpoint, EventBatch, Node, SocketOptions};
+use tokio::sync::{mpsc, oneshot};
+
+#[derive(Debug, Args)]
+pub struct SiteArgs {
+    /// The sites file (TOML): every site, its daemons' ids and UDP
+    /// addresses, the overlay links and the engine's settings
+    /// (`docs/spread.md`, "Sites in real processes").
+    #[arg(long)]
+    config: PathBuf,
+    /// This daemon's id in the sites file.
+    #[arg(long)]
+    id: u32,
+    /// Stop after this many seconds (default: run until interrupted).
+    #[arg(long, value_name = "SECS")]
+    run_for: Option<f64>,
+    /// Clients of this daemon in the built-in workload (none by default:
+    /// the daemon only relays and orders for its site).
+    #[arg(long, default_value_t = 0)]
+    clients: u32,
+    /// The group every workload client joins and sends to.
+    #[arg(long, default_value = "g")]
+    group: String,
+    /// Seconds after start when the workload clients connect and join (the
+    /// other daemons should be up by then).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    start_after: f64,
+    /// Seconds the workload clients send for, from when they joined.
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    send_for: f64,
+    /// Messages per second from each workload client.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// Services the workload uses, in turn: unreliable, reliable, fifo,
+    /// causal, agreed, safe.
+    #[arg(long, value_delimiter = ',', default_value = "agreed,safe")]
+    services: Vec<String>,
+    /// Payload bytes per workload message (at least 8: the sequence
+    /// number).
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Write the workload clients' histories here (JSON lines for `shoal
+    /// check`).
+    #[arg(long)]
+    history: Option<PathBuf>,
+}
+
+fn service(name: &str) -> anyhow::Result<Service> {
+    Ok(match name {
+        "unreliable" => Service::Unreliable,
+        "reliable" => Service::Reliable,
+        "fifo" => Service::Fifo,
+        "causal" => Service::Causal,
+        "agreed" => Service::Agreed,
+        "safe" => Service::Safe,
+        other => {
+            bail!("unknown service {other:?}: unreliable, reliable, fifo, causal, agreed or safe")
+        }
+    })
+}
+
+pub fn run(args: SiteArgs) -> anyhow::Result<()> {
+    let plan = SitesPlan::load(&args.config)?;
+    let services = args
+        .services
+        .iter()
+        .map(|s| service(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if services.is_empty() {
+        bail!("--services names none");
+    }
+    if args.clients > 0 && !(args.rate > 0.0 && args.rate.is_finite()) {
+        bail!("--rate must be a positive number of messages per second");
+    }
+    let addr = plan.addr(args.id)?;
+    let clock = Clock::new();
+    let engine = plan.engine(args.id, clock.now())?;
+    let endpoint = Endpoint::bind(addr, &SocketOptions::default())
+        .with_context(|| format!("daemon {} at {addr}", args.id))?;
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let config = plan.node_config(epoch)?;
+    let mut node = Node::spawn(engine, endpoint, config, clock)?;
+    let events = node.take_events().expect("events taken once");
+    eprintln!(
+        "site daemon {} ({}) at {addr}: {} sites, {} daemons",
+        args.id,
+        plan.topology.sites[usize::from(
+            plan.topology
+                .site_of(shoal_core::NodeId(args.id))
+                .expect("validated")
+                .0
+        )]
+        .name,
+        plan.topology.sites.len(),
+        plan.addrs.len()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let mut workload = Workload::new(&args, services);
+    runtime.block_on(workload.run(&args, &node, events))?;
+    let (engine, stats) = node.shutdown()?;
+    if let Some(path) = &args.history {
+        workload
+            .write(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let d = engine.daemon();
+    println!(
+        "site daemon {}: gateway {}, sent {}, refused {}, delivered {}, views {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
+        args.id,
+        d.is_gateway(),
+        workload.sent,
+        workload.refused,
+        workload.delivered,
+        workload.views,
+        stats.datagrams_received,
+        stats.datagrams_sent,
+        stats.auth_dropped,
+        d.stats().bad_datagrams,
+        d.stats().resent,
+        d.ring_stats().tokens,
+        d.ring_stats().gathers,
+    );
+    Ok(())
+}
+
+/// The built-in clients and what they recorded.
+struct Workload {
+    names: Vec<String>,
+    services: Vec<Service>,
+    next_seq: BTreeMap<String, u64>,
+    records: Vec<shoal_check::Record>,
+    sent: u64,
+    refused: u64,
+    delivered: u64,
+    views: u64,
+}
+
+impl Workload {
+    fn new(args: &SiteArgs, services: Vec<Service>) -> Workload {
+        let names: Vec<String> = (0..args.clients)
+            .map(|c| format!("#c{c}#d{}", args.id))
+            .collect();
+        Workload {
+            next_seq: names.iter().map(|n| (n.clone(), 1)).collect(),
+            names,
+            services,
+            records: Vec::new(),
+            sent: 0,
+            refused: 0,
+            delivered: 0,
+            views: 0,
+        }
+    }
+
+    async fn run(
+        &mut self,
+        args: &SiteArgs,
+        node: &Node<SiteEngine>,
+        mut events: mpsc::UnboundedReceiver<EventBatch<Event>>,
+    ) -> anyhow::Result<()> {
+        let start = tokio::time::Instant::now();
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let join_at = start + secs(args.start_after);
+        let stop_sending = join_at + secs(args.send_for);
+        let end = args.run_for.map(|s| start + secs(s));
+        let far = start + Duration::from_secs(86_400 * 365);
+        let gap = if args.clients > 0 {
+            secs(1.0 / args.rate)
+        } else {
+            Duration::from_secs(3600)
+        };
+        let mut next_send = join_at + gap;
+        let mut joined = args.clients == 0;
+        let mut round = 0usize;
+        loop {
+            let wake = if !joined {
+                join_at
+            } else if next_send < stop_sending {
+                next_send
+            } else {
+                far
+            };
+            tokio::select! {
+                batch = events.recv() => match batch {
+                    Some(batch) => self.record(batch),
+                    None => bail!("daemon {} stopped", args.id),
+                },
+                _ = tokio::time::sleep_until(wake) => {
+                    if !joined {
+                        joined = true;
+                        self.join(node, &args.group).await?;
+                    } else {
+                        self.send_round(node, args, round).await?;
+                        round += 1;
+                        next_send += gap;
+                    }
+                }
+                _ = tokio::time::sleep_until(end.unwrap_or(far)) => break,
+                _ = tokio::signal::ctrl_c() => break,
+            }
+        }
+        // What the daemon handed over before it stops.
+        while let Ok(batch) = events.try_recv() {
+            self.record(batch);
+        }
+        Ok(())
+    }
+
+    async fn join(&mut self, node: &Node<SiteEngine>, group: &str) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let names = self.names.clone();
+        let group = group.to_string();
+        node.control(move |e, now, _| {
+            let d = e.daemon_mut();
+            let mut result = Ok(());
+            for n in &names {
+                d.connect(n);
+                result = result.and(d.join(now, n, &group));
+            }
+            let _ = tx.send(result);
+        });
+        rx.await
+            .context("daemon stopped")?
+            .context("joining the group")?;
+        Ok(())
+    }
+
+    /// One message from each client. A message the daemon refuses (its
+    /// queue is full) is not recorded as sent; its number is used again.
+    async fn send_round(
+        &mut self,
+        node: &Node<SiteEngine>,
+        args: &SiteArgs,
+        round: usize,
+    ) -> anyhow::Result<()> {
+        for (i, name) in self.names.clone().into_iter().enumerate() {
+            let service = self.services[(round + i) % self.services.len()];
+            let seq = self.next_seq[&name];
+            let mut payload = vec![0u8; args.size.max(8)];
+            payload[..8].copy_from_slice(&seq.to_be_bytes());
+            let groups = vec![args.group.clone()];
+            let (tx, rx) = oneshot::channel();
+            let (client, to) = (name.clone(), groups.clone());
+            node.control(move |e, now, _| {
+                let r = e
+                    .daemon_mut()
+                    .send(now, &client, service, &to, Bytes::from(payload));
+                let _ = tx.send((r, now));
+            });
+            let (result, now) = rx.await.context("daemon stopped")?;
+            match result {
+                Ok(()) => {
+                    self.sent += 1;
+                    self.next_seq.insert(name.clone(), seq + 1);
+                    self.records.push(shoal_check::Record::Send {
+                        client: name.clone(),
+                        msg: shoal_check::MsgId { sender: name, seq },
+                        service: service.into(),
+                        groups,
+                        at_ns: Some(now.as_nanos()),
+                    });
+                }
+                Err(ClientError::QueueFull) => self.refused += 1,
+                Err(e) => return Err(e).context("sending"),
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, batch: EventBatch<Event>) {
+        let at_ns = Some(batch.at.as_nanos());
+        for ev in batch.events {
+            match ev {
+                Event::Deliver {
+                    client,
+                    sender,
+                    service,
+                    groups,
+                    payload,
+                    transitional,
+                } => {
+                    self.delivered += 1;
+                    let seq = payload
+                        .get(..8)
+                        .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+                    self.records.push(shoal_check::Record::Deliver {
+                        client,
+                        msg: shoal_check::MsgId { sender, seq },
+                        service: service.into(),
+                        groups,
+                        transitional,
+                        at_ns,
+                    });
+                }
+                Event::View {
+                    client,
+                    group,
+                    view_id,
+                    members,
+                    transitional,
+                } => {
+                    self.views += 1;
+                    self.records.push(shoal_check::Record::View {
+                        client,
+                        group,
+                        view_id,
+                        members,
+                        transitional,
+                        quorum: None,
+                        at_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    fn write(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for r in &self.records {
+            serde_json::to_writer(&mut out, r)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! Spread's sites as real processes on loopback: `shoal site` daemons of
+//! three sites (two daemons, two, one), each a process with its own UDP
+//! socket, one workload client per daemon sending agreed and safe
+//! messages to one group. Every client's history is judged by the
+//! checker, and every message must reach every client. Time bounds are
+//! generous; only the test's length depends on this machine's speed.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shoal-sites-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_udp_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A process killed on drop unless waited for (a failed test leaves
+/// nothing running).
+struct Proc(Option<Child>);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The sites file: sites of `per_site` daemons, a full mesh of links.
+fn sites_file(dir: &Path, per_site: &[u32]) -> (PathBuf, u32) {
+    let mut text = String::new();
+    let mut id = 0;
+    for (s, n) in per_site.iter().enumerate() {
+        let daemons: Vec<String> = (0..*n)
+            .map(|_| {
+                id += 1;
+                format!("{{ id = {}, addr = \"{}\" }}", id - 1, free_udp_port())
+            })
+            .collect();
+        text.push_str(&format!(
+            "[[site]]\nname = \"s{s}\"\ndaemons = [{}]\n\n",
+            daemons.join(", ")
+        ));
+    }
+    for a in 0..per_site.len() {
+        for b in a + 1..per_site.len() {
+            text.push_str(&format!(
+                "[[link]]\na = \"s{a}\"\nb = \"s{b}\"\nweight = {}\n\n",
+                1 + b - a
+            ));
+        }
+    }
+    let path = dir.join("sites.toml");
+    std::fs::write(&path, text).unwrap();
+    (path, id)
+}
+
+/// What a run of `shoal site` processes recorded.
+struct Run {
+    report: shoal_check::Report,
+    sent: usize,
+    delivered: usize,
+}
+
+/// Sites of `per_site` daemons, one process each; daemon `late` (if any)
+/// starts `late_by` after the others, its schedule shifted to match. Each
+/// client joins at 1.5 s and sends agreed and safe at 20 msgs/s for 2 s;
+/// every process stops at 7 s (of the first processes' clock).
+fn run(tag: &str, per_site: &[u32], late: Option<(u32, f64)>) -> Run {
+    let dir = temp_dir(tag);
+    let (config, daemons) = sites_file(&dir, per_site);
+    let r = run_file(&dir, &config, daemons, late, None);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Runs the daemons of the sites file `config`, each in the network
+/// namespace `{netns}-h{id+1}` when `netns` is given.
+fn run_file(
+    dir: &Path,
+    config: &Path,
+    daemons: u32,
+    late: Option<(u32, f64)>,
+    netns: Option<&str>,
+) -> Run {
+    let started = Instant::now();
+    let spawn = |id: u32, shift: f64| {
+        let mut command = match netns {
+            Some(prefix) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &format!("{prefix}-h{}", id + 1)])
+                    .arg(env!("CARGO_BIN_EXE_shoal"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_shoal")),
+        };
+        let child = command
+            .args(["site", "--config"])
+            .arg(config)
+            .args(["--id", &id.to_string()])
+            .args(["--clients", "1", "--group", "g"])
+            .args(["--start-after", &format!("{}", (1.5 - shift).max(0.5))])
+            .args(["--send-for", "2", "--rate", "20"])
+            .args(["--services", "agreed,safe", "--size", "200"])
+            .args(["--run-for", &format!("{}", 7.0 - shift)])
+            .arg("--history")
+            .arg(dir.join(format!("h{id}.jsonl")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal site starts");
+        Proc(Some(child))
+    };
+    let mut procs: Vec<(u32, Proc)> = (0..daemons)
+        .filter(|id| late.map(|l| l.0) != Some(*id))
+        .map(|id| (id, spawn(id, 0.0)))
+        .collect();
+    if let Some((id, by)) = late {
+        std::thread::sleep(Duration::from_secs_f64(by));
+        procs.push((id, spawn(id, by)));
+    }
+    let mut checker = shoal_check::Checker::new();
+    let (mut sent, mut delivered) = (0, 0);
+    for (id, p) in procs.iter_mut() {
+        let child = p.0.take().expect("waited once");
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "daemon {id}: {}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprint!("{stdout}");
+        let records = shoal_check::read_jsonl_file(dir.join(format!("h{id}.jsonl"))).unwrap();
+        for r in &records {
+            match r {
+                shoal_check::Record::Send { .. } => sent += 1,
+                shoal_check::Record::Deliver { .. } => delivered += 1,
+                _ => {}
+            }
+        }
+        checker.extend(records);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the daemons stopped on time"
+    );
+    Run {
+        report: checker.finish(),
+        sent,
+        delivered,
+    }
+}
+
+#[test]
+fn three_sites_of_real_processes_deliver_agreed_and_safe_to_everyone() {
+    let r = run("three", &[2, 2, 1], None);
+    assert!(r.report.is_clean(), "{}", r.report);
+    // 5 clients, 20 msgs/s for 2 s each (a few may be refused at the
+    // edges of the interval), every message at every client.
+    assert!(r.sent >= 5 * 35, "sent {}", r.sent);
+    assert_eq!(
+        r.delivered,
+        r.sent * 5,
+        "every client delivers every message"
+    );
+}
+
+/// A known failure, kept so that a fix has a test: a daemon started after
+/// its site's ring gave up on it (`token_timeout`, 1 s) joins the ring but
+/// has no site state; it delivers nothing while the others count its
+/// client in the group (`docs/spread.md`, "Sites in real processes").
+#[test]
+#[ignore = "the sites engine has no state transfer for a daemon joining a running site"]
+fn a_daemon_started_late_joins_its_site() {
+    let r = run("late", &[2, 1], Some((1, 2.5)));
+    assert!(r.report.is_clean(), "{}", r.report);
+    assert_eq!(
+        r.delivered,
+        r.sent * 3,
+        "every client delivers every message"
+    );
+}
+
+/// Two sites as hosts in network namespaces on one bridge
+/// (`tests/netns/netns.sh`), over IPv6: site a is hosts 1 and 2, site b
+/// host 3, each daemon at `[fd77::i]:4810`, every datagram sealed with
+/// a cluster key (required beyond loopback). Needs root and `ip netns`;
+/// otherwise it says why it is skipped and passes.
+#[test]
+fn two_sites_in_network_namespaces_over_ipv6() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/netns/netns.sh");
+    let check = Command::new(&script).arg("check").output();
+    match check {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            eprintln!("skipped: {}", String::from_utf8_lossy(&out.stderr).trim());
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: cannot run {}: {e}", script.display());
+            return;
+        }
+    }
+    /// The namespaces, removed on drop (even on a panic).
+    struct Net(PathBuf, String);
+    impl Drop for Net {
+        fn drop(&mut self) {
+            let _ = Command::new(&self.0).args(["down", &self.1]).status();
+        }
+    }
+    let _ = Command::new(&script).arg("reap").status();
+    let prefix = format!("shoalt{}s", std::process::id());
+    let up = Command::new(&script)
+        .args(["up", &prefix, "3"])
+        .status()
+        .unwrap();
+    assert!(up.success(), "netns.sh up {prefix} 3");
+    let _net = Net(script.clone(), prefix.clone());
+    let dir = temp_dir("netns");
+    let config = dir.join("sites.toml");
+    std::fs::write(
+        &config,
+        "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"[fd77::1]:4810\" }, { id = 1, addr = \"[fd77::2]:4810\" }]\n\n\
+         [[site]]\nname = \"b\"\ndaemons = [{ id = 2, addr = \"[fd77::3]:4810\" }]\n\n\
+         [[link]]\na = \"a\"\nb = \"b\"\nweight = 1\n\n\
+         [auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n",
+    )
+    .unwrap();
+    let r = run_file(&dir, &config, 3, None, Some(&prefix));
+    assert!(r.report.is_clean(), "{}", r.report);
+    assert!(r.sent >= 3 * 35, "sent {}", r.sent);
+    assert_eq!(
+        r.delivered,
+        r.sent * 3,
+        "every client delivers every message"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_sites_file_is_refused_with_what_is_wrong() {
+    let dir = temp_dir("bad");
+    let path = dir.join("sites.toml");
+    std::fs::write(
+        &path,
+        "[[site]]\nname = \"a\"\ndaemons = [{ id = 0, addr = \"127.0.0.1:1\" }, { id = 2, addr = \"127.0.0.1:2\" }]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["site", "--config"])
+        .arg(&path)
+        .args(["--id", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("daemon ids must be 0..2 each once; 1 is missing"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["site", "--config"])
+        .arg(dir.join("missing.toml"))
+        .args(["--id", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.toml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
