@@ -2501,7 +2501,7 @@ impl Sessions {
         if self.held.is_empty() {
             // A safe batch waits for every daemon's RECEIVED, which comes
             // after it in the order (its own daemon's too, counted in order).
-            let waits = items.iter().any(is_safe) && self.stable_in_order && self.daemons.len() > 1;
+            let waits = items.iter().any(is_safe) && self.daemons.len() > 1;
             return own && !waits;
         }
         let Some(acked) = items
