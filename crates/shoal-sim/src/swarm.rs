@@ -1340,6 +1340,17 @@ mod tests {
         assert_ok(188);
     }
 
+    /// A joining daemon's snapshot, held by vsync's primary across the view
+    /// change that dropped that daemon, was sequenced in the new view: its
+    /// clients went into the table at every other daemon, and a `safe`
+    /// message was delivered in a view naming a client whose daemon was
+    /// gone. The primary no longer sequences a held request from a member
+    /// the new view dropped.
+    #[test]
+    fn nothing_from_a_dropped_daemon_is_ordered_in_the_view_without_it() {
+        assert_ok(187);
+    }
+
     /// A restarted daemon took the id its predecessor had rejoined under
     /// (the swarm counted process incarnations 1, 2, 3): the order stalled
     /// until the periodic view change and a safe message was lost. The

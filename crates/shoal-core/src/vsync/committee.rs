@@ -552,8 +552,14 @@ impl Vsync {
                 return;
             }
             let next_local = &p.next_local;
-            p.held
-                .retain(|(s, l), _| *l >= next_local.get(s).copied().unwrap_or(0));
+            // A request held across a view change from a member the new
+            // view dropped is not sequenced: its message would be delivered
+            // in a view its sender is not in (the sender, dropped, sends
+            // again what was never sequenced once it is back).
+            let members = &p.cview.members;
+            p.held.retain(|(s, l), _| {
+                members.contains(&s.0) && *l >= next_local.get(s).copied().unwrap_or(0)
+            });
             let ready = p
                 .held
                 .keys()
