@@ -57,8 +57,8 @@ struct Outcome {
 /// `relay_fanout` (0: the sender sends every member a copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FirstPhase {
-    name: &'static str,
-    relay_fanout: u32,
+    pub(crate) name: &'static str,
+    pub(crate) relay_fanout: u32,
 }
 
 /// The first phases compared.

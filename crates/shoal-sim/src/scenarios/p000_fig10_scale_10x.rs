@@ -51,3 +51,27 @@ pub fn run(scale: Scale) -> Figure {
 fn from_rows(_: &Scale, rows: Vec<Row>) -> Figure {
     build(NAME, &PHASES, " (10x)", rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenarios::Sizes;
+
+    /// Ten times the figure's largest size, largest first; `--sizes` takes
+    /// only these, so a 10x part never merges into the figure's own files.
+    #[test]
+    fn sizes_are_ten_times_the_figures_and_only_they_are_taken() {
+        assert_eq!(run_order(&Scale::full(1)), [10_000, 5_000, 2_000]);
+        assert_eq!(PHASES[0].relay_fanout, 16);
+        let of_the_figure = Scale {
+            sizes: Sizes::only(&[1000]).expect("one size"),
+            ..Scale::full(1)
+        };
+        assert!(SWEPT.check(&of_the_figure).is_err());
+        let ours = Scale {
+            sizes: Sizes::only(&[2000]).expect("one size"),
+            ..Scale::full(1)
+        };
+        assert!(SWEPT.check(&ours).is_ok());
+    }
+}
