@@ -63,6 +63,20 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The CPU time the process has used so far, user and system, in seconds
+/// (`utime` + `stime` of `/proc/self/stat`, at Linux's fixed 100 ticks per
+/// second); `None` where `/proc` does not give it.
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces; the fields after it do not.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of the file are the 12th and 13th after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     /// (column, value) of the summary row.
@@ -285,6 +299,12 @@ fn latency_csv(h: &Histogram<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_seconds_reads_this_process() {
+        let cpu = cpu_seconds().expect("Linux has /proc/self/stat");
+        assert!(cpu >= 0.0 && cpu.is_finite(), "{cpu}");
+    }
 
     #[test]
     fn run_csv_has_one_row_under_its_header() {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use shoal_sim::scenarios::{
-    figure, pbcast_star, pbcast_tree, Figure, Inputs, Scale, FIGURES, NAMES,
+    figure, pbcast_star, pbcast_tree, swept, Figure, Inputs, Scale, Sizes, FIGURES, NAMES, SWEPT,
 };
 use shoal_sim::Report;
 
@@ -56,6 +56,13 @@ pub struct SimArgs {
     /// swarm: the seeds to run, `A..B` (B excluded) [default: 1..101].
     #[arg(long)]
     pub range: Option<String>,
+    /// Size-swept paper figures (p000-fig10-scale, p000-fig10-scale-10x):
+    /// run only these group sizes, e.g. `--sizes 500,1000`, and merge them
+    /// into the figure already in `--out` (its rows of other sizes kept,
+    /// plots rebuilt from the rows; `--out` made with other parameters is
+    /// refused). Run every size this way and the files are the figure's.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
     /// swarm: threads to run seeds on [default: 2]; paper figures: threads
     /// for a figure's independent runs [default: one per core]. The files
     /// do not depend on it.
@@ -114,6 +121,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if args.scenario == "swarm" {
         let mut figure_only = input_options(&args).to_vec();
         figure_only.push(("--debug", args.debug));
+        figure_only.push(("--sizes", args.sizes.is_some()));
         refuse(&args, &figure_only)?;
         return run_swarm(&args);
     }
@@ -124,6 +132,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     figure_only.extend(input_options(&args));
     figure_only.push(("--debug", args.debug));
     figure_only.push(("--threads", args.threads.is_some()));
+    figure_only.push(("--sizes", args.sizes.is_some()));
     refuse(&args, &figure_only)?;
     let report = match args.scenario.as_str() {
         "pbcast-star" => {
@@ -293,6 +302,27 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
         }
         scale.seeds = seeds;
     }
+    let swept = match &args.sizes {
+        None => None,
+        Some(sizes) => {
+            let Some(swept) = swept(&args.scenario) else {
+                let names: Vec<&str> = SWEPT.iter().map(|s| s.name).collect();
+                bail!(
+                    "--sizes applies to one size-swept figure ({}), not {}",
+                    names.join(", "),
+                    args.scenario
+                );
+            };
+            scale.sizes = Sizes::only(sizes)
+                .with_context(|| format!("--sizes: between 1 and {} group sizes", Sizes::MAX))?;
+            Some(swept)
+        }
+    };
+    if let Some(swept) = &swept {
+        let mut params = vec![("scenario".into(), args.scenario.clone())];
+        params.extend(scale.params());
+        swept.check_dir(&scale, &args.out, &params)?;
+    }
     let chosen: Vec<_> = FIGURES
         .iter()
         .filter(|(name, _)| args.scenario == "all" || args.scenario == *name)
@@ -307,8 +337,12 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
             args.out.clone()
         };
         let mut figure = run(scale);
-        figure.params = vec![("scenario".into(), name.to_string())];
-        figure.params.extend(scale.params());
+        let mut params = vec![("scenario".into(), name.to_string())];
+        params.extend(scale.params());
+        figure.params = params.clone();
+        if let Some(swept) = &swept {
+            figure = swept.merge(&scale, &dir, figure, params)?;
+        }
         figure
             .write(&dir)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.display()))?;
@@ -523,5 +557,49 @@ mod tests {
             assert!(err.to_string().contains(expected), "{words:?}: {err}");
             assert!(!dir.exists(), "{words:?} wrote {out}");
         }
+    }
+
+    /// `--sizes` only for a size-swept figure and only its own sizes, and
+    /// never into a directory whose figure was made otherwise: refused by
+    /// name before anything is simulated or written.
+    #[test]
+    fn sizes_out_of_place_are_refused_before_running() {
+        let dir = std::env::temp_dir().join(format!("shoal-sim-sizes-{}", std::process::id()));
+        let out = dir.to_str().expect("utf-8");
+        let cases: [(&[&str], &str); 4] = [
+            (
+                &["p001-fig1-tree", "--sizes", "20"],
+                "--sizes applies to one size-swept figure",
+            ),
+            (
+                &["p000-fig10-scale", "--sizes", "8,7"],
+                "7 is not one of the figure's sizes",
+            ),
+            (
+                &["p000-fig10-scale", "--quick", "--sizes", "1000"],
+                "1000 is not one of the figure's sizes",
+            ),
+            (
+                &["swarm", "--sizes", "8"],
+                "--sizes does not apply to swarm",
+            ),
+        ];
+        for (words, expected) in cases {
+            let mut words = words.to_vec();
+            words.extend(["--out", out]);
+            let err = run(args(&words)).expect_err("refused");
+            assert!(err.to_string().contains(expected), "{words:?}: {err}");
+            assert!(!dir.exists(), "{words:?} wrote {out}");
+        }
+        // A quick figure in --out: a full-scale size is not merged into it.
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("summary.csv"), "group_size\n8\n").expect("writes");
+        let params = "name,value\nscenario,p000-fig10-scale\nquick,true\n";
+        std::fs::write(dir.join("params.csv"), params).expect("writes");
+        let words = ["p000-fig10-scale", "--sizes", "1000", "--out", out];
+        let err = run(args(&words)).expect_err("refused");
+        assert!(err.to_string().contains("made with quick = true"), "{err}");
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -25,6 +25,9 @@ pub struct Scale {
     pub seed: u64,
     /// The open inputs (their defaults are the figures' readings).
     pub inputs: Inputs,
+    /// Which group sizes a size-swept figure runs (`shoal sim --sizes`):
+    /// all of them unless chosen. Other figures ignore it.
+    pub sizes: Sizes,
 }
 
 impl Scale {
@@ -34,6 +37,7 @@ impl Scale {
             seeds: 5,
             seed,
             inputs: Inputs::default(),
+            sizes: Sizes::ALL,
         }
     }
 
@@ -43,6 +47,7 @@ impl Scale {
             seeds: 2,
             seed,
             inputs: Inputs::default(),
+            sizes: Sizes::ALL,
         }
     }
 
@@ -51,7 +56,8 @@ impl Scale {
     }
 
     /// What made a figure at this scale, as (name, value): the scale and
-    /// every input (`params.csv`).
+    /// every input (`params.csv`), and the sizes run when only some were
+    /// chosen.
     pub fn params(&self) -> Vec<(String, String)> {
         let mut params = vec![
             ("quick".into(), self.quick.to_string()),
@@ -59,6 +65,9 @@ impl Scale {
             ("seed".into(), self.seed.to_string()),
         ];
         params.extend(self.inputs.params());
+        if let Some(chosen) = self.sizes.chosen() {
+            params.push(("sizes".into(), Sizes::list(chosen)));
+        }
         params
     }
 
@@ -69,6 +78,65 @@ impl Scale {
         } else {
             full
         }
+    }
+}
+
+/// The group sizes a size-swept figure runs: all of its own, or a chosen
+/// few of them (`shoal sim <figure> --sizes 500,1000`), so that a figure too
+/// long for one sitting runs a size at a time. Fixed capacity, so that
+/// [`Scale`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    chosen: [usize; Sizes::MAX],
+    /// 0: every size of the figure.
+    len: usize,
+}
+
+impl Sizes {
+    /// The most sizes that can be chosen at once.
+    pub const MAX: usize = 16;
+
+    /// Every size of the figure.
+    pub const ALL: Sizes = Sizes {
+        chosen: [0; Sizes::MAX],
+        len: 0,
+    };
+
+    /// Only `sizes` (sorted, duplicates dropped); `None` if there are none
+    /// or more than [`Sizes::MAX`].
+    pub fn only(sizes: &[usize]) -> Option<Sizes> {
+        let mut sorted = sizes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.is_empty() || sorted.len() > Sizes::MAX {
+            return None;
+        }
+        let mut chosen = [0; Sizes::MAX];
+        chosen[..sorted.len()].copy_from_slice(&sorted);
+        Some(Sizes {
+            chosen,
+            len: sorted.len(),
+        })
+    }
+
+    /// The chosen sizes, ascending; `None` for all.
+    pub fn chosen(&self) -> Option<&[usize]> {
+        (self.len > 0).then(|| &self.chosen[..self.len])
+    }
+
+    /// The sizes of `all` (a figure's own, in its order) to run.
+    pub fn pick(&self, all: &[usize]) -> Vec<usize> {
+        match self.chosen() {
+            None => all.to_vec(),
+            Some(chosen) => all.iter().copied().filter(|n| chosen.contains(n)).collect(),
+        }
+    }
+
+    /// Sizes as `params.csv` and `--sizes` write them: `250;500` (a
+    /// semicolon, as a CSV field holds no comma).
+    pub fn list(sizes: &[usize]) -> String {
+        let parts: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+        parts.join(";")
     }
 }
 
@@ -126,6 +194,9 @@ pub struct Figure {
     /// How the figure was made, as (name, value): `params.csv` when not
     /// empty (`shoal sim` sets it from [`Scale::params`]).
     pub params: Vec<(String, String)>,
+    /// `run.csv` when the figure was run in parts (`shoal sim --sizes`):
+    /// a row per part; otherwise `run.csv` is [`Figure::wall`]'s.
+    pub run_csv: Option<String>,
 }
 
 impl Figure {
@@ -216,7 +287,10 @@ impl Figure {
             write("params.csv", &params)?;
         }
         // What the runs cost (their wall times summed, not deterministic).
-        write("run.csv", &self.wall.run_csv())?;
+        match &self.run_csv {
+            Some(text) => write("run.csv", text)?,
+            None => write("run.csv", &self.wall.run_csv())?,
+        }
         for (name, text) in &self.files {
             write(name, text)?;
         }

@@ -4,6 +4,7 @@ pub mod figure;
 pub mod inputs;
 pub mod p000;
 pub mod p000_fig10_scale;
+pub mod p000_fig10_scale_10x;
 pub mod p000_fig11_large;
 pub mod p000_fig12_perturbed;
 pub mod p000_fig13_waves;
@@ -44,15 +45,17 @@ pub mod spread_table1_overlay;
 pub mod spread_table2_link;
 pub mod spread_table3_link_loss;
 pub mod spread_table4_tree_loss;
+pub mod swept;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 #[cfg(test)]
 use crate::{Sim, Topology};
-pub use figure::{Figure, Scale};
+pub use figure::{Figure, Scale, Sizes};
 pub use inputs::{InputError, Inputs};
 pub use protocol::{AnyEngine, Hierarchy, Protocol};
+pub use swept::{MergeError, Swept};
 
 /// Single-run scenarios with their own options.
 pub const NAMES: [&str; 2] = ["pbcast-star", "pbcast-tree"];
@@ -78,6 +81,7 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (p000_table2_committee::NAME, p000_table2_committee::run),
     (p000_fig14_load::NAME, p000_fig14_load::run),
     (p000_fig10_scale::NAME, p000_fig10_scale::run),
+    (p000_fig10_scale_10x::NAME, p000_fig10_scale_10x::run),
     (p000_fig11_large::NAME, p000_fig11_large::run),
     (p000_fig13_waves::NAME, p000_fig13_waves::run),
     (spread_table1_overlay::NAME, spread_table1_overlay::run),
@@ -98,6 +102,15 @@ pub const FIGURES: &[(&str, FigureFn)] = &[
     (qsm_replication::NAME, qsm_replication::run),
     (qsm_rate::NAME, qsm_rate::run),
 ];
+
+/// The figures that can run a few group sizes at a time (`shoal sim
+/// <figure> --sizes a,b`), merging into the figure in the output directory.
+pub const SWEPT: &[Swept] = &[p000_fig10_scale::SWEPT, p000_fig10_scale_10x::SWEPT];
+
+/// The size-swept figure called `name`.
+pub fn swept(name: &str) -> Option<Swept> {
+    SWEPT.iter().find(|s| s.name == name).copied()
+}
 
 /// The figure called `name`.
 pub fn figure(name: &str) -> Option<FigureFn> {

@@ -19,12 +19,17 @@
 //! unicast fan-out (`relay_fanout = 0`: the sender sends every member a
 //! copy) and the relay tree (`relay_fanout = 16`, the default; P000 §3
 //! footnote ‖).
+//!
+//! Each size's searches are independent of the others', so the figure can
+//! run a size at a time ([`SWEPT`], `shoal sim p000-fig10-scale --sizes
+//! 1000`); its plots and notes come from the rows alone.
 
 use shoal_core::vsync;
 use shoal_plot::Series;
 
 use super::figure::Plot;
 use super::p000::{head, vsync_group};
+use super::swept::{Row, Swept};
 use super::{ns, run_parallel, Figure, Scale};
 use crate::report::{Report, Wall};
 
@@ -44,8 +49,6 @@ struct Outcome {
     report: Report,
     /// Deliveries per second at the observer (neither sender nor leader).
     delivered_rate: f64,
-    /// The observer's longest stretch without a delivery, in ms.
-    longest_pause_ms: f64,
     /// Members the leader's final view no longer has.
     removed: u64,
 }
@@ -53,13 +56,13 @@ struct Outcome {
 /// A first phase: the protocol's name in the files, and pbcast's
 /// `relay_fanout` (0: the sender sends every member a copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FirstPhase {
-    name: &'static str,
-    relay_fanout: u32,
+pub(crate) struct FirstPhase {
+    pub(crate) name: &'static str,
+    pub(crate) relay_fanout: u32,
 }
 
 /// The first phases compared.
-const FIRST_PHASES: [FirstPhase; 2] = [
+pub(crate) const FIRST_PHASES: [FirstPhase; 2] = [
     FirstPhase {
         name: "vsync-pbcast-flat",
         relay_fanout: 0,
@@ -105,11 +108,11 @@ fn one(n: usize, rate: f64, seconds: f64, seed: u64, phase: FirstPhase) -> Outco
     report.put("delivered_rate", format!("{delivered_rate:.2}"));
     report.put("longest_pause_ms", format!("{longest_pause:.0}"));
     report.put("members_out", removed);
+    report.put("carried", carries(rate, delivered_rate, removed));
     report.wall = Wall::since(started, sim.events);
     Outcome {
         report,
         delivered_rate,
-        longest_pause_ms: longest_pause,
         removed,
     }
 }
@@ -125,9 +128,14 @@ fn config(relay_fanout: u32) -> vsync::Config {
     config
 }
 
-/// The group carried `rate`: nobody dropped, 95% of it delivered.
+/// The group carried `rate`: nobody dropped, 95% of it delivered (the
+/// `carried` column of the run's row).
 fn carried(rate: f64, outcome: &Outcome) -> bool {
-    outcome.removed == 0 && outcome.delivered_rate >= 0.95 * rate
+    carries(rate, outcome.delivered_rate, outcome.removed)
+}
+
+fn carries(rate: f64, delivered_rate: f64, removed: u64) -> bool {
+    removed == 0 && delivered_rate >= 0.95 * rate
 }
 
 /// The search for one size and first phase: from 50/s, double while the
@@ -156,13 +164,50 @@ fn search(n: usize, seconds: f64, seed: u64, phase: FirstPhase) -> Vec<(f64, Out
     runs
 }
 
+/// The group sizes: the paper's range (8-105) and on to 1000.
+const SIZES_FULL: [usize; 8] = [8, 16, 32, 64, 105, 250, 500, 1000];
+const SIZES_QUICK: [usize; 3] = [8, 32, 105];
+
+/// The figure's sizes in the order it runs them: largest first, so that
+/// the longest searches start first.
+fn run_order(scale: &Scale) -> Vec<usize> {
+    let sizes: &[usize] = scale.pick(&SIZES_FULL, &SIZES_QUICK);
+    sizes.iter().rev().copied().collect()
+}
+
+/// `shoal sim p000-fig10-scale --sizes ...` runs chosen sizes and merges
+/// them into the figure in `--out`.
+pub const SWEPT: Swept = Swept {
+    name: NAME,
+    sizes: run_order,
+    from_rows,
+};
+
 pub fn run(scale: Scale) -> Figure {
-    let mut figure = Figure::new(NAME);
-    let sizes: &[usize] = scale.pick(&[8, 16, 32, 64, 105, 250, 500, 1000], &[8, 32, 105]);
     let seconds = scale.pick(45.0, 25.0);
+    let (rows, wall) = searches(scale, &run_order(&scale), &FIRST_PHASES, seconds);
+    let mut figure = from_rows(&scale, rows);
+    figure.wall = wall;
+    figure
+}
+
+fn from_rows(_: &Scale, rows: Vec<Row>) -> Figure {
+    build(NAME, &FIRST_PHASES, "", rows)
+}
+
+/// The rows of every search of the sizes of `sizes` that `scale` chose,
+/// for each first phase of `phases`, `seconds` per rate: sizes in the order
+/// of `sizes`, each size's phases in order, each search's rates in the
+/// order tried.
+pub(crate) fn searches(
+    scale: Scale,
+    sizes: &[usize],
+    phases: &[FirstPhase],
+    seconds: f64,
+) -> (Vec<Row>, Wall) {
     let mut searches = Vec::new();
-    for &n in sizes.iter().rev() {
-        for phase in FIRST_PHASES {
+    for n in scale.sizes.pick(sizes) {
+        for &phase in phases {
             searches.push((n, scale.seed, phase));
         }
     }
@@ -171,36 +216,45 @@ pub fn run(scale: Scale) -> Figure {
         .iter()
         .map(|&(n, seed, phase)| Box::new(move || search(n, seconds, seed, phase)) as Job)
         .collect();
-    let mut configs = Vec::new();
-    let mut results = Vec::new();
-    for (&(n, seed, phase), runs) in searches.iter().zip(run_parallel(jobs)) {
-        for (rate, outcome) in runs {
-            configs.push((n, rate, seed, phase));
-            results.push(outcome);
+    let mut rows = Vec::new();
+    let mut wall = Wall::default();
+    for runs in run_parallel(jobs) {
+        for (_, outcome) in runs {
+            rows.push(outcome.report.summary);
+            wall.seconds += outcome.report.wall.seconds;
+            wall.events += outcome.report.wall.events;
         }
     }
+    (rows, wall)
+}
+
+type Points = Vec<(f64, f64)>;
+
+/// The figure `name` from its rows, for the first phases `phases`: per
+/// phase and size the highest rate carried and the longest pause, plotted
+/// against size, and a note line per phase and size. Everything comes
+/// from the rows, so a figure merged from runs of a few sizes at a time is
+/// the figure run whole. `title` is appended to the plots' titles.
+pub(crate) fn build(name: &str, phases: &[FirstPhase], title: &str, rows: Vec<Row>) -> Figure {
+    let mut figure = Figure::new(name);
+    figure.rows = rows;
     let mut stable_series = Vec::new();
     let mut pause_series = Vec::new();
-    for phase in FIRST_PHASES {
-        let (stable_points, pause_points) =
-            summarise(&mut figure, sizes, &configs, &results, phase);
+    for &phase in phases {
+        let (stable_points, pause_points) = summarise(&mut figure, phase);
         stable_series.push(Series::new(phase.name, stable_points));
         pause_series.push(Series::new(phase.name, pause_points));
     }
-    for outcome in &results {
-        figure.add_run(&outcome.report);
-    }
-    figure.incomplete.clear();
     figure.plots.push(Plot::lines(
-        format!("{NAME}-throughput.svg"),
-        "vsync over pbcast, 64 B multicasts: highest stable rate found",
+        format!("{name}-throughput.svg"),
+        format!("vsync over pbcast, 64 B multicasts: highest stable rate found{title}"),
         "group size",
         "messages/s",
         stable_series,
     ));
     figure.plots.push(Plot::lines(
-        format!("{NAME}-pause.svg"),
-        "longest delivery pause (view changes)",
+        format!("{name}-pause.svg"),
+        format!("longest delivery pause (view changes){title}"),
         "group size",
         "ms",
         pause_series,
@@ -208,38 +262,53 @@ pub fn run(scale: Scale) -> Figure {
     figure
 }
 
-type Points = Vec<(f64, f64)>;
+/// One run as the figure reads it back from its row.
+struct RunRow {
+    n: usize,
+    rate: f64,
+    carried: bool,
+    delivered: String,
+    pause_ms: f64,
+}
 
-/// One first phase's highest stable rate and longest pause per size, and a
-/// note line per size.
-fn summarise(
-    figure: &mut Figure,
-    sizes: &[usize],
-    configs: &[(usize, f64, u64, FirstPhase)],
-    results: &[Outcome],
-    phase: FirstPhase,
-) -> (Points, Points) {
+impl RunRow {
+    fn of(row: &Row) -> Option<RunRow> {
+        let get = |k: &str| row.iter().find(|(c, _)| c == k).map(|(_, v)| v.as_str());
+        Some(RunRow {
+            n: get("group_size")?.parse().ok()?,
+            rate: get("offered")?.parse().ok()?,
+            carried: get("carried")? == "true",
+            delivered: get("delivered_rate")?.to_string(),
+            pause_ms: get("longest_pause_ms")?.parse().ok()?,
+        })
+    }
+}
+
+/// One first phase's highest stable rate and longest pause per size held
+/// in the figure's rows (ascending), and a note line per size.
+fn summarise(figure: &mut Figure, phase: FirstPhase) -> (Points, Points) {
+    let runs: Vec<RunRow> = figure
+        .rows
+        .iter()
+        .filter(|row| row.iter().any(|(k, v)| k == "protocol" && v == phase.name))
+        .filter_map(RunRow::of)
+        .collect();
+    let mut sizes: Vec<usize> = runs.iter().map(|r| r.n).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
     let mut stable_points = Vec::new();
     let mut pause_points = Vec::new();
-    for &n in sizes {
-        let mine: Vec<(f64, &Outcome)> = configs
-            .iter()
-            .zip(results)
-            .filter(|((cn, _, _, p), _)| *cn == n && *p == phase)
-            .map(|((_, rate, _, _), r)| (*rate, r))
-            .collect();
+    for n in sizes {
+        let mine: Vec<&RunRow> = runs.iter().filter(|r| r.n == n).collect();
         let stable = mine
             .iter()
-            .filter(|(rate, r)| carried(*rate, r))
-            .map(|(rate, _)| *rate)
+            .filter(|r| r.carried)
+            .map(|r| r.rate)
             .fold(0.0, f64::max);
-        let pause = mine
-            .iter()
-            .map(|(_, r)| r.longest_pause_ms)
-            .fold(0.0, f64::max);
+        let pause = mine.iter().map(|r| r.pause_ms).fold(0.0, f64::max);
         let line: Vec<String> = mine
             .iter()
-            .map(|(rate, r)| format!("{rate:.0}/s→{:.0}", r.delivered_rate))
+            .map(|r| format!("{:.0}/s→{}", r.rate, r.delivered))
             .collect();
         figure.notes.push(format!(
             "{:<20} n={n:<5} highest stable {stable:>4.0}/s; longest pause {pause:>5.0} ms; offered→delivered {}",
@@ -304,5 +373,60 @@ mod tests {
             "tree {tree} out {tree_out}"
         );
         assert!(flat < 0.9 * tree, "flat {flat} vs tree {tree}");
+    }
+
+    /// Fig 10 run a size at a time and merged (`--sizes`) writes the same
+    /// files as Fig 10 run whole, but `run.csv`: the same rows in the same
+    /// order, the same params.csv and byte-identical plots. (Small groups
+    /// and 2 s per rate, so the test is quick; the figure's own sizes are
+    /// the same code.)
+    #[test]
+    fn a_figure_run_a_size_at_a_time_is_the_figure_run_whole() {
+        const SMALL: Swept = Swept {
+            name: NAME,
+            sizes: |_| vec![6, 4],
+            from_rows: |_, rows| build(NAME, &[FLAT, TREE], "", rows),
+        };
+        let seconds = 2.0;
+        let scale = Scale::quick(1);
+        let params = |scale: &Scale| {
+            let mut p = vec![("scenario".to_string(), NAME.to_string())];
+            p.extend(scale.params());
+            p
+        };
+        let (rows, wall) = searches(scale, &[6, 4], &[FLAT, TREE], seconds);
+        let mut whole = build(NAME, &[FLAT, TREE], "", rows);
+        whole.wall = wall;
+        whole.params = params(&scale);
+        let base = std::env::temp_dir().join(format!("shoal-fig10-parts-{}", std::process::id()));
+        let (whole_dir, parts_dir) = (base.join("whole"), base.join("parts"));
+        let _ = std::fs::remove_dir_all(&base);
+        whole.write(&whole_dir).expect("writes");
+        for n in [4, 6] {
+            let part_scale = Scale {
+                sizes: crate::scenarios::Sizes::only(&[n]).expect("one size"),
+                ..scale
+            };
+            let (rows, wall) = searches(part_scale, &[6, 4], &[FLAT, TREE], seconds);
+            let mut part = build(NAME, &[FLAT, TREE], "", rows);
+            part.wall = wall;
+            let merged = SMALL
+                .merge(&part_scale, &parts_dir, part, params(&part_scale))
+                .expect("merges");
+            merged.write(&parts_dir).expect("writes");
+        }
+        let mut compared = 0;
+        for entry in std::fs::read_dir(&whole_dir).expect("written") {
+            let name = entry.expect("entry").file_name();
+            if name == "run.csv" {
+                continue;
+            }
+            let whole = std::fs::read(whole_dir.join(&name)).expect("whole");
+            let parts = std::fs::read(parts_dir.join(&name)).expect("parts");
+            assert!(whole == parts, "{name:?} differs");
+            compared += 1;
+        }
+        assert_eq!(compared, 4, "summary, params and two plots");
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
