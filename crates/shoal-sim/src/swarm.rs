@@ -1313,9 +1313,13 @@ mod tests {
         assert_ok(68);
     }
 
+    /// A daemon's own GOODBYE (a graceful stop) took its clients out of
+    /// every group without a view telling them: one went on taking itself
+    /// for a member of a view whose `safe` message it got through another
+    /// group. Each such client now hears the view without itself, as a
+    /// leaver does.
     #[test]
-    #[ignore = "a safe message delivered at one daemon is never delivered by a member of a client at another that installs the next view"]
-    fn a_safe_message_reaches_every_member_moving_on() {
+    fn a_stopping_daemons_clients_hear_that_they_left_their_groups() {
         assert_ok(1);
     }
 

@@ -1641,10 +1641,22 @@ impl Sessions {
     /// Removes the members `gone` selects from every group, announcing each
     /// changed group once.
     fn remove_everywhere(&mut self, gone: impl Fn(&Member) -> bool, view_id: u64, reason: Reason) {
+        let me = self.me;
         let mut changed = Vec::new();
+        // Local clients removed while still connected (this daemon's own
+        // GOODBYE during a graceful stop): each hears the view without
+        // itself, as a leaver does, or it would take itself for a member
+        // of a view whose messages it no longer gets.
+        let mut removed_here: Vec<(String, String)> = Vec::new();
         for (group, members) in self.table.iter_mut() {
             let before = members.len();
-            members.retain(|m| !gone(m));
+            members.retain(|m| {
+                let out = gone(m);
+                if out && Some(m.daemon) == me {
+                    removed_here.push((group.clone(), m.client.clone()));
+                }
+                !out
+            });
             if members.len() != before {
                 changed.push(group.clone());
             }
@@ -1653,6 +1665,30 @@ impl Sessions {
         for group in changed {
             self.stats.group_changes += 1;
             self.announce(&group, view_id, reason, None);
+        }
+        for (group, client) in removed_here {
+            let Some(session) = self.by_name.get(&client).copied() else {
+                continue;
+            };
+            let mut names: Vec<String> = self
+                .table
+                .get(&group)
+                .map(|m| m.iter().map(|m| m.client.clone()).collect())
+                .unwrap_or_default();
+            names.sort();
+            names.dedup();
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.seen.remove(&group);
+            }
+            let frame = Frame::Membership {
+                group,
+                view_id,
+                reason,
+                transitional: false,
+                quorum: self.quorum,
+                members: names,
+            };
+            self.send(session, frame);
         }
     }
 
