@@ -1253,6 +1253,10 @@ impl Sessions {
             members: names.clone(),
         };
         self.send_encoded(local, &frame);
+        // The next regular view goes whole: a client that asked for deltas
+        // would apply one to the transitional view's list, which shares the
+        // regular view's id.
+        self.announced.remove(group);
         self.in_transitional
             .insert(group.to_string(), (view_id, names));
     }
