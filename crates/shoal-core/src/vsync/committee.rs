@@ -933,10 +933,16 @@ impl Vsync {
             if next < r.acked {
                 // The backup holds less than it once acknowledged: it was
                 // dropped and re-admitted with an empty store (chaos seed
-                // 262). Replicate to it again from what it holds; an ack
-                // merely reordered behind a later one costs a resend.
+                // 262), or this ack was merely reordered behind a later
+                // one. Either way `acked` falls, so the next heartbeat
+                // replicates again from what it holds; the next in-order
+                // ack raises it back. Resending the window at once, here,
+                // made every reordered ack cost a window, whose datagrams
+                // each drew an ack, some reordered again: under loss and
+                // reordering a primary sent hundreds of thousands of
+                // datagrams within a millisecond (swarm, fragments at 5%
+                // loss).
                 r.acked = next;
-                r.sent = next;
             }
             r.acked = r.acked.max(next);
             r.sent = r.sent.max(r.acked);
