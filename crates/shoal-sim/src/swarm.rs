@@ -1237,6 +1237,29 @@ mod tests {
         }
     }
 
+    /// Still failing (docs/reliability.md, "Still failing"): under 5% loss
+    /// on every fragment (43% of 16 KB datagrams lost), two daemons of a
+    /// minority component merge back. One had been told the gseq of the
+    /// other's batch and held it behind a `safe` message; its sender had
+    /// not, took the batch for unsequenced and sent it again after the
+    /// rejoin. The holder gives the held copy to its clients in their
+    /// transitional views and the new order's copy after: delivered twice.
+    /// Needs an identity for a client's message that survives re-batching.
+    #[test]
+    #[ignore = "known: a batch sent again after a merge is delivered twice where the old order's copy was held"]
+    fn a_batch_sent_again_after_a_merge_is_not_delivered_twice() {
+        let mut cfg = SwarmConfig::from_seed(10);
+        cfg.floor_loss_ppm = 50_000;
+        cfg.fragment_bytes = Some(1472);
+        let o = run(cfg);
+        assert_eq!(
+            o.report.count(shoal_check::Kind::Duplicate),
+            0,
+            "{}",
+            describe(&o)
+        );
+    }
+
     #[test]
     fn a_quiet_cluster_is_clean_and_converges() {
         let mut cfg = SwarmConfig::from_seed(1);
