@@ -91,8 +91,18 @@ impl Splitter {
     /// but the last [`Splitter::max`] bytes long. Returns how many; none
     /// when it is too large to fragment ([`fragment::FRAGMENTED_MAX`]).
     pub fn split(&mut self, datagram: &[u8], out: &mut Vec<u8>) -> usize {
+        self.split_as(NodeId(self.sender), datagram, out)
+    }
+
+    /// [`Splitter::split`], the fragments claiming `sender`: the node's id
+    /// when it sent `datagram`, which the receiver takes as the sender of
+    /// the whole datagram. A daemon's id changes at each rejoin (a new
+    /// incarnation) while its runtime runs on; fragments that kept the id
+    /// it started with were joined at the receiver as the old incarnation's,
+    /// and every large datagram of the new one was refused there.
+    pub fn split_as(&mut self, sender: NodeId, datagram: &[u8], out: &mut Vec<u8>) -> usize {
         let id = self.next_id;
-        let count = fragment::split(self.sender, id, datagram, self.max, out);
+        let count = fragment::split(sender.0, id, datagram, self.max, out);
         if count > 0 {
             self.next_id = id.wrapping_add(1);
         }

@@ -1011,7 +1011,13 @@ impl<E: Engine> Driver<E> {
         }
         let max = splitter.max();
         let mut fragments = Vec::new();
-        let count = splitter.split(&transmit.payload, &mut fragments);
+        let sender = self
+            .book
+            .is_slotted()
+            .then(|| claimed_sender(&transmit.payload))
+            .flatten()
+            .unwrap_or_else(|| self.engine.node_id());
+        let count = splitter.split_as(sender, &transmit.payload, &mut fragments);
         if count == 0 {
             tracing::warn!(node = %self.me, len = transmit.payload.len(), "datagram too large to fragment: dropped");
             return;
@@ -1202,6 +1208,17 @@ impl RuntimeStats {
             engine.handle_datagram_bytes(now, from, &whole);
         }
     }
+}
+
+/// The sender a Shoal packet datagram claims (its header's bytes 4..8), as
+/// a receiver reads it from an unfragmented datagram ([`Driver::sender`]).
+/// Fragments of the datagram claim the same: a daemon that rejoined under a
+/// new incarnation sends under its new id, and the last packets of its old
+/// one under the old id. Only with a slotted book: a plain one lists each
+/// node under one id, which its fragments claim.
+fn claimed_sender(datagram: &[u8]) -> Option<NodeId> {
+    let header = shoal_wire::decode_header(datagram).ok()?;
+    Some(NodeId(header.sender))
 }
 
 /// Addresses a node warns about for slot conflicts, at most (then it only

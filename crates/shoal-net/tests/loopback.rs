@@ -69,6 +69,11 @@ impl Engine for Toy {
     }
 
     fn multicast(&mut self, _now: Instant, payload: Bytes) -> Result<u64, SendError> {
+        // A Shoal packet sent under another id: the toy takes that id from
+        // now on, as a daemon does when it rejoins under a new incarnation.
+        if let Ok(header) = shoal_wire::decode_header(&payload) {
+            self.me = NodeId(header.sender);
+        }
         if self.ip_multicast {
             self.outbox.push(Transmit {
                 destination: Destination::Multicast,
@@ -481,6 +486,54 @@ async fn datagrams_larger_than_the_path_arrive_whole_and_in_order() {
     assert_eq!(stats.datagrams_joined, 40);
     assert_eq!(stats.fragments_received, fragments as u64);
     assert_eq!(stats.fragments_refused + stats.partial_dropped, 0);
+}
+
+/// A daemon rejoins under a new incarnation (a new id in the same slot)
+/// while its runtime runs on. Its large datagrams' fragments claimed the id
+/// it started with, so the receiver took the joined datagram for the old
+/// incarnation's and the engine refused every one (the long schedule across
+/// namespaces stalled on it after the first rejoin).
+#[tokio::test]
+async fn fragments_claim_the_id_the_datagram_was_sent_under() {
+    let options = SocketOptions::default();
+    let endpoints: Vec<Endpoint> = (0..2)
+        .map(|_| Endpoint::bind_loopback(&options).unwrap())
+        .collect();
+    let book =
+        AddressBook::slotted(endpoints.iter().map(Endpoint::local_addr).collect(), 8).unwrap();
+    let clock = Clock::new();
+    let mut nodes = Vec::new();
+    let mut events = Vec::new();
+    for (i, endpoint) in endpoints.into_iter().enumerate() {
+        let engine = Toy::new(i as u32, 2, false, clock.now());
+        let mut config = NodeConfig::new(book.clone());
+        config.path_datagram = Some(1_472);
+        let mut node = Node::spawn(engine, endpoint, config, clock).unwrap();
+        events.push(node.take_events().unwrap());
+        nodes.push(node);
+    }
+    // Slot 0, incarnation 1.
+    let rejoined = 1 << 8;
+    let body = sized(7, 16_384);
+    let packet = shoal_wire::Packet::Data {
+        seq: 1,
+        payload: &body,
+    };
+    let mut datagram = Vec::new();
+    packet.encode(rejoined, &mut datagram).unwrap();
+    nodes[0]
+        .commands()
+        .send(Command::Multicast(datagram.clone().into()))
+        .await
+        .unwrap();
+    let got = receive(&mut events[1], 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].0,
+        NodeId(rejoined),
+        "the sender as the receiver took it"
+    );
+    assert!(got[0].1 == datagram, "the datagram arrived whole");
 }
 
 #[tokio::test]
