@@ -1320,6 +1320,30 @@ mod tests {
         assert!(o.ok(), "{}", describe(&o));
     }
 
+    // Seeds past 200 that fail (the 10,000-seed run, docs/reliability.md,
+    // "Still failing"), pinned until fixed.
+
+    /// A client joins `g1` and sends a `safe` message to it; its daemon,
+    /// cut off by a partition, still held both batches behind an unstable
+    /// `safe` one. The others applied the join and delivered the message in
+    /// a regular view listing the client; the cut-off daemon hands its
+    /// clients only the held messages of groups they had been shown, so the
+    /// sender neither sees that view nor gets its own message.
+    #[test]
+    #[ignore = "known: a join held behind a safe message at a cut-off is never shown to its client"]
+    fn a_join_held_at_a_cut_off_is_shown_to_its_client() {
+        assert_ok(279);
+    }
+
+    /// One partition of one daemon under loss and duplication: an `agreed`
+    /// message of its client is delivered nowhere, not even to the sender,
+    /// which is not told (the not-delivered notice is not built).
+    #[test]
+    #[ignore = "known: a message in flight at a cut is lost and its sender not told"]
+    fn a_message_in_flight_at_a_cut_reaches_its_sender_or_is_reported() {
+        assert_ok(537);
+    }
+
     // Seeds that failed and are fixed, pinned as regressions.
 
     /// Two daemons, one crashes: the survivor could not install a view
