@@ -1344,6 +1344,16 @@ mod tests {
         assert_ok(537);
     }
 
+    /// Crash, sleep, partitions and a stop under loss and duplication: a
+    /// client delivers its own `safe` message 20 after its 33, and another
+    /// sender's 64 after its 72 (FIFO and causal order broken at one
+    /// daemon, at one instant). Not traced.
+    #[test]
+    #[ignore = "known: FIFO and causal order broken at one daemon after cuts (not traced)"]
+    fn fifo_and_causal_order_hold_across_cuts_under_loss() {
+        assert_ok(1545);
+    }
+
     // Seeds that failed and are fixed, pinned as regressions.
 
     /// Two daemons, one crashes: the survivor could not install a view
