@@ -125,13 +125,18 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     }
     let d = engine.daemon();
     println!(
-        "site daemon {}: gateway {}, sent {}, refused {}, delivered {}, views {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
+        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
         args.id,
         d.is_gateway(),
+        d.is_live(),
         workload.sent,
         workload.refused,
         workload.delivered,
         workload.views,
+        workload.dropped,
+        d.stats().foundings,
+        d.stats().snapshots_taken,
+        d.stats().snapshots_sent,
         stats.datagrams_received,
         stats.datagrams_sent,
         stats.auth_dropped,
@@ -153,6 +158,7 @@ struct Workload {
     refused: u64,
     delivered: u64,
     views: u64,
+    dropped: u64,
 }
 
 impl Workload {
@@ -169,6 +175,7 @@ impl Workload {
             refused: 0,
             delivered: 0,
             views: 0,
+            dropped: 0,
         }
     }
 
@@ -327,6 +334,14 @@ impl Workload {
                         members,
                         transitional,
                         quorum: None,
+                        at_ns,
+                    });
+                }
+                Event::Dropped { client } => {
+                    self.dropped += 1;
+                    self.records.push(shoal_check::Record::Ended {
+                        client,
+                        reason: "dropped by its daemon".into(),
                         at_ns,
                     });
                 }

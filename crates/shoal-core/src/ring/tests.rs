@@ -748,6 +748,31 @@ fn a_starting_member_joins_the_ring() {
     assert_eq!(lan.members[0].as_ref().unwrap().ring().1.len(), 4);
 }
 
+/// A member that crashes and starts again (`Ring::start`, same id)
+/// before its ring noticed: its joins carry ring sequence 0, which the
+/// others hear (a join of a member of their ring with an older sequence
+/// is otherwise stale), so the ring re-forms with it at once instead of
+/// waiting out the token and consensus timeouts (2.2 s).
+#[test]
+fn a_member_restarted_before_its_ring_noticed_rejoins_at_once() {
+    let mut lan = Lan::new(3, 0.0, 5, Config::default());
+    for k in 0..30 {
+        lan.send(k % 3, Service::Agreed, payload(k % 3, k as u32));
+    }
+    lan.run_until(at(ms(100)));
+    let before = lan.members[0].as_ref().unwrap().ring().0;
+    lan.crash(2);
+    lan.members[2] = Some(Ring::start(Config::default(), NodeId(2), lan.now).unwrap());
+    lan.drain(2);
+    lan.run_until(at(ms(400)));
+    for i in 0..3 {
+        let m = lan.members[i].as_ref().unwrap();
+        assert!(m.is_operational(), "member {i}: {}", m.phase_name());
+        assert_eq!(m.ring().1.len(), 3, "member {i}");
+        assert!(m.ring().0.seq > before.seq, "member {i}: a new ring");
+    }
+}
+
 #[test]
 fn a_lone_member_orders_its_own_messages() {
     let mut lan = Lan::new(1, 0.0, 1, Config::default());
