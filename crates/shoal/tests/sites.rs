@@ -107,9 +107,32 @@ impl Run {
 /// client joins at 1.5 s and sends agreed and safe at 20 msgs/s for 2 s;
 /// every process stops at 7 s (of the first processes' clock).
 fn run(tag: &str, per_site: &[u32], late: Option<(u32, f64)>) -> Run {
+    run_with(tag, per_site, late, Schedule::default())
+}
+
+/// How long the clients send and the processes run (seconds of the first
+/// processes' clock), and a daemon to kill (SIGKILL) at a moment.
+#[derive(Clone, Copy)]
+struct Schedule {
+    send_for: f64,
+    run_for: f64,
+    kill: Option<(u32, f64)>,
+}
+
+impl Default for Schedule {
+    fn default() -> Schedule {
+        Schedule {
+            send_for: 2.0,
+            run_for: 7.0,
+            kill: None,
+        }
+    }
+}
+
+fn run_with(tag: &str, per_site: &[u32], late: Option<(u32, f64)>, schedule: Schedule) -> Run {
     let dir = temp_dir(tag);
     let (config, daemons) = sites_file(&dir, per_site);
-    let r = run_file(&dir, &config, daemons, late, None);
+    let r = run_file(&dir, &config, daemons, late, None, schedule);
     let _ = std::fs::remove_dir_all(&dir);
     r
 }
@@ -122,6 +145,7 @@ fn run_file(
     daemons: u32,
     late: Option<(u32, f64)>,
     netns: Option<&str>,
+    schedule: Schedule,
 ) -> Run {
     let started = Instant::now();
     let spawn = |id: u32, shift: f64| {
@@ -140,9 +164,10 @@ fn run_file(
             .args(["--id", &id.to_string()])
             .args(["--clients", "1", "--group", "g"])
             .args(["--start-after", &format!("{}", (1.5 - shift).max(0.5))])
-            .args(["--send-for", "2", "--rate", "20"])
+            .args(["--send-for", &format!("{}", schedule.send_for)])
+            .args(["--rate", "20"])
             .args(["--services", "agreed,safe", "--size", "200"])
-            .args(["--run-for", &format!("{}", 7.0 - shift)])
+            .args(["--run-for", &format!("{}", schedule.run_for - shift)])
             .arg("--history")
             .arg(dir.join(format!("h{id}.jsonl")))
             .stdin(Stdio::null())
@@ -160,11 +185,36 @@ fn run_file(
         std::thread::sleep(Duration::from_secs_f64(by));
         procs.push((id, spawn(id, by)));
     }
+    if let Some((id, at)) = schedule.kill {
+        let wait = Duration::from_secs_f64(at).saturating_sub(started.elapsed());
+        std::thread::sleep(wait);
+        let (_, p) = procs.iter_mut().find(|(i, _)| *i == id).expect("running");
+        let mut child = p.0.take().expect("running");
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
     let mut checker = shoal_check::Checker::new();
     let (mut sent, mut delivered) = (0, 0);
     let mut all = Vec::new();
     for (id, p) in procs.iter_mut() {
-        let child = p.0.take().expect("waited once");
+        let Some(child) = p.0.take() else {
+            // Killed: what its client wrote up to then, and its end, as
+            // a crash is recorded in the simulator.
+            let mut records =
+                shoal_check::read_jsonl_file(dir.join(format!("h{id}.jsonl"))).unwrap();
+            sent += records
+                .iter()
+                .filter(|r| matches!(r, shoal_check::Record::Send { .. }))
+                .count();
+            records.push(shoal_check::Record::Ended {
+                client: format!("#c0#d{id}"),
+                reason: "daemon killed".into(),
+                at_ns: None,
+            });
+            all.extend(records.iter().cloned());
+            checker.extend(records);
+            continue;
+        };
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -251,6 +301,48 @@ fn a_daemon_started_late_joins_its_site() {
     );
 }
 
+/// Site-level failure detection with processes: site s0 of three daemons
+/// (0, 1, 2) and site s1 of one (3); daemon 0, s0's gateway, is killed
+/// (SIGKILL) 1.5 s after the clients started sending. Its ring notices the
+/// token's loss (token timeout 1 s, then the consensus timeout 1.2 s),
+/// re-forms without it, daemon 1 becomes the gateway, the overlay's
+/// routes stay, and everyone else keeps delivering: every message of a
+/// live client reaches every live client, the checker finds nothing.
+#[test]
+fn a_killed_daemon_leaves_its_site_and_the_rest_keep_delivering() {
+    let schedule = Schedule {
+        send_for: 6.0,
+        run_for: 12.0,
+        kill: Some((0, 3.0)),
+    };
+    let r = run_with("kill", &[3, 1], None, schedule);
+    assert!(r.report.is_clean(), "{}", r.report);
+    let live = ["#c0#d1", "#c0#d2", "#c0#d3"];
+    let mut sent_live = Vec::new();
+    for c in live {
+        sent_live.extend(r.sends(c));
+    }
+    assert!(
+        sent_live.len() >= 3 * 100,
+        "live clients sent {}",
+        sent_live.len()
+    );
+    for c in live {
+        let got = r.deliveries(c);
+        for m in &sent_live {
+            assert!(got.contains(m), "{c} lacks {m:?}");
+        }
+    }
+    eprintln!(
+        "killed client sent {}, of which {} reached daemon 3's client",
+        r.sends("#c0#d0").len(),
+        r.sends("#c0#d0")
+            .iter()
+            .filter(|m| r.deliveries("#c0#d3").contains(m))
+            .count()
+    );
+}
+
 /// Two sites as hosts in network namespaces on one bridge
 /// (`tests/netns/netns.sh`), over IPv6: site a is hosts 1 and 2, site b
 /// host 3, each daemon at `[fd77::i]:4810`, every datagram sealed with
@@ -296,7 +388,7 @@ fn two_sites_in_network_namespaces_over_ipv6() {
          [auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n",
     )
     .unwrap();
-    let r = run_file(&dir, &config, 3, None, Some(&prefix));
+    let r = run_file(&dir, &config, 3, None, Some(&prefix), Schedule::default());
     assert!(r.report.is_clean(), "{}", r.report);
     assert!(r.sent >= 3 * 35, "sent {}", r.sent);
     assert_eq!(

@@ -192,7 +192,8 @@ impl SiteDaemon {
                 self.finish_round();
             }
             Some((from, lineage)) => {
-                if from == self.me {
+                let needed = round.hellos.iter().any(|(_, l)| *l != Some(lineage));
+                if from == self.me && needed {
                     self.send_snapshot(ring);
                 }
                 if self.standing == (Standing::Synced { lineage }) {
