@@ -67,6 +67,9 @@ impl Ring {
         for timer in [Timer::Join, Timer::Consensus, Timer::TokenLoss] {
             self.clear_timer(timer);
         }
+        self.idle_visits = 0;
+        self.last_seq = 0;
+        self.cancel_sent = false;
         if self.cur.is_rep() {
             self.set_timer(Timer::Merge, self.config.merge_timeout);
         } else {
@@ -96,7 +99,14 @@ impl Ring {
         });
         self.solo = None;
         self.passed = None;
-        for timer in [Timer::TokenRetransmit, Timer::TokenLoss, Timer::Merge] {
+        self.held = None;
+        self.idle_visits = 0;
+        for timer in [
+            Timer::TokenRetransmit,
+            Timer::TokenLoss,
+            Timer::Merge,
+            Timer::TokenHold,
+        ] {
             self.clear_timer(timer);
         }
         self.set_timer(Timer::Consensus, self.config.consensus_timeout);
