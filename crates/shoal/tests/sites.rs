@@ -343,6 +343,96 @@ fn a_killed_daemon_leaves_its_site_and_the_rest_keep_delivering() {
     );
 }
 
+/// A daemon killed (SIGKILL) and started again into its running site:
+/// daemon 2 of site s0 (three daemons; s1 has one) is killed 1.5 s into
+/// 6 s of sending and started again 2.5 s later (after its ring re-formed
+/// without it), with no client. It joins the ring, takes the site's state
+/// (its exit line says `live true` and `taken 1`), and the others keep
+/// delivering every message of every live client; the checker finds
+/// nothing.
+#[test]
+fn a_killed_daemon_restarts_into_its_site() {
+    let dir = temp_dir("restart");
+    let (config, _) = sites_file(&dir, &[3, 1]);
+    let started = Instant::now();
+    let spawn = |id: u32, clients: u32, run_for: f64| {
+        let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["site", "--config"])
+            .arg(&config)
+            .args(["--id", &id.to_string()])
+            .args(["--clients", &clients.to_string(), "--group", "g"])
+            .args(["--start-after", "1.5", "--send-for", "6", "--rate", "20"])
+            .args(["--services", "agreed,safe", "--size", "200"])
+            .args(["--run-for", &format!("{run_for}")])
+            .arg("--history")
+            .arg(dir.join(format!("h{id}-{clients}.jsonl")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal site starts");
+        Proc(Some(child))
+    };
+    let mut procs: Vec<Proc> = (0..4).map(|id| spawn(id, 1, 12.0)).collect();
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(started.elapsed()));
+    let mut killed = procs[2].0.take().expect("running");
+    killed.kill().expect("SIGKILL");
+    let _ = killed.wait();
+    std::thread::sleep(Duration::from_millis(5500).saturating_sub(started.elapsed()));
+    let mut restarted = spawn(2, 0, 6.5);
+    let mut records = Vec::new();
+    for (id, p) in procs.iter_mut().enumerate() {
+        let mut r = shoal_check::read_jsonl_file(dir.join(format!("h{id}-1.jsonl"))).ok();
+        match p.0.take() {
+            Some(child) => {
+                let out = child.wait_with_output().unwrap();
+                assert!(out.status.success(), "daemon {id}");
+                eprint!("{}", String::from_utf8_lossy(&out.stdout));
+                r = Some(shoal_check::read_jsonl_file(dir.join(format!("h{id}-1.jsonl"))).unwrap());
+            }
+            None => {
+                let r = r.as_mut().expect("the killed daemon's history");
+                r.push(shoal_check::Record::Ended {
+                    client: format!("#c0#d{id}"),
+                    reason: "daemon killed".into(),
+                    at_ns: None,
+                });
+            }
+        }
+        records.extend(r.expect("history"));
+    }
+    let out = restarted
+        .0
+        .take()
+        .expect("running")
+        .wait_with_output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    eprint!("{line}");
+    assert!(out.status.success(), "restarted daemon");
+    assert!(
+        line.contains("live true") && line.contains("taken 1"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = Run {
+        report: shoal_check::check(records.clone()),
+        sent: 0,
+        delivered: 0,
+        records,
+    };
+    assert!(run.report.is_clean(), "{}", run.report);
+    let live = ["#c0#d0", "#c0#d1", "#c0#d3"];
+    let sent: Vec<(String, u64)> = live.iter().flat_map(|c| run.sends(c)).collect();
+    assert!(sent.len() >= 3 * 100, "live clients sent {}", sent.len());
+    for c in live {
+        let got = run.deliveries(c);
+        for m in &sent {
+            assert!(got.contains(m), "{c} lacks {m:?}");
+        }
+    }
+}
+
 /// Two sites as hosts in network namespaces on one bridge
 /// (`tests/netns/netns.sh`), over IPv6: site a is hosts 1 and 2, site b
 /// host 3, each daemon at `[fd77::i]:4810`, every datagram sealed with
