@@ -15,6 +15,9 @@
 //!   in the file is dropped by the `Node`. The Ring's multicast goes as
 //!   unicast to each other daemon of the site (no IP multicast here).
 //!
+//! A daemon may start into its running site, or again after a crash: it
+//! takes the site's state through its ring (`shoal_core::sites`, `sync.rs`).
+//!
 //! Not here: a site-level failure detector and agreement on the set of
 //! sites. Every daemon starts in the first configuration (all sites) and
 //! stays in it; a daemon that leaves its site's ring is handled by the
@@ -100,7 +103,7 @@ pub struct SiteEntry {
 #[serde(deny_unknown_fields)]
 pub struct DaemonEntry {
     /// The daemon's id: the ids of a file are 0, 1, ... n−1, each once.
-    /// The lowest live id of a site is its gateway.
+    /// The lowest id of a site's first ring is its gateway.
     pub id: u32,
     /// Where it receives UDP datagrams, from its site and from other sites.
     pub addr: SocketAddr,

@@ -20,6 +20,7 @@
 //!  type 4 MERGE:  sender u32 | ring_id
 //!  type 5 COMMIT: ring_id | count u16 | count × (member u32 | filled u8 |
 //!                 old ring_id | old aru u64 | old high u64)
+//!  type 6 HOLD_CANCEL: sender u32 | ring_id
 //! ```
 //!
 //! Decoding never panics, checks counts against the bytes present before
@@ -34,6 +35,7 @@ const DATA: u8 = 2;
 const JOIN: u8 = 3;
 const MERGE: u8 = 4;
 const COMMIT: u8 = 5;
+const HOLD_CANCEL: u8 = 6;
 /// `aru_id` or `retrans_id` when no member is named.
 pub const NO_MEMBER: u32 = u32::MAX;
 /// Token flag: the ring's recovery is over and it is installed.
@@ -147,6 +149,12 @@ pub enum RingPacket<'a> {
         ring_id: RingId,
     },
     Commit(Commit),
+    /// A member of an idle ring has something to send: the representative,
+    /// if it holds the token, passes it on now.
+    HoldCancel {
+        sender: u32,
+        ring_id: RingId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -230,6 +238,11 @@ impl RingPacket<'_> {
                 out.extend_from_slice(&sender.to_be_bytes());
                 put_ring_id(&mut out, *ring_id);
             }
+            RingPacket::HoldCancel { sender, ring_id } => {
+                out.push(HOLD_CANCEL);
+                out.extend_from_slice(&sender.to_be_bytes());
+                put_ring_id(&mut out, *ring_id);
+            }
             RingPacket::Commit(c) => {
                 out.push(COMMIT);
                 put_ring_id(&mut out, c.ring_id);
@@ -284,6 +297,10 @@ pub fn decode(bytes: &[u8]) -> Result<RingPacket<'_>, RingDecodeError> {
             ring_id: r.ring_id()?,
         },
         COMMIT => RingPacket::Commit(decode_commit(&mut r)?),
+        HOLD_CANCEL => RingPacket::HoldCancel {
+            sender: r.u32()?,
+            ring_id: r.ring_id()?,
+        },
         other => return Err(RingDecodeError::UnknownType(other)),
     };
     match r.0.len() {
@@ -473,6 +490,9 @@ mod tests {
             let p = RingPacket::MergeDetect { sender, ring_id: id };
             let bytes = p.encode();
             prop_assert_eq!(decode(&bytes).unwrap(), p);
+            let p = RingPacket::HoldCancel { sender, ring_id: id };
+            let bytes = p.encode();
+            prop_assert_eq!(decode(&bytes).unwrap(), p);
         }
 
         #[test]
@@ -484,7 +504,7 @@ mod tests {
         }
 
         #[test]
-        fn arbitrary_bytes_never_panic(mut bytes in prop::collection::vec(any::<u8>(), 0..160), kind in 0u8..7) {
+        fn arbitrary_bytes_never_panic(mut bytes in prop::collection::vec(any::<u8>(), 0..160), kind in 0u8..8) {
             if bytes.len() >= 4 {
                 bytes[..4].copy_from_slice(&[0x52, 0x47, RING_VERSION, kind]);
             }

@@ -55,7 +55,8 @@ pub struct SiteArgs {
     #[arg(long, default_value_t = 100)]
     size: usize,
     /// Write the workload clients' histories here (JSON lines for `shoal
-    /// check`).
+    /// check`), as they happen: a daemon killed leaves what its clients
+    /// did up to then (a send is written before it is handed over).
     #[arg(long)]
     history: Option<PathBuf>,
 }
@@ -115,23 +116,30 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    let mut workload = Workload::new(&args, services);
+    let history = match &args.history {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let mut workload = Workload::new(&args, services, history, clock);
     runtime.block_on(workload.run(&args, &node, events))?;
     let (engine, stats) = node.shutdown()?;
-    if let Some(path) = &args.history {
-        workload
-            .write(path)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    workload.flush().context("writing the history")?;
     let d = engine.daemon();
     println!(
-        "site daemon {}: gateway {}, sent {}, refused {}, delivered {}, views {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
+        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
         args.id,
         d.is_gateway(),
+        d.is_live(),
         workload.sent,
         workload.refused,
         workload.delivered,
         workload.views,
+        workload.dropped,
+        d.stats().foundings,
+        d.stats().snapshots_taken,
+        d.stats().snapshots_sent,
         stats.datagrams_received,
         stats.datagrams_sent,
         stats.auth_dropped,
@@ -148,15 +156,22 @@ struct Workload {
     names: Vec<String>,
     services: Vec<Service>,
     next_seq: BTreeMap<String, u64>,
-    records: Vec<shoal_check::Record>,
+    history: Option<std::io::BufWriter<std::fs::File>>,
+    clock: Clock,
     sent: u64,
     refused: u64,
     delivered: u64,
     views: u64,
+    dropped: u64,
 }
 
 impl Workload {
-    fn new(args: &SiteArgs, services: Vec<Service>) -> Workload {
+    fn new(
+        args: &SiteArgs,
+        services: Vec<Service>,
+        history: Option<std::io::BufWriter<std::fs::File>>,
+        clock: Clock,
+    ) -> Workload {
         let names: Vec<String> = (0..args.clients)
             .map(|c| format!("#c{c}#d{}", args.id))
             .collect();
@@ -164,11 +179,13 @@ impl Workload {
             next_seq: names.iter().map(|n| (n.clone(), 1)).collect(),
             names,
             services,
-            records: Vec::new(),
+            history,
+            clock,
             sent: 0,
             refused: 0,
             delivered: 0,
             views: 0,
+            dropped: 0,
         }
     }
 
@@ -202,7 +219,7 @@ impl Workload {
             };
             tokio::select! {
                 batch = events.recv() => match batch {
-                    Some(batch) => self.record(batch),
+                    Some(batch) => self.record(batch)?,
                     None => bail!("daemon {} stopped", args.id),
                 },
                 _ = tokio::time::sleep_until(wake) => {
@@ -221,7 +238,7 @@ impl Workload {
         }
         // What the daemon handed over before it stops.
         while let Ok(batch) = events.try_recv() {
-            self.record(batch);
+            self.record(batch)?;
         }
         Ok(())
     }
@@ -245,8 +262,9 @@ impl Workload {
         Ok(())
     }
 
-    /// One message from each client. A message the daemon refuses (its
-    /// queue is full) is not recorded as sent; its number is used again.
+    /// One message from each client. Its send is recorded (and written)
+    /// first; a message the daemon refuses (its queue is full) is then
+    /// recorded as not delivered.
     async fn send_round(
         &mut self,
         node: &Node<SiteEngine>,
@@ -259,8 +277,20 @@ impl Workload {
             let mut payload = vec![0u8; args.size.max(8)];
             payload[..8].copy_from_slice(&seq.to_be_bytes());
             let groups = vec![args.group.clone()];
+            self.next_seq.insert(name.clone(), seq + 1);
+            self.push(shoal_check::Record::Send {
+                client: name.clone(),
+                msg: shoal_check::MsgId {
+                    sender: name.clone(),
+                    seq,
+                },
+                service: service.into(),
+                groups: groups.clone(),
+                at_ns: Some(self.clock.now().as_nanos()),
+            })?;
+            self.flush()?;
             let (tx, rx) = oneshot::channel();
-            let (client, to) = (name.clone(), groups.clone());
+            let (client, to) = (name.clone(), groups);
             node.control(move |e, now, _| {
                 let r = e
                     .daemon_mut()
@@ -269,25 +299,38 @@ impl Workload {
             });
             let (result, now) = rx.await.context("daemon stopped")?;
             match result {
-                Ok(()) => {
-                    self.sent += 1;
-                    self.next_seq.insert(name.clone(), seq + 1);
-                    self.records.push(shoal_check::Record::Send {
-                        client: name.clone(),
-                        msg: shoal_check::MsgId { sender: name, seq },
-                        service: service.into(),
-                        groups,
+                Ok(()) => self.sent += 1,
+                Err(ClientError::QueueFull) => {
+                    self.refused += 1;
+                    self.push(shoal_check::Record::NotDelivered {
+                        client: name,
+                        first: seq,
+                        last: seq,
                         at_ns: Some(now.as_nanos()),
-                    });
+                    })?;
                 }
-                Err(ClientError::QueueFull) => self.refused += 1,
                 Err(e) => return Err(e).context("sending"),
             }
         }
         Ok(())
     }
 
-    fn record(&mut self, batch: EventBatch<Event>) {
+    fn push(&mut self, record: shoal_check::Record) -> anyhow::Result<()> {
+        if let Some(out) = &mut self.history {
+            serde_json::to_writer(&mut *out, &record)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        if let Some(out) = &mut self.history {
+            out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, batch: EventBatch<Event>) -> anyhow::Result<()> {
         let at_ns = Some(batch.at.as_nanos());
         for ev in batch.events {
             match ev {
@@ -303,14 +346,14 @@ impl Workload {
                     let seq = payload
                         .get(..8)
                         .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
-                    self.records.push(shoal_check::Record::Deliver {
+                    self.push(shoal_check::Record::Deliver {
                         client,
                         msg: shoal_check::MsgId { sender, seq },
                         service: service.into(),
                         groups,
                         transitional,
                         at_ns,
-                    });
+                    })?;
                 }
                 Event::View {
                     client,
@@ -320,7 +363,7 @@ impl Workload {
                     transitional,
                 } => {
                     self.views += 1;
-                    self.records.push(shoal_check::Record::View {
+                    self.push(shoal_check::Record::View {
                         client,
                         group,
                         view_id,
@@ -328,19 +371,20 @@ impl Workload {
                         transitional,
                         quorum: None,
                         at_ns,
-                    });
+                    })?;
+                }
+                Event::Dropped { client } => {
+                    self.dropped += 1;
+                    self.push(shoal_check::Record::Ended {
+                        client,
+                        reason: "dropped by its daemon".into(),
+                        at_ns,
+                    })?;
                 }
             }
         }
-    }
-
-    fn write(&self, path: &std::path::Path) -> anyhow::Result<()> {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-        for r in &self.records {
-            serde_json::to_writer(&mut out, r)?;
-            out.write_all(b"\n")?;
-        }
-        out.flush()?;
-        Ok(())
+        // A batch is written whole, so that a daemon killed leaves whole
+        // lines.
+        self.flush()
     }
 }

@@ -67,6 +67,9 @@ impl Ring {
         for timer in [Timer::Join, Timer::Consensus, Timer::TokenLoss] {
             self.clear_timer(timer);
         }
+        self.idle_visits = 0;
+        self.last_seq = 0;
+        self.cancel_sent = false;
         if self.cur.is_rep() {
             self.set_timer(Timer::Merge, self.config.merge_timeout);
         } else {
@@ -96,7 +99,14 @@ impl Ring {
         });
         self.solo = None;
         self.passed = None;
-        for timer in [Timer::TokenRetransmit, Timer::TokenLoss, Timer::Merge] {
+        self.held = None;
+        self.idle_visits = 0;
+        for timer in [
+            Timer::TokenRetransmit,
+            Timer::TokenLoss,
+            Timer::Merge,
+            Timer::TokenHold,
+        ] {
             self.clear_timer(timer);
         }
         self.set_timer(Timer::Consensus, self.config.consensus_timeout);
@@ -125,16 +135,19 @@ impl Ring {
         }
         self.ring_seq_max = self.ring_seq_max.max(j.ring_seq);
         // A join from a member of the ring this member is in (or forming)
-        // sent before that ring was formed is stale.
-        let stale = match &self.phase {
-            Phase::Operational => {
-                self.cur.members.contains(&sender) && j.ring_seq < self.cur.id.seq
-            }
-            Phase::Commit(f) | Phase::Recovery(f) => {
-                f.log.members.contains(&sender) && j.ring_seq < f.log.id.seq
-            }
-            Phase::Gather(_) => false,
-        };
+        // sent before that ring was formed is stale; one that knows no
+        // ring at all (sequence 0, `Ring::start`) is that member started
+        // again, and is heard: its old self's ring cannot go on.
+        let stale = j.ring_seq != 0
+            && match &self.phase {
+                Phase::Operational => {
+                    self.cur.members.contains(&sender) && j.ring_seq < self.cur.id.seq
+                }
+                Phase::Commit(f) | Phase::Recovery(f) => {
+                    f.log.members.contains(&sender) && j.ring_seq < f.log.id.seq
+                }
+                Phase::Gather(_) => false,
+            };
         // A member that gave up on this one forms its ring without it; the
         // rings merge later (merge detect), with fresh joins. Leaving a
         // working ring for it would only be failed again.

@@ -49,9 +49,18 @@
 //! representative multicasts a merge-detect message every `merge_timeout`,
 //! so rings that can hear each other again merge.
 //!
+//! **The idle ring** (Corosync's token hold, not in Totem's paper): when
+//! the token's `seq` has not moved for `idle_rotations` visits and nothing
+//! is owed (aru at the top, no retransmission request, nothing queued),
+//! the representative keeps the token for `token_hold` before passing it
+//! on, so an idle ring makes a few rotations a second instead of tens of
+//! thousands; the other members then resend a token they passed only
+//! after `token_hold` more. A member that has something to send on an
+//! idle ring multicasts a *hold cancel*, and the representative passes
+//! the token on at once (its own message passes it on too).
+//!
 //! What is not Totem's: a message is garbage collected once it is safe and
-//! delivered here; a ring of one member orders its messages at once; the
-//! token circulates continuously on an idle ring (no token hold).
+//! delivered here; a ring of one member orders its messages at once.
 
 mod log;
 mod membership;
@@ -108,6 +117,20 @@ pub struct Config {
     /// that can hear each other merge (Corosync's `merge`, 200 ms).
     #[serde(with = "crate::serde_ms")]
     pub merge_timeout: Duration,
+    /// Token visits with the ring's `seq` unchanged (and nothing owed)
+    /// after which the ring counts as idle and its representative holds
+    /// the token (Corosync's `seqno_unchanged_const`, 30). 0: never hold
+    /// (the token circulates continuously).
+    pub idle_rotations: u32,
+    /// How long the representative of an idle ring keeps the token
+    /// before passing it on (Corosync's `hold`, 180 ms). Must be below
+    /// `token_timeout` (the others would take a held token for lost). A
+    /// member with something to send on an idle ring cancels the hold at
+    /// once, so it adds no latency to a message; an idle ring rotates
+    /// about once per `token_hold`, and a lost token of an idle ring is
+    /// resent after `token_hold + token_retransmit`.
+    #[serde(with = "crate::serde_ms")]
+    pub token_hold: Duration,
     /// Messages waiting for the token, at most.
     pub send_queue_max: usize,
     /// Largest message payload.
@@ -124,6 +147,8 @@ impl Default for Config {
             join_timeout: Duration::from_millis(50),
             consensus_timeout: Duration::from_millis(1200),
             merge_timeout: Duration::from_millis(200),
+            idle_rotations: 30,
+            token_hold: Duration::from_millis(180),
             send_queue_max: 10_000,
             max_payload: 1400,
         }
@@ -181,6 +206,8 @@ pub enum RingError {
     ZeroWindow,
     #[error("token_retransmit must be positive and below token_timeout")]
     BadTimers,
+    #[error("token_hold must be below token_timeout")]
+    BadHold,
 }
 
 /// Counters of one member.
@@ -200,6 +227,11 @@ pub struct Stats {
     /// Old-ring messages skipped at a ring change because no survivor held
     /// them.
     pub holes: u64,
+    /// Times this member (the representative) held the token of an idle
+    /// ring.
+    pub holds: u64,
+    /// Hold cancels this member multicast.
+    pub hold_cancels: u64,
 }
 
 /// The membership state (Totem's operational, gather, commit, recovery).
@@ -224,8 +256,10 @@ enum Timer {
     Consensus,
     /// The representative announces its ring.
     Merge,
+    /// The representative passes on the token it held on an idle ring.
+    TokenHold,
 }
-const TIMERS: usize = 5;
+const TIMERS: usize = 6;
 
 /// A token or commit token passed on, kept to resend.
 #[derive(Debug)]
@@ -254,6 +288,14 @@ pub struct Ring {
     /// A ring of one keeps its own token.
     solo: Option<Token>,
     passed: Option<Passed>,
+    /// Visits in a row with the token's `seq` unchanged and nothing owed.
+    idle_visits: u32,
+    /// The token's `seq` as this member last passed it.
+    last_seq: u64,
+    /// The token of an idle ring, held by its representative.
+    held: Option<Token>,
+    /// A hold cancel went out since the ring was last busy.
+    cancel_sent: bool,
     timers: [Option<Instant>; TIMERS],
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -300,6 +342,9 @@ impl Ring {
         if config.token_retransmit.is_zero() || config.token_retransmit >= config.token_timeout {
             return Err(RingError::BadTimers);
         }
+        if config.token_hold >= config.token_timeout {
+            return Err(RingError::BadHold);
+        }
         let ring_seq_max = cur.id.seq;
         let members = cur.members.clone();
         let mut events = VecDeque::new();
@@ -318,6 +363,10 @@ impl Ring {
             queue: VecDeque::new(),
             solo: None,
             passed: None,
+            idle_visits: 0,
+            last_seq: 0,
+            held: None,
+            cancel_sent: false,
             timers: [None; TIMERS],
             out: VecDeque::new(),
             events,
@@ -391,6 +440,7 @@ impl Ring {
         if let Some(t) = self.solo.take() {
             self.on_token(t);
         }
+        self.wake_idle_ring();
         Ok(self.next_local_id)
     }
 
@@ -422,7 +472,78 @@ impl Ring {
             ring,
             seq,
         });
-        self.set_timer(Timer::TokenRetransmit, self.config.token_retransmit);
+        self.set_timer(Timer::TokenRetransmit, self.retransmit_interval());
+    }
+
+    /// How long a passed token waits before it is resent: on an idle ring
+    /// the representative may hold it for `token_hold`.
+    fn retransmit_interval(&self) -> Duration {
+        if self.idle() {
+            self.config.token_hold + self.config.token_retransmit
+        } else {
+            self.config.token_retransmit
+        }
+    }
+
+    /// Whether the ring is idle, or will be at the representative's next
+    /// visit (it counts one visit more than the members after it).
+    fn idle(&self) -> bool {
+        self.config.idle_rotations > 0 && self.idle_visits + 1 >= self.config.idle_rotations
+    }
+
+    /// Counts a visit of the installed ring's token toward idleness.
+    fn note_idle(&mut self, t: &Token) {
+        let quiet =
+            t.seq == self.last_seq && t.aru == t.seq && t.rtr.is_empty() && self.queue.is_empty();
+        if quiet {
+            self.idle_visits = self.idle_visits.saturating_add(1);
+        } else {
+            self.idle_visits = 0;
+            self.cancel_sent = false;
+        }
+        self.last_seq = t.seq;
+    }
+
+    /// Whether the representative keeps the token it was about to pass.
+    fn should_hold(&self) -> bool {
+        self.cur.is_rep()
+            && self.cur.members.len() > 1
+            && self.config.idle_rotations > 0
+            && self.idle_visits >= self.config.idle_rotations
+    }
+
+    /// A message was queued: if the ring is idle, the token must come.
+    fn wake_idle_ring(&mut self) {
+        if self.held.is_some() {
+            self.release_hold();
+        } else if self.is_operational() && self.idle() && !self.cancel_sent {
+            self.cancel_sent = true;
+            self.stats.hold_cancels += 1;
+            let packet = RingPacket::HoldCancel {
+                sender: self.me.0,
+                ring_id: self.cur.id,
+            };
+            self.multicast_packet(&packet);
+        }
+    }
+
+    /// The representative passes on the token it held.
+    fn release_hold(&mut self) {
+        self.clear_timer(Timer::TokenHold);
+        if let Some(t) = self.held.take() {
+            let successor = self.cur.successor();
+            self.pass_token(t, successor);
+        }
+    }
+
+    fn on_hold_cancel(&mut self, ring_id: RingId) {
+        if !self.is_operational() || ring_id != self.cur.id {
+            return;
+        }
+        // Not idle any more: the representative does not hold the token
+        // again before the sender has had its turn.
+        self.idle_visits = 0;
+        self.release_hold();
     }
 
     fn pass_token(&mut self, t: Token, successor: NodeId) {
@@ -470,8 +591,16 @@ impl Ring {
             &mut self.out,
             &mut self.stats,
         );
-        let successor = self.cur.successor();
-        self.pass_token(t, successor);
+        self.note_idle(&t);
+        if self.should_hold() {
+            self.stats.holds += 1;
+            self.held = Some(t);
+            self.set_timer(Timer::TokenHold, self.config.token_hold);
+            self.set_timer(Timer::TokenLoss, self.config.token_timeout);
+        } else {
+            let successor = self.cur.successor();
+            self.pass_token(t, successor);
+        }
         self.cur.deliver(Mode::Regular, &mut self.events);
     }
 
@@ -553,7 +682,7 @@ impl Ring {
                         destination: Destination::Node(p.to),
                         payload: p.bytes.clone(),
                     });
-                    self.set_timer(Timer::TokenRetransmit, self.config.token_retransmit);
+                    self.set_timer(Timer::TokenRetransmit, self.retransmit_interval());
                 }
             }
             Timer::TokenLoss => {
@@ -561,6 +690,7 @@ impl Ring {
                     self.enter_gather([]);
                 }
             }
+            Timer::TokenHold => self.release_hold(),
             Timer::Join => self.send_join(),
             Timer::Consensus => self.on_consensus_timeout(),
             Timer::Merge => {
@@ -594,6 +724,7 @@ impl Engine for Ring {
                 self.on_merge_detect(NodeId(sender), ring_id)
             }
             Ok(RingPacket::Commit(c)) => self.on_commit(c),
+            Ok(RingPacket::HoldCancel { ring_id, .. }) => self.on_hold_cancel(ring_id),
             Err(_) => self.stats.bad_datagrams += 1,
         }
     }
@@ -606,6 +737,7 @@ impl Engine for Ring {
             Timer::Join,
             Timer::Consensus,
             Timer::Merge,
+            Timer::TokenHold,
         ]
         .into_iter()
         .enumerate()

@@ -748,6 +748,86 @@ fn a_starting_member_joins_the_ring() {
     assert_eq!(lan.members[0].as_ref().unwrap().ring().1.len(), 4);
 }
 
+/// A member that crashes and starts again (`Ring::start`, same id)
+/// before its ring noticed: its joins carry ring sequence 0, which the
+/// others hear (a join of a member of their ring with an older sequence
+/// is otherwise stale), so the ring re-forms with it at once instead of
+/// waiting out the token and consensus timeouts (2.2 s).
+#[test]
+fn a_member_restarted_before_its_ring_noticed_rejoins_at_once() {
+    let mut lan = Lan::new(3, 0.0, 5, Config::default());
+    for k in 0..30 {
+        lan.send(k % 3, Service::Agreed, payload(k % 3, k as u32));
+    }
+    lan.run_until(at(ms(100)));
+    let before = lan.members[0].as_ref().unwrap().ring().0;
+    lan.crash(2);
+    lan.members[2] = Some(Ring::start(Config::default(), NodeId(2), lan.now).unwrap());
+    lan.drain(2);
+    lan.run_until(at(ms(400)));
+    for i in 0..3 {
+        let m = lan.members[i].as_ref().unwrap();
+        assert!(m.is_operational(), "member {i}: {}", m.phase_name());
+        assert_eq!(m.ring().1.len(), 3, "member {i}");
+        assert!(m.ring().0.seq > before.seq, "member {i}: a new ring");
+    }
+}
+
+/// An idle ring: once the token's `seq` stood still for `idle_rotations`
+/// visits, the representative holds the token for `token_hold` each
+/// rotation, so 10 idle seconds cost about 10 s / 180 ms rotations, not
+/// the tens of thousands a continuous token makes; nobody takes the held
+/// token for lost (no gather), and no passed token is resent.
+#[test]
+fn an_idle_ring_holds_its_token() {
+    let mut lan = Lan::new(3, 0.0, 5, Config::default());
+    for k in 0..9 {
+        lan.send(k % 3, Service::Safe, payload(k % 3, k as u32));
+    }
+    lan.run_until(at(ms(1000)));
+    assert_eq!(lan.delivered(2).len(), 9);
+    let before: Vec<Stats> = (0..3)
+        .map(|i| lan.members[i].as_ref().unwrap().stats())
+        .collect();
+    lan.run_until(at(ms(11_000)));
+    for (i, b) in before.iter().enumerate() {
+        let a = lan.members[i].as_ref().unwrap().stats();
+        let tokens = a.tokens - b.tokens;
+        assert!(
+            (50..=60).contains(&tokens),
+            "member {i}: {tokens} tokens in 10 s"
+        );
+        assert_eq!(a.gathers, b.gathers, "member {i}");
+        assert_eq!(
+            a.token_retransmissions, b.token_retransmissions,
+            "member {i}"
+        );
+    }
+    let rep = lan.members[0].as_ref().unwrap().stats();
+    assert!(rep.holds - before[0].holds >= 50, "{rep:?}");
+    check(&lan);
+}
+
+/// A message sent on an idle ring, by a member that is not the
+/// representative, goes out at once: its hold cancel makes the
+/// representative pass the token on; it is delivered everywhere within a
+/// few LAN delays (100 µs each), not after the hold (180 ms).
+#[test]
+fn a_message_on_an_idle_ring_cancels_the_hold() {
+    for sender in [1, 2, 0] {
+        let mut lan = Lan::new(3, 0.0, 5, Config::default());
+        lan.run_until(at(ms(2000)));
+        assert!(lan.members[0].as_ref().unwrap().stats().holds > 0);
+        lan.send(sender, Service::Agreed, payload(sender, 1));
+        lan.send(sender, Service::Safe, payload(sender, 2));
+        lan.run_until(at(ms(2003)));
+        for i in 0..3 {
+            assert_eq!(lan.delivered(i).len(), 2, "sender {sender}, member {i}");
+        }
+        check(&lan);
+    }
+}
+
 #[test]
 fn a_lone_member_orders_its_own_messages() {
     let mut lan = Lan::new(1, 0.0, 1, Config::default());

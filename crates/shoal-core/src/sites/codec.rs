@@ -9,6 +9,7 @@
 use bytes::Bytes;
 
 use crate::overlay::SiteId;
+use crate::ring::RingId;
 use crate::NodeId;
 
 use super::Service;
@@ -49,7 +50,7 @@ impl Writer {
     pub fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
     }
-    fn u64s(&mut self, v: &[u64]) -> &mut Self {
+    pub fn u64s(&mut self, v: &[u64]) -> &mut Self {
         self.u16(v.len() as u16);
         for x in v {
             self.u64(*x);
@@ -108,12 +109,24 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
-    fn u64s(&mut self) -> R<Vec<u64>> {
+    pub fn u64s(&mut self) -> R<Vec<u64>> {
         let n = self.count(8)?;
         (0..n).map(|_| self.u64()).collect()
     }
     pub fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
+    }
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+    /// A 32-bit count of items each at least `min_size` bytes long.
+    pub fn count32(&mut self, min_size: usize) -> R<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_size.max(1)) > self.buf.len() {
+            return Err(Malformed);
+        }
+        Ok(n)
     }
     pub fn end(&self) -> R<()> {
         if self.buf.is_empty() {
@@ -321,6 +334,17 @@ pub enum RingMsg {
     Own(Body),
     /// Another site's element, taken in by the gateway.
     Foreign(Bytes),
+    /// Every member's first message in a ring it installed: whether it
+    /// holds its site's state, and which (`lineage`; `None`: none).
+    Hello { ring: RingId, lineage: Option<u64> },
+    /// Part `index` of `count` of the site's state as it stood when ring
+    /// `ring` was installed, from the member chosen to hand it over.
+    Snapshot {
+        ring: RingId,
+        index: u32,
+        count: u32,
+        bytes: Bytes,
+    },
 }
 
 impl RingMsg {
@@ -335,6 +359,22 @@ impl RingMsg {
             RingMsg::Foreign(e) => {
                 w.u8(1);
                 w.0.extend_from_slice(e);
+            }
+            RingMsg::Hello { ring, lineage } => {
+                w.u8(2).u64(ring.seq).u32(ring.rep);
+                match lineage {
+                    Some(l) => w.u8(1).u64(*l),
+                    None => w.u8(0).u64(0),
+                };
+            }
+            RingMsg::Snapshot {
+                ring,
+                index,
+                count,
+                bytes,
+            } => {
+                w.u8(3).u64(ring.seq).u32(ring.rep).u32(*index).u32(*count);
+                w.0.extend_from_slice(bytes);
             }
         }
         Bytes::from(w.0)
@@ -351,6 +391,35 @@ impl RingMsg {
                 Ok(RingMsg::Own(b))
             }
             1 => Ok(RingMsg::Foreign(Bytes::copy_from_slice(r.rest()))),
+            2 => {
+                let ring = RingId {
+                    seq: r.u64()?,
+                    rep: r.u32()?,
+                };
+                let lineage = match (r.u8()?, r.u64()?) {
+                    (1, l) => Some(l),
+                    (0, 0) => None,
+                    _ => return Err(Malformed),
+                };
+                r.end()?;
+                Ok(RingMsg::Hello { ring, lineage })
+            }
+            3 => {
+                let ring = RingId {
+                    seq: r.u64()?,
+                    rep: r.u32()?,
+                };
+                let (index, count) = (r.u32()?, r.u32()?);
+                if index >= count {
+                    return Err(Malformed);
+                }
+                Ok(RingMsg::Snapshot {
+                    ring,
+                    index,
+                    count,
+                    bytes: Bytes::copy_from_slice(r.rest()),
+                })
+            }
             _ => Err(Malformed),
         }
     }

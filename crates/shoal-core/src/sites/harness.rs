@@ -414,6 +414,26 @@ impl World {
         }
     }
 
+    /// Daemon `node` (crashed, or never started) starts afresh, as a
+    /// daemon process started into its running site: it joins its site's
+    /// ring and takes the site's state before its clients can do anything.
+    pub fn restart(&mut self, node: NodeId) {
+        let i = node.0 as usize;
+        if self.daemons[i].is_some() {
+            return;
+        }
+        let d = SiteDaemon::new(
+            self.config.daemon.clone(),
+            self.topo.clone(),
+            node,
+            1,
+            self.now,
+        );
+        self.daemons[i] = d.ok();
+        self.wake[i] = None;
+        self.after(i);
+    }
+
     /// Splits the sites into `components` (every site in one): WAN
     /// datagrams cross no component boundary from now on, and each
     /// component's daemons are handed their new configuration, with an
@@ -649,6 +669,10 @@ impl World {
                 members,
                 transitional,
             }),
+            Event::Dropped { client } => {
+                self.clients.remove(&client);
+                self.history.push(Rec::Ended { at, client });
+            }
         }
     }
 }

@@ -8,7 +8,8 @@
 //! own site's elements numbered in ring order and stamped with a Lamport
 //! timestamp, and other sites' elements, which the site's gateway took in
 //! from the WAN and multicast in the ring. The gateway (the lowest daemon
-//! of the installed ring) forwards its site's elements over Hop links
+//! of the site's first ring, then, when it leaves, the lowest of those
+//! holding the site's state) forwards its site's elements over Hop links
 //! ([`crate::hop`]) down the site's source tree ([`crate::overlay`]) and
 //! passes other sites' elements on, on arrival.
 //!
@@ -22,6 +23,9 @@
 //! - safe: in the same order, once every site has announced (a marker, a
 //!   ring SAFE message) that all its daemons hold it.
 //!
+//! A daemon starting into a running site (or again after a crash) takes
+//! the site's state from a member through the ring (`sync.rs`).
+//!
 //! Joins and leaves are single elements in the total order (lightweight
 //! groups). A configuration of sites is handed to each daemon by its
 //! driver ([`SiteDaemon::handle_site_view`]); the change itself (flush,
@@ -30,6 +34,7 @@
 
 pub mod codec;
 pub mod harness;
+mod sync;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +51,7 @@ use crate::ring::{self, Ring, RingId};
 use crate::{Destination, Engine, Instant, NodeId};
 pub use codec::{Body, Element, Malformed};
 use codec::{RingMsg, WanMsg, TREE};
+use sync::{Round, Standing};
 
 /// A message's service (Spread's service types), weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -152,6 +158,11 @@ pub enum Event {
         members: Vec<String>,
         transitional: bool,
     },
+    /// `client` (of this daemon) is disconnected: the daemon gave up its
+    /// site state for another member's (its site had split and merged
+    /// again), and the client's history is not the site's. It has left
+    /// every group.
+    Dropped { client: String },
 }
 
 /// Where a datagram goes.
@@ -208,6 +219,17 @@ pub struct Stats {
     pub gateway_takeovers: u64,
     /// Client requests that waited for the global window.
     pub window_waits: u64,
+    /// Rings in which this daemon founded its site's state (no member
+    /// held one).
+    pub foundings: u64,
+    /// Times this daemon handed its site's state to members joining.
+    pub snapshots_sent: u64,
+    /// Times this daemon took its site's state from another member.
+    pub snapshots_taken: u64,
+    /// Times this daemon dropped its state (and clients) for another's.
+    pub states_given_up: u64,
+    /// Rings that ended before this daemon, holding no state, got one.
+    pub rounds_abandoned: u64,
 }
 
 /// One site's stream within one configuration, as taken in here.
@@ -300,7 +322,14 @@ pub struct SiteDaemon {
     site: SiteId,
     now: Instant,
     ring: Ring,
-    ring_members: Vec<NodeId>,
+    /// Whether this daemon holds its site's state, and the state round
+    /// open in its ring (`sync.rs`).
+    standing: Standing,
+    round: Option<Round>,
+    first_epoch: u32,
+    /// The site's daemons and its gateway, as the site state has them.
+    site_members: Vec<NodeId>,
+    site_gateway: Option<NodeId>,
     gateway: bool,
     // WAN: gateway only.
     links: BTreeMap<SiteId, Link>,
@@ -370,14 +399,21 @@ impl SiteDaemon {
         config.hop.validate()?;
         let site = topology.site_of(me).ok_or(SitesError::NoSite)?;
         let daemons = topology.sites[usize::from(site.0)].daemons.clone();
-        let rep = daemons.iter().min().copied().unwrap_or(me);
-        let ring = Ring::new(
-            config.ring.clone(),
-            me,
-            &daemons,
-            RingId { seq: 1, rep: rep.0 },
-            now,
-        )?;
+        // A daemon never assumes its site's ring: it may be starting into
+        // a running one, or again after a crash. It gathers (Totem's
+        // join), and the ring forms with whoever answers. A site of one
+        // daemon has no one to ask.
+        let ring = if daemons.len() > 1 {
+            Ring::start(config.ring.clone(), me, now)?
+        } else {
+            Ring::new(
+                config.ring.clone(),
+                me,
+                &[me],
+                RingId { seq: 1, rep: me.0 },
+                now,
+            )?
+        };
         let all: Vec<SiteId> = (0..topology.sites.len() as u16).map(SiteId).collect();
         let routes = routes_for(&topology, &all);
         let mut d = SiteDaemon {
@@ -387,7 +423,11 @@ impl SiteDaemon {
             site,
             now,
             ring,
-            ring_members: Vec::new(),
+            standing: Standing::Fresh,
+            round: None,
+            first_epoch: epoch,
+            site_members: Vec::new(),
+            site_gateway: None,
             gateway: false,
             links: BTreeMap::new(),
             link_epoch: epoch,
@@ -425,8 +465,33 @@ impl SiteDaemon {
         Ok(d)
     }
 
+    /// The site state a daemon starts with (and founds a site with).
+    fn reset_state(&mut self) {
+        let all: Vec<SiteId> = (0..self.topo.sites.len() as u16).map(SiteId).collect();
+        self.clock = 0;
+        self.conf = Conf::new(self.first_epoch, &all, true);
+        self.prev = None;
+        self.future.clear();
+        self.pending = None;
+        self.own_closed = false;
+        self.held_own.clear();
+        self.data_since_marker = false;
+        self.store.clear();
+        self.groups.clear();
+        self.client_daemon.clear();
+        self.view_counter.clear();
+        self.site_members.clear();
+        self.site_gateway = None;
+    }
+
     pub fn node_id(&self) -> NodeId {
         self.me
+    }
+
+    /// Whether this daemon holds its site's state and is live in its
+    /// ring (no state round open): its clients' requests go out.
+    pub fn is_live(&self) -> bool {
+        self.round.is_none() && self.standing != Standing::Fresh
     }
 
     pub fn site(&self) -> SiteId {
@@ -624,8 +689,14 @@ impl SiteDaemon {
         if self.gateway && self.now >= self.beacon_at {
             self.send_beacons();
         }
-        if self.gateway && self.now >= self.status_at {
-            self.send_status();
+        if self.now >= self.status_at {
+            if self.gateway {
+                self.send_status();
+            } else {
+                self.status_at = self.now + self.config.status_interval;
+            }
+            // Every daemon forgets what every site holds: a daemon that
+            // is not the gateway would otherwise keep every element.
             self.gc();
         }
         self.pump();
@@ -651,9 +722,9 @@ impl SiteDaemon {
             t = min_opt(t, l.hop.poll_timeout());
         }
         if self.gateway {
-            t = min_opt(t, Some(self.beacon_at.min(self.status_at)));
+            t = min_opt(t, Some(self.beacon_at));
         }
-        t
+        min_opt(t, Some(self.status_at))
     }
 
     // ---- plumbing -------------------------------------------------------
@@ -721,7 +792,8 @@ impl SiteDaemon {
     /// Hands waiting client requests to the ring while the window allows.
     fn release_requests(&mut self) {
         while let Some(r) = self.queue.front() {
-            if self.own_closed || self.pending.is_some() || !self.conf.installed {
+            if self.own_closed || self.pending.is_some() || !self.conf.installed || !self.is_live()
+            {
                 return;
             }
             if r.data && self.outstanding() >= self.config.global_window {
@@ -742,42 +814,38 @@ impl SiteDaemon {
         match ev {
             ring::Event::Deliver {
                 sender, payload, ..
-            } => match RingMsg::decode(&payload) {
-                Ok(RingMsg::Own(body)) => {
-                    if sender == self.me && matches!(body, Body::Data { .. }) {
-                        self.in_ring = self.in_ring.saturating_sub(1);
-                    }
-                    self.ingest_own(sender, body)
+            } => {
+                if self.round.is_some() {
+                    self.round_delivery(sender, payload);
+                } else {
+                    self.apply(sender, &payload);
                 }
-                Ok(RingMsg::Foreign(bytes)) => match Element::decode(&bytes) {
-                    Ok(e) => self.ingest_foreign(e),
-                    Err(_) => self.stats.bad_datagrams += 1,
-                },
-                Err(_) => self.stats.bad_datagrams += 1,
-            },
-            ring::Event::Regular { members, .. } => self.on_ring_view(members),
+            }
+            ring::Event::Regular { ring_id, members } => self.start_round(ring_id, members),
             ring::Event::Transitional { .. } => {}
         }
         self.progress();
     }
 
-    fn on_ring_view(&mut self, members: Vec<NodeId>) {
-        let gone: Vec<NodeId> = self
-            .ring_members
-            .iter()
-            .filter(|n| !members.contains(n))
-            .copied()
-            .collect();
-        self.ring_members = members;
-        let was = self.gateway;
-        self.gateway = self.ring_members.first() == Some(&self.me);
-        if self.gateway && !was {
-            self.become_gateway();
+    /// A ring message in this daemon's site state.
+    fn apply(&mut self, sender: NodeId, payload: &[u8]) {
+        if self.standing == Standing::Fresh {
+            return;
         }
-        if self.gateway {
-            for node in gone {
-                self.ring_send(RingMsg::Own(Body::Gone { node }), ring::Service::Agreed);
+        match RingMsg::decode(payload) {
+            Ok(RingMsg::Own(body)) => {
+                if sender == self.me && matches!(body, Body::Data { .. }) {
+                    self.in_ring = self.in_ring.saturating_sub(1);
+                }
+                self.ingest_own(sender, body)
             }
+            Ok(RingMsg::Foreign(bytes)) => match Element::decode(&bytes) {
+                Ok(e) => self.ingest_foreign(e),
+                Err(_) => self.stats.bad_datagrams += 1,
+            },
+            // A round's, sent for a ring that ended before it went out.
+            Ok(RingMsg::Hello { .. } | RingMsg::Snapshot { .. }) => {}
+            Err(_) => self.stats.bad_datagrams += 1,
         }
     }
 

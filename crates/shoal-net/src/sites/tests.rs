@@ -270,6 +270,11 @@ fn drain(streams: &mut [Events], records: &mut Vec<shoal_check::Record>, deliver
                         quorum: None,
                         at_ns: None,
                     }),
+                    Event::Dropped { client } => records.push(shoal_check::Record::Ended {
+                        client,
+                        reason: "dropped by its daemon".into(),
+                        at_ns: None,
+                    }),
                 }
             }
         }
