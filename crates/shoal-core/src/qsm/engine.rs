@@ -915,6 +915,21 @@ impl Qsm {
         for rec in records {
             let next = rec.stable_next.min(rec.max_seen);
             self.gc_for.insert(rec.source, rec.min_contig);
+            // The region leader visits first, so the token's `max_seen`
+            // comes back to it only here: without learning it now, a tail
+            // that only members later on the route got is never known to
+            // the leader (the sender does not resend it, others hold it),
+            // and with no more traffic it never recovers it. Its next
+            // visit carries the number to every member.
+            if NodeId(rec.source) != self.me
+                && self
+                    .layout
+                    .members
+                    .binary_search(&NodeId(rec.source))
+                    .is_ok()
+            {
+                self.inbound(NodeId(rec.source)).see(now, rec.max_seen);
+            }
             if NodeId(rec.source) == self.me {
                 self.on_ack(now, next, rec.max_seen);
             } else {
