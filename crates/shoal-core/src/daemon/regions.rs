@@ -184,6 +184,9 @@ struct Report {
 /// A delivery the engine made, waiting for its turn.
 struct Waiting {
     seq: u64,
+    /// The engine's group id: the position of the message's first group
+    /// in the instance's list.
+    group: u32,
     payload: Bytes,
 }
 
@@ -284,10 +287,20 @@ impl Instance {
     }
 
     /// The local recipients of a message to `groups`, if all are carried.
-    fn recipients(&self, groups: &[&str]) -> Option<Vec<SessionId>> {
+    /// `first` is where the sender said the first one is in `self.groups`
+    /// (the engine's group id): checked against its hash, and looked up
+    /// only if it does not match.
+    fn recipients(&self, groups: &[&str], first: u32) -> Option<Vec<SessionId>> {
         let mut to = Vec::new();
-        for g in groups {
-            let i = self.groups.binary_search(&group_hash(g)).ok()?;
+        for (k, g) in groups.iter().enumerate() {
+            let h = group_hash(g);
+            let hint = (k == 0)
+                .then_some(first as usize)
+                .filter(|i| self.groups.get(*i) == Some(&h));
+            let i = match hint {
+                Some(i) => i,
+                None => self.groups.binary_search(&h).ok()?,
+            };
             let (a, b) = (self.local_at[i] as usize, self.local_at[i + 1] as usize);
             to.extend_from_slice(&self.local[a..b]);
         }
@@ -1014,12 +1027,21 @@ impl Regions {
         groups.dedup();
         groups.shrink_to_fit();
         let (local_at, local) = local_recipients(&groups, sessions);
-        let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
+        let id = instance_id(
+            sessions.change_point(),
+            self.derive_at,
+            by_slot.values(),
+            &groups,
+        );
+        // The engine knows a group by its position in `groups`, the same at
+        // every member (the id covers the list: members that derived
+        // different lists never share an instance), so that neither end
+        // searches for it per message.
         let view = RegionView {
             id: RegionId(id),
             view: 1,
             members: by_slot.keys().map(|s| NodeId(*s)).collect(),
-            groups: groups.iter().map(|h| GroupId(*h as u32)).collect(),
+            groups: (0..groups.len() as u32).map(GroupId).collect(),
         };
         let seed = u64::from(id) << 32 | u64::from(me.0);
         let Ok(engine) = Qsm::new(
@@ -1175,7 +1197,7 @@ impl Regions {
             self.held.push_front((session, frame));
             return None;
         }
-        match inst.engine.multicast_to(now, GroupId(group as u32), bytes) {
+        match inst.engine.multicast_to(now, GroupId(group), bytes) {
             Ok(seq) => {
                 inst.next_seq = seq + 1;
                 self.cut_due = true;
@@ -1213,9 +1235,9 @@ impl Regions {
         Some((session, frame))
     }
 
-    /// The region payload of a multicast the region can carry: the group
-    /// hash for the engine's counters and `after_gseq u64` then a batch of
-    /// one MESSAGE item.
+    /// The region payload of a multicast the region can carry: the position
+    /// of its first group in the instance's list (the engine's group id)
+    /// and `after_gseq u64` then a batch of one MESSAGE item.
     fn eligible(
         &self,
         order_idle: bool,
@@ -1224,7 +1246,7 @@ impl Regions {
         (flags, mess_type): (u8, u16),
         groups: &[String],
         payload: &[u8],
-    ) -> Option<(u64, Bytes)> {
+    ) -> Option<(u32, Bytes)> {
         let inst = self.current.as_ref()?;
         if !inst.confirmed || !order_idle || groups.is_empty() {
             return None;
@@ -1234,9 +1256,8 @@ impl Regions {
             if g.starts_with('#') {
                 return None;
             }
-            let h = group_hash(g);
-            inst.groups.binary_search(&h).ok()?;
-            first.get_or_insert(h);
+            let i = inst.groups.binary_search(&group_hash(g)).ok()?;
+            first.get_or_insert(i as u32);
         }
         let item = Item::Message {
             client,
@@ -1280,6 +1301,7 @@ impl Regions {
             while let Some(qsm::Event::Deliver {
                 source,
                 seq,
+                group,
                 payload,
                 ..
             }) = inst.engine.poll_event()
@@ -1287,7 +1309,11 @@ impl Regions {
                 inst.waiting
                     .entry(source.0)
                     .or_default()
-                    .push_back(Waiting { seq, payload });
+                    .push_back(Waiting {
+                        seq,
+                        group: group.0,
+                        payload,
+                    });
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
@@ -1555,6 +1581,7 @@ fn drain_source(
             break;
         }
         let w = queue.pop_front().expect("front");
+        let first = w.group;
         inst.delivered.insert(source, w.seq + 1);
         any = true;
         let Ok(items) = groups::decode(&w.payload[8..]) else {
@@ -1572,7 +1599,7 @@ fn drain_source(
             } = item
             {
                 stats.messages_delivered += 1;
-                match inst.recipients(&groups) {
+                match inst.recipients(&groups, first) {
                     Some(to) => sessions.deliver_region_to(
                         to,
                         client,
@@ -1651,13 +1678,22 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 
 /// An instance's id on the wire: a hash of the view-change counter, the
 /// global sequence number of the event after which it was created (two
-/// instances of one table, one after a flush that changed nothing, differ)
-/// and its members.
-fn instance_id<'a>(change_point: u64, gseq: u64, members: impl Iterator<Item = &'a NodeId>) -> u32 {
+/// instances of one table, one after a flush that changed nothing, differ),
+/// its members and its groups (whose positions the engine uses as group
+/// ids).
+fn instance_id<'a>(
+    change_point: u64,
+    gseq: u64,
+    members: impl Iterator<Item = &'a NodeId>,
+    groups: &[u64],
+) -> u32 {
     let mut h = fnv(0xcbf2_9ce4_8422_2325, &change_point.to_be_bytes());
     h = fnv(h, &gseq.to_be_bytes());
     for m in members {
         h = fnv(h, &m.0.to_be_bytes());
+    }
+    for g in groups {
+        h = fnv(h, &g.to_be_bytes());
     }
     (h ^ (h >> 32)) as u32
 }
