@@ -710,3 +710,65 @@ fn region_addresses_spread_over_the_configured_range() {
     s.multicast = None;
     assert_eq!(s.region_group(1), None);
 }
+
+/// Not a check: a fixed workload for counting instructions per region
+/// message with `perf stat` (load-independent, unlike the bench's times).
+/// `QSM_GROUPS` groups (default 1) with the same three daemons, then
+/// `QSM_MESSAGES` (default 0) fifo messages, message k to group k mod
+/// `QSM_GROUPS`, sent and delivered inside `send_phase`, whose
+/// instructions callgrind counts (`bench/RESULTS.md`, "instructions per
+/// region message").
+#[test]
+#[ignore]
+fn instructions_per_region_message() {
+    let var = |k: &str, d: usize| std::env::var(k).map_or(d, |v| v.parse().unwrap());
+    let (groups, messages) = (var("QSM_GROUPS", 1), var("QSM_MESSAGES", 0));
+    let mut net = three_in_g(true);
+    for slot in 0..3 {
+        for g in 0..groups {
+            net.frame(
+                slot,
+                1,
+                Frame::Join {
+                    group: format!("g{g:05}"),
+                },
+            );
+        }
+    }
+    let done = |net: &Net| {
+        (0..3).all(|s| {
+            net.d(s)
+                .regions()
+                .region()
+                .is_some_and(|r| r.2 == groups + 1)
+        })
+    };
+    while !done(&net) && net.now < 300_000 * MS {
+        let t = net.now / MS + 1_000;
+        net.run_until(t);
+    }
+    assert!(done(&net));
+    send_phase(&mut net, groups, messages);
+    for slot in 0..3 {
+        assert_eq!(
+            net.d(slot).regions().stats().messages_delivered,
+            messages as u64
+        );
+    }
+}
+
+/// The measured part of [`instructions_per_region_message`] (callgrind's
+/// `--toggle-collect=*send_phase*` counts only inside it).
+#[inline(never)]
+fn send_phase(net: &mut Net, groups: usize, messages: usize) {
+    let start = net.now / MS;
+    for k in 0..messages {
+        let g = format!("g{:05}", k % groups);
+        net.send(0, 1, Service::Fifo, &g, format!("m{k}"));
+        if k % 1_000 == 999 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(start + 10_000);
+}
