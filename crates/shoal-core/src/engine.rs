@@ -80,6 +80,25 @@ pub enum Destination {
     Multicast,
 }
 
+/// A change of the IP multicast groups an engine receives on, beside the
+/// driver's one configured group of [`Destination::Multicast`] (QSM's
+/// per-region addresses): the driver joins or leaves the group on its
+/// configured multicast interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupChange {
+    Join(std::net::SocketAddr),
+    Leave(std::net::SocketAddr),
+}
+
+/// A datagram for an IP multicast group the engine names itself
+/// ([`GroupChange`]); the sender does not receive it back (drivers filter
+/// their own datagrams).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupTransmit {
+    pub group: std::net::SocketAddr,
+    pub payload: Bytes,
+}
+
 /// A datagram to send: one or more packets packed together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
@@ -126,6 +145,17 @@ pub trait Engine {
     /// sources, while this is false.
     fn accepts_input(&self) -> bool {
         true
+    }
+    /// The next change of the IP multicast groups the engine receives on
+    /// (none by default). A driver drains it with `poll_transmit`, and
+    /// joins a group before it sends the engine's next datagrams.
+    fn poll_group_change(&mut self) -> Option<GroupChange> {
+        None
+    }
+    /// The next datagram for a group of [`Engine::poll_group_change`]
+    /// (none by default), drained after `poll_transmit`.
+    fn poll_group_transmit(&mut self, _now: Instant) -> Option<GroupTransmit> {
+        None
     }
 }
 

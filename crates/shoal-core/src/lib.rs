@@ -52,5 +52,5 @@ pub(crate) mod serde_ms {
     }
 }
 
-pub use engine::{Destination, Engine, NodeId, Transmit};
+pub use engine::{Destination, Engine, GroupChange, GroupTransmit, NodeId, Transmit};
 pub use time::Instant;

@@ -46,4 +46,7 @@ pub use clock::Clock;
 pub use error::NetError;
 pub use faults::{FaultConfig, Faults, Verdict};
 pub use node::{Auth, Command, Control, EventBatch, Node, NodeConfig, RuntimeStats};
-pub use socket::{Endpoint, MulticastGroup, MulticastInterface, MulticastOptions, SocketOptions};
+pub use socket::{
+    change_group, group_socket, Endpoint, MulticastGroup, MulticastInterface, MulticastOptions,
+    SocketOptions,
+};

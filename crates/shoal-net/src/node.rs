@@ -39,7 +39,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use shoal_core::engine::SendError;
 use shoal_core::fragments::{Reassembler, ReassemblyConfig, Splitter};
-use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
+use shoal_core::{Destination, Engine, GroupChange, Instant, NodeId};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
@@ -110,6 +110,12 @@ pub struct NodeConfig {
     pub path_datagram: Option<usize>,
     /// Time and memory limits of joining fragments.
     pub reassembly: ReassemblyConfig,
+    /// Scope (interface, TTL) and buffers of the socket for the IP
+    /// multicast groups the engine joins itself
+    /// (`Engine::poll_group_change`; QSM's per-region addresses). Default:
+    /// loopback, TTL 0. The engine's datagrams to them leave by the
+    /// unicast socket, whose scope the endpoint's options set.
+    pub groups: crate::SocketOptions,
 }
 
 /// Datagram authentication settings of a node.
@@ -145,6 +151,7 @@ impl NodeConfig {
             spin: Duration::ZERO,
             path_datagram: None,
             reassembly: ReassemblyConfig::default(),
+            groups: crate::SocketOptions::default(),
         }
     }
 }
@@ -203,6 +210,10 @@ pub struct RuntimeStats {
     /// dropped (timed out, or past the memory bound).
     pub fragments_refused: u64,
     pub partial_dropped: u64,
+    /// IP multicast groups the engine asked to join or leave, and how many
+    /// of those changes failed (logged; the engine's recovery copes).
+    pub group_changes: u64,
+    pub group_change_errors: u64,
 }
 
 /// A running member. Dropping it stops the node without waiting.
@@ -418,6 +429,8 @@ struct Driver<E: Engine> {
     unicast: UdpSocket,
     multicast_rx: Option<UdpSocket>,
     group: Option<SocketAddr>,
+    /// The socket of the engine's own groups, made at its first join.
+    groups_rx: Option<UdpSocket>,
     book: AddressBook,
     faults: Option<Faults>,
     clock: Clock,
@@ -454,6 +467,14 @@ struct Driver<E: Engine> {
     /// the kernel takes them.
     gso: bool,
     reassembler: Reassembler,
+}
+
+/// Where an engine's datagram goes: a [`Destination`] of `poll_transmit`, or
+/// a group of `poll_group_transmit`.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Engine(Destination),
+    Group(SocketAddr),
 }
 
 /// A datagram, or a run of fragments of `segment` bytes each (the last may
@@ -524,6 +545,7 @@ impl<E: Engine> Driver<E> {
             unicast,
             multicast_rx,
             group,
+            groups_rx: None,
             book: config.book.clone(),
             faults,
             clock,
@@ -662,6 +684,9 @@ impl<E: Engine> Driver<E> {
         if self.multicast_rx.is_some() {
             full |= self.receive_batch(Socket::Multicast);
         }
+        if self.groups_rx.is_some() {
+            full |= self.receive_batch(Socket::Groups);
+        }
         full
     }
 
@@ -671,6 +696,7 @@ impl<E: Engine> Driver<E> {
             let socket = match which {
                 Socket::Unicast => &self.unicast,
                 Socket::Multicast => self.multicast_rx.as_ref().expect("checked by caller"),
+                Socket::Groups => self.groups_rx.as_ref().expect("checked by caller"),
             };
             match self.rx.receive(socket) {
                 Ok(run) => {
@@ -968,12 +994,54 @@ impl<E: Engine> Driver<E> {
                 }
             }
             self.blocked = false;
+            self.change_groups();
             let now = self.clock.now();
-            let Some(transmit) = self.engine.poll_transmit(now) else {
+            if let Some(transmit) = self.engine.poll_transmit(now) {
+                self.address(Target::Engine(transmit.destination), transmit.payload);
+                continue;
+            }
+            let Some(transmit) = self.engine.poll_group_transmit(now) else {
                 return;
             };
-            self.address(transmit);
+            self.address(Target::Group(transmit.group), transmit.payload);
         }
+    }
+
+    /// Joins and leaves the groups the engine asks for, on the socket of
+    /// the engine's groups (made at the first join). A failure is logged
+    /// and counted, never fatal: the engine's recovery repairs what a
+    /// member not in the group misses.
+    fn change_groups(&mut self) {
+        while let Some(change) = self.engine.poll_group_change() {
+            self.stats.group_changes += 1;
+            let (group, join) = match change {
+                GroupChange::Join(g) => (g, true),
+                GroupChange::Leave(g) => (g, false),
+            };
+            if let Err(e) = self.change_group(group, join) {
+                self.stats.group_change_errors += 1;
+                tracing::warn!(node = %self.me, %group, join, error = %e, "IP multicast group change failed");
+            }
+        }
+    }
+
+    fn change_group(&mut self, group: SocketAddr, join: bool) -> Result<(), NetError> {
+        if self.groups_rx.is_none() {
+            if !join {
+                return Ok(());
+            }
+            let socket = crate::socket::group_socket(group, &self.config.groups)?;
+            self.groups_rx = Some(UdpSocket::from_std(socket).map_err(NetError::Runtime)?);
+        }
+        let socket = self.groups_rx.as_ref().expect("made above");
+        let port = socket.local_addr().map_err(NetError::Runtime)?.port();
+        if port != group.port() {
+            return Err(NetError::Runtime(io::Error::other(format!(
+                "the group socket is bound to port {port}, not {}",
+                group.port()
+            ))));
+        }
+        crate::socket::change_group_ref(socket, group, &self.config.groups.multicast, join)
     }
 
     /// The kernel refused a segmented send: the run at the head of the
@@ -1002,24 +1070,25 @@ impl<E: Engine> Driver<E> {
 
     /// Queues a transmit for its socket address(es), in fragments when it
     /// is larger than the path.
-    fn address(&mut self, transmit: Transmit) {
+    fn address(&mut self, target: Target, payload: Bytes) {
         let Some(splitter) = self.splitter.as_mut() else {
-            return self.address_one(transmit);
+            return self.address_one(target, payload);
         };
-        if !splitter.splits(transmit.payload.len()) {
-            return self.address_one(transmit);
+        if !splitter.splits(payload.len()) {
+            return self.address_one(target, payload);
         }
+        let transmit = (target, payload);
         let max = splitter.max();
         let mut fragments = Vec::new();
         let sender = self
             .book
             .is_slotted()
-            .then(|| claimed_sender(&transmit.payload))
+            .then(|| claimed_sender(&transmit.1))
             .flatten()
             .unwrap_or_else(|| self.engine.node_id());
-        let count = splitter.split_as(sender, &transmit.payload, &mut fragments);
+        let count = splitter.split_as(sender, &transmit.1, &mut fragments);
         if count == 0 {
-            tracing::warn!(node = %self.me, len = transmit.payload.len(), "datagram too large to fragment: dropped");
+            tracing::warn!(node = %self.me, len = transmit.1.len(), "datagram too large to fragment: dropped");
             return;
         }
         self.stats.datagrams_split += 1;
@@ -1029,10 +1098,7 @@ impl<E: Engine> Driver<E> {
             // One by one: the fault layer judges each datagram on the wire.
             for start in (0..fragments.len()).step_by(max) {
                 let end = (start + max).min(fragments.len());
-                self.address_one(Transmit {
-                    destination: transmit.destination,
-                    payload: fragments.slice(start..end),
-                });
+                self.address_one(transmit.0, fragments.slice(start..end));
             }
             return;
         }
@@ -1042,7 +1108,7 @@ impl<E: Engine> Driver<E> {
         let run = crate::gso::segments_per_send(segment) * segment;
         for start in (0..wire.len()).step_by(run) {
             let end = (start + run).min(wire.len());
-            self.queue(transmit.destination, wire.slice(start..end), segment);
+            self.queue(transmit.0, wire.slice(start..end), segment);
         }
     }
 
@@ -1066,11 +1132,10 @@ impl<E: Engine> Driver<E> {
     }
 
     /// Queues one datagram (sealed here) for its socket address(es).
-    fn address_one(&mut self, mut transmit: Transmit) {
-        match self.seal(transmit.payload) {
-            Some(sealed) => transmit.payload = sealed,
-            None => return,
-        }
+    fn address_one(&mut self, target: Target, payload: Bytes) {
+        let Some(payload) = self.seal(payload) else {
+            return;
+        };
         let copies = self.faults.as_mut().map_or(1, Faults::sent_copies);
         match copies {
             0 => self.stats.fault_send_drops += 1,
@@ -1078,13 +1143,24 @@ impl<E: Engine> Driver<E> {
             _ => {}
         }
         for _ in 0..copies {
-            self.queue(transmit.destination, transmit.payload.clone(), 0);
+            self.queue(target, payload.clone(), 0);
         }
     }
 
     /// Queues one (sealed) datagram, or a run of `segment`-byte fragments,
     /// for its socket address(es).
-    fn queue(&mut self, destination: Destination, payload: Bytes, segment: usize) {
+    fn queue(&mut self, target: Target, payload: Bytes, segment: usize) {
+        let destination = match target {
+            Target::Engine(destination) => destination,
+            Target::Group(group) => {
+                self.outgoing.push_back(Outgoing {
+                    to: group,
+                    payload,
+                    segment,
+                });
+                return;
+            }
+        };
         let to = match destination {
             Destination::Node(node) => match self.book.addr(node) {
                 Some(addr) => addr,
@@ -1173,6 +1249,7 @@ impl<E: Engine> Driver<E> {
             _ = shutdown => Wake::Shutdown,
             _ = self.unicast.readable() => Wake::Io,
             _ = readable(self.multicast_rx.as_ref()) => Wake::Io,
+            _ = readable(self.groups_rx.as_ref()) => Wake::Io,
             _ = self.unicast.writable(), if self.blocked => Wake::Io,
             command = self.commands.recv(), if take_commands => Wake::Command(command),
             control = self.controls.recv(), if self.controls_open => Wake::Control(control),
@@ -1241,6 +1318,7 @@ struct Channels<E: Engine> {
 enum Socket {
     Unicast,
     Multicast,
+    Groups,
 }
 
 async fn readable(socket: Option<&UdpSocket>) -> io::Result<()> {

@@ -190,6 +190,79 @@ impl Endpoint {
     }
 }
 
+/// A socket for the IP multicast groups an engine joins and leaves as it
+/// runs (QSM's per-region addresses, `Engine::poll_group_change`): bound to
+/// the wildcard address of the groups' family at their port, and, on
+/// Linux, receiving only the groups it joined itself (`IP_MULTICAST_ALL`
+/// off; otherwise a wildcard-bound socket gets every group any socket of
+/// the host joined). Joins use the interface of `options.multicast`
+/// (loopback by default). Several nodes of one host may bind the same port
+/// (`SO_REUSEADDR`): each gets a copy of the groups it joined.
+pub fn group_socket(
+    first: SocketAddr,
+    options: &SocketOptions,
+) -> Result<std::net::UdpSocket, NetError> {
+    let wildcard: IpAddr = match first {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let addr = SocketAddr::new(wildcard, first.port());
+    let socket = new_udp(addr)?;
+    socket
+        .set_reuse_address(true)
+        .map_err(err("SO_REUSEADDR"))?;
+    #[cfg(target_os = "linux")]
+    match first {
+        SocketAddr::V4(_) => socket
+            .set_multicast_all_v4(false)
+            .map_err(err("IP_MULTICAST_ALL"))?,
+        SocketAddr::V6(_) => socket
+            .set_multicast_all_v6(false)
+            .map_err(err("IPV6_MULTICAST_ALL"))?,
+    }
+    set_buffers(&socket, options)?;
+    socket
+        .bind(&addr.into())
+        .map_err(err("bind group socket"))?;
+    Ok(socket.into())
+}
+
+/// Joins (`join`) or leaves `group` on `socket` (from [`group_socket`]) at
+/// the interface of `options`.
+pub fn change_group(
+    socket: &std::net::UdpSocket,
+    group: SocketAddr,
+    options: &MulticastOptions,
+    join: bool,
+) -> Result<(), NetError> {
+    change_group_ref(socket, group, options, join)
+}
+
+/// [`change_group`] on any socket that `socket2` can borrow.
+pub(crate) fn change_group_ref<S: std::os::fd::AsFd>(
+    socket: &S,
+    group: SocketAddr,
+    options: &MulticastOptions,
+    join: bool,
+) -> Result<(), NetError> {
+    let socket = socket2::SockRef::from(socket);
+    match (group.ip(), options.interface, join) {
+        (IpAddr::V4(ip), MulticastInterface::V4(interface), true) => socket
+            .join_multicast_v4(&ip, &interface)
+            .map_err(err("IP_ADD_MEMBERSHIP")),
+        (IpAddr::V4(ip), MulticastInterface::V4(interface), false) => socket
+            .leave_multicast_v4(&ip, &interface)
+            .map_err(err("IP_DROP_MEMBERSHIP")),
+        (IpAddr::V6(ip), MulticastInterface::V6(index), true) => socket
+            .join_multicast_v6(&ip, index)
+            .map_err(err("IPV6_ADD_MEMBERSHIP")),
+        (IpAddr::V6(ip), MulticastInterface::V6(index), false) => socket
+            .leave_multicast_v6(&ip, index)
+            .map_err(err("IPV6_DROP_MEMBERSHIP")),
+        _ => Err(family_mismatch("IP_ADD_MEMBERSHIP")),
+    }
+}
+
 fn new_udp(addr: SocketAddr) -> Result<Socket, NetError> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
         .map_err(err("socket"))?;
@@ -282,6 +355,34 @@ fn err(what: &'static str) -> impl FnOnce(io::Error) -> NetError {
 mod tests {
     use super::*;
     use std::net::Ipv6Addr;
+
+    /// A group joined on loopback (TTL 0) receives what a node's unicast
+    /// socket sends to it; after leaving, nothing more arrives.
+    #[test]
+    fn a_group_socket_receives_the_groups_it_joined_until_it_leaves() {
+        let options = SocketOptions::default();
+        let port = 21_000 + (std::process::id() % 20_000) as u16;
+        let group: SocketAddr = SocketAddrV4::new(Ipv4Addr::new(239, 255, 78, 3), port).into();
+        let other: SocketAddr = SocketAddrV4::new(Ipv4Addr::new(239, 255, 78, 4), port).into();
+        let rx = group_socket(group, &options).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        change_group(&rx, group, &options.multicast, true).unwrap();
+        let tx = Endpoint::bind_loopback(&options).unwrap();
+        // A group not joined here: not received (IP_MULTICAST_ALL off).
+        let stranger = group_socket(other, &options).unwrap();
+        change_group(&stranger, other, &options.multicast, true).unwrap();
+        tx.unicast.send_to(b"other", other).unwrap();
+        tx.unicast.send_to(b"one", group).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = rx.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from), (&b"one"[..], tx.local_addr()));
+        change_group(&rx, group, &options.multicast, false).unwrap();
+        tx.unicast.send_to(b"two", group).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        assert!(rx.recv_from(&mut buf).is_err(), "received after leaving");
+    }
 
     #[test]
     fn only_admin_scoped_groups() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_core::engine::SendError;
-use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
+use shoal_core::{Destination, Engine, GroupChange, GroupTransmit, Instant, NodeId, Transmit};
 use shoal_net::{
     AddressBook, Clock, Command, Endpoint, EventBatch, FaultConfig, MulticastGroup, Node,
     NodeConfig, SocketOptions,
@@ -24,6 +24,11 @@ struct Toy {
     outbox: Vec<Transmit>,
     events: Vec<ToyEvent>,
     next_tick: Instant,
+    /// A group of the engine's own (as QSM's per-region addresses): its
+    /// multicasts go there; joins and leaves wait in `changes`.
+    own_group: Option<std::net::SocketAddr>,
+    changes: Vec<GroupChange>,
+    group_outbox: Vec<GroupTransmit>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +48,9 @@ impl Toy {
             outbox: Vec::new(),
             events: Vec::new(),
             next_tick: now + TICK,
+            own_group: None,
+            changes: Vec::new(),
+            group_outbox: Vec::new(),
         }
     }
 }
@@ -74,7 +82,9 @@ impl Engine for Toy {
         if let Ok(header) = shoal_wire::decode_header(&payload) {
             self.me = NodeId(header.sender);
         }
-        if self.ip_multicast {
+        if let Some(group) = self.own_group {
+            self.group_outbox.push(GroupTransmit { group, payload });
+        } else if self.ip_multicast {
             self.outbox.push(Transmit {
                 destination: Destination::Multicast,
                 payload,
@@ -100,6 +110,14 @@ impl Engine for Toy {
 
     fn poll_timeout(&self) -> Option<Instant> {
         Some(self.next_tick)
+    }
+
+    fn poll_group_change(&mut self) -> Option<GroupChange> {
+        (!self.changes.is_empty()).then(|| self.changes.remove(0))
+    }
+
+    fn poll_group_transmit(&mut self, _now: Instant) -> Option<GroupTransmit> {
+        (!self.group_outbox.is_empty()).then(|| self.group_outbox.remove(0))
     }
 }
 
@@ -592,5 +610,73 @@ async fn receive_until_quiet(
                 quiet = tokio::time::Instant::now() + Duration::from_secs(1);
             }
         }
+    }
+}
+
+/// An engine's own IP multicast groups (`poll_group_change`, as QSM's
+/// per-region addresses), on loopback with TTL 0: the nodes that joined
+/// get what one sends there; one that left gets nothing more.
+#[tokio::test]
+async fn engine_groups_are_joined_sent_to_and_left() {
+    let port = 22_000 + (std::process::id() % 20_000) as u16;
+    let group: std::net::SocketAddr =
+        SocketAddrV4::new(Ipv4Addr::new(239, 255, 79, 2), port).into();
+    let options = SocketOptions::default();
+    let endpoints: Vec<Endpoint> = (0..3)
+        .map(|_| Endpoint::bind_loopback(&options).unwrap())
+        .collect();
+    let book = AddressBook::new(endpoints.iter().map(Endpoint::local_addr).collect()).unwrap();
+    let clock = Clock::new();
+    let mut nodes = Vec::new();
+    let mut events = Vec::new();
+    for (i, endpoint) in endpoints.into_iter().enumerate() {
+        let mut engine = Toy::new(i as u32, 3, false, clock.now());
+        engine.own_group = Some(group);
+        engine.changes.push(GroupChange::Join(group));
+        let mut node = Node::spawn(engine, endpoint, NodeConfig::new(book.clone()), clock).unwrap();
+        events.push(node.take_events().unwrap());
+        nodes.push(node);
+    }
+    // Each node joins in its first turn; a tick later it has.
+    for e in &mut events {
+        while !e.recv().await.unwrap().events.contains(&ToyEvent::Tick) {}
+    }
+    for i in 0..10 {
+        nodes[0]
+            .commands()
+            .send(Command::Multicast(payload(i)))
+            .await
+            .unwrap();
+    }
+    for e in &mut events[1..] {
+        let got = receive(e, 10).await;
+        assert_eq!(got.len(), 10);
+        assert!(got.iter().all(|(from, _)| *from == NodeId(0)));
+    }
+    // Node 2 leaves; node 1 still gets the group's datagrams.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    assert!(nodes[2].control(move |e: &mut Toy, _, _| {
+        e.changes.push(GroupChange::Leave(group));
+        let _ = tx.send(());
+    }));
+    rx.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 10..15 {
+        nodes[0]
+            .commands()
+            .send(Command::Multicast(payload(i)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(receive(&mut events[1], 5).await.len(), 5);
+    // Whatever node 2 receives now comes by some other way: nothing does.
+    let late = tokio::time::timeout(Duration::from_millis(300), received(&mut events[2])).await;
+    assert!(late.is_err(), "node 2 received after leaving");
+    for node in nodes {
+        let (_engine, stats) = tokio::task::spawn_blocking(|| node.shutdown())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stats.group_change_errors, 0);
     }
 }

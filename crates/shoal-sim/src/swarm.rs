@@ -1511,6 +1511,26 @@ mod tests {
         assert_ok_qsm(96);
     }
 
+    /// With `[qsm]` on, the region leader (visited first by its own token)
+    /// missed the last region message of a sender that the other members
+    /// got, and traffic stopped at a change point: the token's count of
+    /// what exists came back to the leader only at the round's finish,
+    /// where it did not learn it, so it never knew the message existed
+    /// (the sender does not resend what others hold). Its flush timed out
+    /// after 10 s and its clients missed a fifo message the others
+    /// delivered before the next view (virtual-synchrony; seed 91 is the
+    /// same at a CUT). The leader now learns the count at the finish.
+    #[test]
+    fn qsm_the_region_leader_recovers_a_tail_only_later_members_got() {
+        assert_ok_qsm(186);
+    }
+
+    /// The same cause as seed 186, at a CUT and then a flush.
+    #[test]
+    fn qsm_the_region_leader_recovers_a_tail_at_a_cut() {
+        assert_ok_qsm(91);
+    }
+
     /// A daemon that stopped and restarted founded a group of its own and
     /// never merged with the others.
     #[test]

@@ -86,6 +86,11 @@ pub struct BenchArgs {
     /// regions (`[qsm] enabled = true`).
     #[arg(long)]
     qsm: bool,
+    /// With --qsm: the regions use per-region IP multicast on loopback
+    /// (`[qsm] multicast`, 256 addresses of 239.255.0.0/16 chosen from this
+    /// process's id, TTL 0) instead of one unicast per other member.
+    #[arg(long, requires = "qsm")]
+    qsm_multicast: bool,
     /// Append a CSV row with the results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -228,6 +233,7 @@ impl LocalCluster {
         committee: u32,
         multicast: bool,
         qsm: bool,
+        qsm_multicast: bool,
         groups: usize,
     ) -> anyhow::Result<LocalCluster> {
         let exe = match exe {
@@ -258,6 +264,18 @@ impl LocalCluster {
         } else {
             String::new()
         };
+        // Regions: 239.255.P.0 .. 239.255.P.255 at a port of their own.
+        let qsm_line = if qsm_multicast {
+            let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            format!(
+                "multicast = \"239.255.{}.0:{port}\"\n",
+                (std::process::id() >> 4) & 0xff
+            )
+        } else {
+            String::new()
+        };
         let mut cluster = LocalCluster {
             sockets: Vec::new(),
             children: Vec::new(),
@@ -274,7 +292,7 @@ impl LocalCluster {
             std::fs::write(
                 &config,
                 format!(
-                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n{multicast_line}\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n[limits]\ngroups_per_client = {}\n[qsm]\nenabled = {qsm}\n",
+                    "node = \"d{i}\"\nsocket = \"{}\"\nlisten = \"{}\"\npeers = [{}]\n{multicast_line}\n[cluster]\nfound_after = 500\n\n[cluster.vsync]\ncommittee_size = {committee}\n[limits]\ngroups_per_client = {}\n[qsm]\nenabled = {qsm}\n{qsm_line}",
                     socket.display(),
                     addrs[i],
                     peers.join(", "),
@@ -372,6 +390,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.committee,
             args.multicast,
             args.qsm,
+            args.qsm_multicast,
             args.groups,
         )?;
         let s = c.sockets.clone();
@@ -397,6 +416,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Mode::Echo => echo(&args, &sockets),
         Mode::Memory => unreachable!("handled above"),
     };
+    if args.qsm {
+        // What the regions carried, and how (`to region addresses`: by
+        // per-region IP multicast).
+        for (i, socket) in sockets.iter().enumerate() {
+            let text = status(socket).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains("qsm: sent")) {
+                println!("d{i} {}", line.trim());
+            }
+        }
+    }
     // CPU time is steadier than wall time on a shared machine: the daemons'
     // and this process's CPU per message multicast.
     if let (Some((d0, b0)), Some((d1, b1))) = (cpu_before, cpu_seconds(&pids)) {

@@ -1152,6 +1152,21 @@ impl Engine for Daemon {
     fn accepts_input(&self) -> bool {
         self.sessions.pending_bytes() < self.settings.pending_max && self.regions.accepts_input()
     }
+
+    /// QSM regions' IP multicast addresses (`[qsm] multicast`).
+    fn poll_group_change(&mut self) -> Option<crate::engine::GroupChange> {
+        if !self.regions.enabled() {
+            return None;
+        }
+        self.regions.poll_group_change()
+    }
+
+    fn poll_group_transmit(&mut self, now: Instant) -> Option<crate::engine::GroupTransmit> {
+        if !self.regions.enabled() {
+            return None;
+        }
+        self.regions.poll_group_transmit(now)
+    }
 }
 
 /// `shoal status` lines about the daemons' membership.

@@ -37,6 +37,7 @@
 //! its members, alike at every daemon.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ use shoal_wire::{packets, Packet, HEADER_LEN};
 
 use super::membership::{slot_of, MembershipEvent};
 use super::sessions::{SessionId, Sessions};
-use crate::engine::{Destination, Engine, NodeId, Transmit};
+use crate::engine::{Destination, Engine, GroupChange, GroupTransmit, NodeId, Transmit};
 use crate::qsm::{self, GroupId, Qsm, RegionId, RegionView};
 use crate::time::Instant;
 use crate::vsync::Event;
@@ -83,6 +84,20 @@ pub struct QsmSettings {
     /// buffer is full, before the daemon stops reading clients (default
     /// 1,024).
     pub held_max: usize,
+    /// Per-region IP multicast ([A] §2.1: one IP multicast address per
+    /// region): each region instance of more than one daemon is given the
+    /// address `multicast + (instance id mod multicast_addresses)` (the
+    /// port as given), its members join it, and its engine's multicasts
+    /// (data, and retransmissions the whole region missed) go there once,
+    /// sent and received on the interface and TTL of `[ip_multicast]`.
+    /// Unset (the default), such a multicast goes as one unicast to each
+    /// other member. Two regions that draw one address share it; each
+    /// drops the other's datagrams by their region field.
+    pub multicast: Option<SocketAddr>,
+    /// How many consecutive addresses from `multicast` regions spread over
+    /// (default 256; the daemon's configuration keeps them inside the
+    /// administratively scoped range).
+    pub multicast_addresses: NonZeroU32,
     /// The region engine's settings (`qsm::Config`, the papers' defaults),
     /// except `send_buffer`, which is 4,096 here: client frames arrive in
     /// bursts of a socket read, and each one the engine refuses waits in
@@ -98,6 +113,8 @@ impl Default for QsmSettings {
             flush_timeout: Duration::from_secs(10),
             early_max: 4096,
             held_max: 1024,
+            multicast: None,
+            multicast_addresses: NonZeroU32::new(256).expect("non-zero"),
             engine: qsm::Config {
                 send_buffer: NonZeroU32::new(4096).expect("non-zero"),
                 ..qsm::Config::default()
@@ -107,6 +124,19 @@ impl Default for QsmSettings {
 }
 
 impl QsmSettings {
+    /// The IP multicast group of region instance `id`, if configured.
+    pub fn region_group(&self, id: u32) -> Option<SocketAddr> {
+        let base = self.multicast?;
+        let offset = id % self.multicast_addresses.get();
+        let ip = match base.ip() {
+            IpAddr::V4(ip) => IpAddr::V4(Ipv4Addr::from(u32::from(ip).wrapping_add(offset))),
+            IpAddr::V6(ip) => IpAddr::V6(Ipv6Addr::from(
+                u128::from(ip).wrapping_add(u128::from(offset)),
+            )),
+        };
+        Some(SocketAddr::new(ip, base.port()))
+    }
+
     fn carries(&self, service: Service) -> bool {
         match service {
             Service::Reliable => self.services.contains(&RegionService::Reliable),
@@ -140,6 +170,8 @@ pub struct RegionStats {
     /// flush): a bug if ever above 0.
     pub unflushed_changes: u64,
     pub bad_datagrams: u64,
+    /// Datagrams sent to a region's IP multicast address.
+    pub group_datagrams: u64,
 }
 
 /// What a reporter said at a flush.
@@ -152,6 +184,9 @@ struct Report {
 /// A delivery the engine made, waiting for its turn.
 struct Waiting {
     seq: u64,
+    /// The engine's group id: the position of the message's first group
+    /// in the instance's list.
+    group: u32,
     payload: Bytes,
 }
 
@@ -252,10 +287,20 @@ impl Instance {
     }
 
     /// The local recipients of a message to `groups`, if all are carried.
-    fn recipients(&self, groups: &[&str]) -> Option<Vec<SessionId>> {
+    /// `first` is where the sender said the first one is in `self.groups`
+    /// (the engine's group id): checked against its hash, and looked up
+    /// only if it does not match.
+    fn recipients(&self, groups: &[&str], first: u32) -> Option<Vec<SessionId>> {
         let mut to = Vec::new();
-        for g in groups {
-            let i = self.groups.binary_search(&group_hash(g)).ok()?;
+        for (k, g) in groups.iter().enumerate() {
+            let h = group_hash(g);
+            let hint = (k == 0)
+                .then_some(first as usize)
+                .filter(|i| self.groups.get(*i) == Some(&h));
+            let i = match hint {
+                Some(i) => i,
+                None => self.groups.binary_search(&h).ok()?,
+            };
             let (a, b) = (self.local_at[i] as usize, self.local_at[i + 1] as usize);
             to.extend_from_slice(&self.local[a..b]);
         }
@@ -352,6 +397,10 @@ pub struct Regions {
     /// Instances retired and dropped (their packets are dropped).
     gone: VecDeque<u32>,
     out: VecDeque<Transmit>,
+    /// Datagrams for regions' IP multicast addresses.
+    group_out: VecDeque<GroupTransmit>,
+    /// The IP multicast groups the driver has been told to join.
+    joined: BTreeSet<SocketAddr>,
     last_now: Instant,
     stats: RegionStats,
 }
@@ -391,6 +440,8 @@ impl Regions {
             early_reports: VecDeque::new(),
             gone: VecDeque::new(),
             out: VecDeque::new(),
+            group_out: VecDeque::new(),
+            joined: BTreeSet::new(),
             last_now: Instant::ZERO,
             stats: RegionStats::default(),
         }
@@ -489,7 +540,7 @@ impl Regions {
                 retired.join(", ")
             ),
             format!(
-                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}",
+                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}; to region addresses {} (joined {})",
                 s.messages_sent,
                 s.messages_delivered,
                 s.ordered_instead,
@@ -501,7 +552,9 @@ impl Regions {
                 s.beyond_bound,
                 s.early_dropped,
                 s.bad_datagrams,
-                s.unflushed_changes
+                s.unflushed_changes,
+                s.group_datagrams,
+                self.joined.len()
             ),
         ]
     }
@@ -927,6 +980,7 @@ impl Regions {
         self.early.clear();
         self.early_reports.clear();
         self.out.clear();
+        self.group_out.clear();
     }
 
     /// Computes this daemon's region from the table and starts its instance.
@@ -973,12 +1027,21 @@ impl Regions {
         groups.dedup();
         groups.shrink_to_fit();
         let (local_at, local) = local_recipients(&groups, sessions);
-        let id = instance_id(sessions.change_point(), self.derive_at, by_slot.values());
+        let id = instance_id(
+            sessions.change_point(),
+            self.derive_at,
+            by_slot.values(),
+            &groups,
+        );
+        // The engine knows a group by its position in `groups`, the same at
+        // every member (the id covers the list: members that derived
+        // different lists never share an instance), so that neither end
+        // searches for it per message.
         let view = RegionView {
             id: RegionId(id),
             view: 1,
             members: by_slot.keys().map(|s| NodeId(*s)).collect(),
-            groups: groups.iter().map(|h| GroupId(*h as u32)).collect(),
+            groups: (0..groups.len() as u32).map(GroupId).collect(),
         };
         let seed = u64::from(id) << 32 | u64::from(me.0);
         let Ok(engine) = Qsm::new(
@@ -1134,7 +1197,7 @@ impl Regions {
             self.held.push_front((session, frame));
             return None;
         }
-        match inst.engine.multicast_to(now, GroupId(group as u32), bytes) {
+        match inst.engine.multicast_to(now, GroupId(group), bytes) {
             Ok(seq) => {
                 inst.next_seq = seq + 1;
                 self.cut_due = true;
@@ -1172,9 +1235,9 @@ impl Regions {
         Some((session, frame))
     }
 
-    /// The region payload of a multicast the region can carry: the group
-    /// hash for the engine's counters and `after_gseq u64` then a batch of
-    /// one MESSAGE item.
+    /// The region payload of a multicast the region can carry: the position
+    /// of its first group in the instance's list (the engine's group id)
+    /// and `after_gseq u64` then a batch of one MESSAGE item.
     fn eligible(
         &self,
         order_idle: bool,
@@ -1183,7 +1246,7 @@ impl Regions {
         (flags, mess_type): (u8, u16),
         groups: &[String],
         payload: &[u8],
-    ) -> Option<(u64, Bytes)> {
+    ) -> Option<(u32, Bytes)> {
         let inst = self.current.as_ref()?;
         if !inst.confirmed || !order_idle || groups.is_empty() {
             return None;
@@ -1193,9 +1256,8 @@ impl Regions {
             if g.starts_with('#') {
                 return None;
             }
-            let h = group_hash(g);
-            inst.groups.binary_search(&h).ok()?;
-            first.get_or_insert(h);
+            let i = inst.groups.binary_search(&group_hash(g)).ok()?;
+            first.get_or_insert(i as u32);
         }
         let item = Item::Message {
             client,
@@ -1239,6 +1301,7 @@ impl Regions {
             while let Some(qsm::Event::Deliver {
                 source,
                 seq,
+                group,
                 payload,
                 ..
             }) = inst.engine.poll_event()
@@ -1246,7 +1309,11 @@ impl Regions {
                 inst.waiting
                     .entry(source.0)
                     .or_default()
-                    .push_back(Waiting { seq, payload });
+                    .push_back(Waiting {
+                        seq,
+                        group: group.0,
+                        payload,
+                    });
             }
             any |= drain_waiting(inst, applied, sessions, stats);
         }
@@ -1347,7 +1414,9 @@ impl Regions {
         let me = self.me;
         let max = self.datagram_max;
         let mut open: BTreeMap<NodeId, Vec<u8>> = BTreeMap::new();
+        let mut open_groups: BTreeMap<SocketAddr, Vec<u8>> = BTreeMap::new();
         let mut out = Vec::new();
+        let settings = &self.settings;
         let lingering = self.lingering.iter_mut().map(|(i, _)| i);
         for inst in self
             .current
@@ -1355,7 +1424,25 @@ impl Regions {
             .chain(self.retired.iter_mut())
             .chain(lingering)
         {
+            // Confirmed: every member joined the address before its OPEN
+            // came back in the order (the driver joins in the turn that
+            // derived the instance).
+            let group = settings
+                .region_group(inst.id)
+                .filter(|_| inst.confirmed && inst.members.len() > 1);
             while let Some(t) = inst.engine.poll_transmit(now) {
+                if let (Destination::Multicast, Some(g)) = (t.destination, group) {
+                    let buf = open_groups.entry(g).or_default();
+                    if !buf.is_empty() && buf.len() + t.payload.len() > max {
+                        self.group_out.push_back(GroupTransmit {
+                            group: g,
+                            payload: Bytes::from(std::mem::take(buf)),
+                        });
+                        self.stats.group_datagrams += 1;
+                    }
+                    buf.extend_from_slice(&t.payload);
+                    continue;
+                }
                 let to: Vec<NodeId> = match t.destination {
                     Destination::Node(slot) => {
                         inst.members.get(&slot.0).copied().into_iter().collect()
@@ -1387,7 +1474,46 @@ impl Regions {
                 });
             }
         }
+        for (g, buf) in open_groups {
+            if !buf.is_empty() {
+                self.group_out.push_back(GroupTransmit {
+                    group: g,
+                    payload: Bytes::from(buf),
+                });
+                self.stats.group_datagrams += 1;
+            }
+        }
         self.out.extend(out);
+    }
+
+    /// The next datagram for a region's IP multicast address.
+    pub fn poll_group_transmit(&mut self, now: Instant) -> Option<GroupTransmit> {
+        if self.group_out.is_empty() && self.out.is_empty() {
+            self.pack(now);
+        }
+        self.group_out.pop_front()
+    }
+
+    /// The next IP multicast group to join or leave: the addresses of the
+    /// instances of more than one member this daemon runs (current, being
+    /// flushed, lingering), against those joined.
+    pub fn poll_group_change(&mut self) -> Option<GroupChange> {
+        self.settings.multicast?;
+        let wanted: BTreeSet<SocketAddr> = self
+            .current
+            .iter()
+            .chain(self.retired.iter())
+            .chain(self.lingering.iter().map(|(i, _)| i))
+            .filter(|i| i.members.len() > 1)
+            .filter_map(|i| self.settings.region_group(i.id))
+            .collect();
+        if let Some(g) = self.joined.iter().find(|g| !wanted.contains(g)).copied() {
+            self.joined.remove(&g);
+            return Some(GroupChange::Leave(g));
+        }
+        let g = wanted.into_iter().find(|g| !self.joined.contains(g))?;
+        self.joined.insert(g);
+        Some(GroupChange::Join(g))
     }
 }
 
@@ -1455,6 +1581,7 @@ fn drain_source(
             break;
         }
         let w = queue.pop_front().expect("front");
+        let first = w.group;
         inst.delivered.insert(source, w.seq + 1);
         any = true;
         let Ok(items) = groups::decode(&w.payload[8..]) else {
@@ -1472,7 +1599,7 @@ fn drain_source(
             } = item
             {
                 stats.messages_delivered += 1;
-                match inst.recipients(&groups) {
+                match inst.recipients(&groups, first) {
                     Some(to) => sessions.deliver_region_to(
                         to,
                         client,
@@ -1551,13 +1678,22 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 
 /// An instance's id on the wire: a hash of the view-change counter, the
 /// global sequence number of the event after which it was created (two
-/// instances of one table, one after a flush that changed nothing, differ)
-/// and its members.
-fn instance_id<'a>(change_point: u64, gseq: u64, members: impl Iterator<Item = &'a NodeId>) -> u32 {
+/// instances of one table, one after a flush that changed nothing, differ),
+/// its members and its groups (whose positions the engine uses as group
+/// ids).
+fn instance_id<'a>(
+    change_point: u64,
+    gseq: u64,
+    members: impl Iterator<Item = &'a NodeId>,
+    groups: &[u64],
+) -> u32 {
     let mut h = fnv(0xcbf2_9ce4_8422_2325, &change_point.to_be_bytes());
     h = fnv(h, &gseq.to_be_bytes());
     for m in members {
         h = fnv(h, &m.0.to_be_bytes());
+    }
+    for g in groups {
+        h = fnv(h, &g.to_be_bytes());
     }
     (h ^ (h >> 32)) as u32
 }

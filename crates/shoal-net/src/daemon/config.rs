@@ -672,7 +672,7 @@ impl DaemonConfig {
             why,
         };
         let ttl = self.ip_multicast.ttl;
-        let v6_group = self.joined_group()?.is_some_and(|g| g.addr().is_ipv6());
+        let v6_group = self.scoped_multicast()?.is_some_and(|g| g.is_ipv6());
         let interface = match (&self.ip_multicast.interface, v6_group) {
             (None, false) => MulticastInterface::V4(Ipv4Addr::LOCALHOST),
             (None, true) => {
@@ -829,21 +829,72 @@ impl DaemonConfig {
 
     /// `[ip_multicast]`: only with a group, of the group's family, and a
     /// TTL that lets the datagrams reach the peers.
+    /// The address whose family `[ip_multicast]` scopes: the group of
+    /// `multicast` or `discovery`, else the first region address of
+    /// `[qsm] multicast`.
+    fn scoped_multicast(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        Ok(self
+            .joined_group()?
+            .map(|g| g.addr())
+            .or(self.qsm.multicast))
+    }
+
+    /// `[qsm] multicast`: every region address administratively scoped
+    /// (the range stays inside 239.255.0.0/16 for IPv4), of `listen`'s
+    /// family, and not the group of `multicast` or `discovery`.
+    fn validate_qsm_multicast(&self) -> Result<(), ConfigError> {
+        let Some(base) = self.qsm.multicast else {
+            return Ok(());
+        };
+        let invalid = |why: String| ConfigError::Invalid {
+            key: "qsm.multicast",
+            why,
+        };
+        let count = self.qsm.multicast_addresses.get();
+        let last = self.qsm.region_group(count - 1).expect("set");
+        for addr in [base, last] {
+            crate::MulticastGroup::from_addr(addr).map_err(|_| {
+                invalid(format!("{base} with {count} addresses reaches {addr}, outside the administratively scoped range (239.255.0.0/16, or IPv6 ff02/ff04/ff05/ff08), or port 0"))
+            })?;
+        }
+        if last < base {
+            return Err(invalid(format!(
+                "{base} with {count} addresses wraps around"
+            )));
+        }
+        if base.is_ipv4() != self.listen.is_ipv4() {
+            return Err(invalid(format!(
+                "{base} is not of `listen`'s address family ({}): region multicast is sent from the `listen` socket",
+                self.listen
+            )));
+        }
+        if let Some(g) = self.joined_group()? {
+            let g = g.addr();
+            if g.port() == base.port() && g.ip() >= base.ip() && g.ip() <= last.ip() {
+                return Err(invalid(format!(
+                    "its addresses {base}..{last} include the group of `multicast`/`discovery` ({g})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_multicast_scope(&self) -> Result<(), ConfigError> {
         let invalid = |key, why: String| ConfigError::Invalid { key, why };
-        let Some(group) = self.joined_group()? else {
+        let Some(group) = self.scoped_multicast()? else {
             if self.ip_multicast != IpMulticastConfig::default() {
                 return Err(invalid(
                     "ip_multicast",
-                    "is only for `multicast` or `discovery`, and neither is set".into(),
+                    "is only for `multicast`, `discovery` or `qsm.multicast`, and none is set"
+                        .into(),
                 ));
             }
             return Ok(());
         };
-        if group.addr().is_ipv4() != self.listen.is_ipv4() {
+        if group.is_ipv4() != self.listen.is_ipv4() {
             return Err(invalid(
                 "multicast",
-                format!("{} is not of `listen`'s address family ({}): multicast is sent from the `listen` socket", group.addr(), self.listen),
+                format!("{group} is not of `listen`'s address family ({}): multicast is sent from the `listen` socket", self.listen),
             ));
         }
         let ttl = self.ip_multicast.ttl;
@@ -942,6 +993,7 @@ impl DaemonConfig {
         self.validate_addresses()?;
         self.multicast_group()?;
         self.validate_discovery()?;
+        self.validate_qsm_multicast()?;
         self.validate_multicast_scope()?;
         self.validate_auth()?;
         self.validate_datagram_and_faults()?;
@@ -1052,6 +1104,38 @@ mod tests {
         let bad = DaemonConfig::parse("[qsm.engine]\ntoken_interval = 0\n").unwrap_err();
         assert!(bad.to_string().contains("qsm.engine"), "{bad}");
         assert!(DaemonConfig::parse("[qsm]\nservices = [\"agreed\"]\n").is_err());
+    }
+
+    #[test]
+    fn qsm_region_multicast_addresses_are_scoped_and_checked() {
+        let c = DaemonConfig::parse(
+            "[qsm]\nenabled = true\nmulticast = \"239.255.42.0:9300\"\nmulticast_addresses = 64\n",
+        )
+        .unwrap();
+        assert_eq!(c.qsm.multicast, Some("239.255.42.0:9300".parse().unwrap()));
+        assert_eq!(
+            c.qsm.region_group(65),
+            Some("239.255.42.1:9300".parse().unwrap())
+        );
+        // Loopback, TTL 0 by default; [ip_multicast] may now scope it.
+        assert!(c.socket_options().is_ok());
+        for (text, why) in [
+            ("multicast = \"239.1.0.0:9300\"", "outside"),
+            (
+                "multicast = \"239.255.255.200:9300\"\nmulticast_addresses = 100",
+                "outside",
+            ),
+            ("multicast = \"239.255.0.0:0\"", "port 0"),
+        ] {
+            let bad = DaemonConfig::parse(&format!("[qsm]\n{text}\n")).unwrap_err();
+            assert!(bad.to_string().contains("qsm.multicast"), "{text}: {bad}");
+            assert!(bad.to_string().contains(why), "{text}: {bad}");
+        }
+        let clash = DaemonConfig::parse(
+            "multicast = \"239.255.42.5:9300\"\n[qsm]\nmulticast = \"239.255.42.0:9300\"\n",
+        )
+        .unwrap_err();
+        assert!(clash.to_string().contains("include the group"), "{clash}");
     }
 
     #[test]

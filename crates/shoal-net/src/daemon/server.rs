@@ -206,6 +206,9 @@ fn start_node(config: &DaemonConfig) -> Result<Node<Daemon>, DaemonError> {
     // Engine datagrams larger than the path go in fragments of its size.
     node_config.path_datagram = Some(config.datagram_size());
     node_config.faults = config.fault_config(u64::from(incarnation) << 8 | u64::from(slot));
+    // QSM regions' IP multicast addresses (`[qsm] multicast`), joined on
+    // `[ip_multicast]`'s interface.
+    node_config.groups = config.socket_options().map_err(config_error)?;
     if node_config.faults.is_active() {
         tracing::warn!(faults = ?node_config.faults, "[faults]: injecting faults on datagrams (a test aid)");
     }

@@ -31,6 +31,11 @@ struct Net {
     rng: Xoshiro256PlusPlus,
     /// Frames each client (slot, session) received, in order.
     frames: BTreeMap<(usize, SessionId), Vec<Frame>>,
+    /// IP multicast groups each slot joined (`[qsm] multicast`).
+    joined: Vec<std::collections::BTreeSet<std::net::SocketAddr>>,
+    /// QSM data packets sent by unicast, and datagrams sent to groups.
+    data_unicast: u64,
+    group_sent: u64,
 }
 
 fn settings(slot: usize, batch_max: usize, qsm: bool) -> Settings {
@@ -72,6 +77,9 @@ impl Net {
             qsm_cut: None,
             rng: Xoshiro256PlusPlus::seed_from_u64(1),
             frames: BTreeMap::new(),
+            joined: vec![Default::default(); n],
+            data_unicast: 0,
+            group_sent: 0,
         }
     }
 
@@ -93,6 +101,16 @@ impl Net {
         while let Some(t) = d.poll_transmit(now) {
             out.push(t);
         }
+        while let Some(change) = d.poll_group_change() {
+            match change {
+                crate::GroupChange::Join(g) => self.joined[i].insert(g),
+                crate::GroupChange::Leave(g) => self.joined[i].remove(&g),
+            };
+        }
+        let mut to_groups = Vec::new();
+        while let Some(t) = d.poll_group_transmit(now) {
+            to_groups.push(t);
+        }
         let mut events = Vec::new();
         while let Some(e) = d.poll_event() {
             events.push(e);
@@ -108,14 +126,33 @@ impl Net {
                 d.handle_client(now, ClientInput::Written(id, bytes.len()));
             }
         }
+        for t in to_groups {
+            self.group_sent += 1;
+            // The kernel hands a group's datagram to every socket that
+            // joined it, the sender's excepted (filtered).
+            let targets: Vec<u32> = (0..self.daemons.len() as u32)
+                .filter(|s| *s as usize != i && self.joined[*s as usize].contains(&t.group))
+                .collect();
+            self.route(i, from, targets, t.payload);
+        }
         for t in out {
-            let qsm = Regions::is_qsm(&t.payload);
+            if matches!(t.destination, Destination::Node(_)) && carries_data(&t.payload) {
+                self.data_unicast += 1;
+            }
             let targets: Vec<u32> = match t.destination {
                 Destination::Node(to) => vec![membership::slot_of(to)],
                 Destination::Multicast => (0..self.daemons.len() as u32)
                     .filter(|s| *s as usize != i)
                     .collect(),
             };
+            self.route(i, from, targets, t.payload);
+        }
+    }
+
+    fn route(&mut self, i: usize, from: u32, targets: Vec<u32>, payload: Bytes) {
+        let qsm = Regions::is_qsm(&payload);
+        {
+            let t_payload = payload;
             for to in targets {
                 if qsm && self.rng.random::<f64>() < self.qsm_loss {
                     continue;
@@ -126,7 +163,7 @@ impl Net {
                 self.order += 1;
                 let at = self.now + MS / 5;
                 self.queue
-                    .push(Reverse((at, self.order, to, from, t.payload.clone())));
+                    .push(Reverse((at, self.order, to, from, t_payload.clone())));
             }
         }
     }
@@ -580,4 +617,158 @@ fn region_messages_reach_exactly_the_local_members_of_their_groups() {
     assert!(net.got(0, 3).is_empty());
     assert_eq!(net.d(0).regions().stats().messages_delivered, 2);
     assert_eq!(net.d(1).regions().stats().messages_sent, 2);
+}
+
+/// Whether a datagram carries a QSM data packet (a message's first send).
+fn carries_data(datagram: &[u8]) -> bool {
+    shoal_wire::packets(datagram).any(|p| {
+        matches!(p, Ok((_, shoal_wire::Packet::Qsm { kind, body }))
+            if matches!(shoal_wire::qsm::decode(kind, body), Ok(shoal_wire::qsm::Message::Data { .. })))
+    })
+}
+
+/// With `[qsm] multicast` set, a region's messages go once to its IP
+/// multicast address (never as a unicast copy per member), every member
+/// joined it, and every member delivers every message; a change point
+/// moves the members to the next instance's address and off the old one.
+#[test]
+fn region_messages_go_once_to_the_regions_multicast_address() {
+    // Without it, data goes as a unicast copy to each other member.
+    let mut plain = three_in_g(true);
+    plain.send(0, 1, Service::Fifo, "g", "c0:x".into());
+    plain.run_until(5_500);
+    assert!(plain.data_unicast >= 2 && plain.group_sent == 0);
+    assert!(plain.joined.iter().all(|j| j.is_empty()));
+
+    let mut net = Net::new(3, true);
+    let base: std::net::SocketAddr = "239.255.42.0:9300".parse().unwrap();
+    for d in net.daemons.iter_mut().flatten() {
+        d.regions.settings.multicast = Some(base);
+    }
+    net.run_until(4_000);
+    for slot in 0..3 {
+        net.client(slot, 1, &format!("c{slot}"));
+        net.frame(slot, 1, Frame::Join { group: "g".into() });
+    }
+    net.run_until(4_500);
+    for k in 0..50 {
+        net.send(0, 1, Service::Fifo, "g", format!("c0:{k:04}"));
+    }
+    net.run_until(7_000);
+    let want: Vec<String> = (0..50).map(|k| format!("c0:{k:04}")).collect();
+    for slot in 0..3 {
+        assert_eq!(of(&net.got(slot, 1), "c0:"), want, "at {slot}");
+    }
+    assert_eq!(net.d(0).regions().stats().messages_sent, 50);
+    assert!(net.group_sent > 0, "nothing went to a region address");
+    assert_eq!(net.data_unicast, 0, "a data packet went by unicast");
+    let id = net.d(0).regions().region().expect("an instance").0;
+    let group = net.d(0).regions().settings().region_group(id).unwrap();
+    assert_eq!(group.port(), 9300);
+    for slot in 0..3 {
+        assert_eq!(net.d(slot).regions().region().map(|r| r.0), Some(id));
+        let joined: Vec<_> = net.joined[slot].iter().copied().collect();
+        assert_eq!(joined, vec![group], "slot {slot}");
+    }
+    // A join elsewhere is a change point: a new instance, whose address
+    // every member joins, and the old one's is left.
+    net.client(1, 9, "late");
+    net.frame(1, 9, Frame::Join { group: "h".into() });
+    net.run_until(9_000);
+    let settings = net.d(0).regions().settings().clone();
+    for slot in 0..3 {
+        let now: Vec<_> = net
+            .d(slot)
+            .regions()
+            .region()
+            .filter(|r| r.1.len() > 1)
+            .and_then(|r| settings.region_group(r.0))
+            .into_iter()
+            .collect();
+        let joined: Vec<_> = net.joined[slot].iter().copied().collect();
+        assert_eq!(joined, now, "slot {slot}");
+    }
+    assert_ne!(net.d(0).regions().region().map(|r| r.0), Some(id));
+}
+
+#[test]
+fn region_addresses_spread_over_the_configured_range() {
+    let mut s = QsmSettings {
+        multicast: Some("239.255.42.0:9300".parse().unwrap()),
+        multicast_addresses: NonZeroU32::new(16).unwrap(),
+        ..QsmSettings::default()
+    };
+    assert_eq!(
+        s.region_group(17),
+        Some("239.255.42.1:9300".parse().unwrap())
+    );
+    s.multicast = Some("[ff05::1:0]:9300".parse().unwrap());
+    assert_eq!(
+        s.region_group(31),
+        Some("[ff05::1:f]:9300".parse().unwrap())
+    );
+    s.multicast = None;
+    assert_eq!(s.region_group(1), None);
+}
+
+/// Not a check: a fixed workload for counting instructions per region
+/// message with `perf stat` (load-independent, unlike the bench's times).
+/// `QSM_GROUPS` groups (default 1) with the same three daemons, then
+/// `QSM_MESSAGES` (default 0) fifo messages, message k to group k mod
+/// `QSM_GROUPS`, sent and delivered inside `send_phase`, whose
+/// instructions callgrind counts (`bench/RESULTS.md`, "instructions per
+/// region message").
+#[test]
+#[ignore]
+fn instructions_per_region_message() {
+    let var = |k: &str, d: usize| std::env::var(k).map_or(d, |v| v.parse().unwrap());
+    let (groups, messages) = (var("QSM_GROUPS", 1), var("QSM_MESSAGES", 0));
+    let mut net = three_in_g(true);
+    for slot in 0..3 {
+        for g in 0..groups {
+            net.frame(
+                slot,
+                1,
+                Frame::Join {
+                    group: format!("g{g:05}"),
+                },
+            );
+        }
+    }
+    let done = |net: &Net| {
+        (0..3).all(|s| {
+            net.d(s)
+                .regions()
+                .region()
+                .is_some_and(|r| r.2 == groups + 1)
+        })
+    };
+    while !done(&net) && net.now < 300_000 * MS {
+        let t = net.now / MS + 1_000;
+        net.run_until(t);
+    }
+    assert!(done(&net));
+    send_phase(&mut net, groups, messages);
+    for slot in 0..3 {
+        assert_eq!(
+            net.d(slot).regions().stats().messages_delivered,
+            messages as u64
+        );
+    }
+}
+
+/// The measured part of [`instructions_per_region_message`] (callgrind's
+/// `--toggle-collect=*send_phase*` counts only inside it).
+#[inline(never)]
+fn send_phase(net: &mut Net, groups: usize, messages: usize) {
+    let start = net.now / MS;
+    for k in 0..messages {
+        let g = format!("g{:05}", k % groups);
+        net.send(0, 1, Service::Fifo, &g, format!("m{k}"));
+        if k % 1_000 == 999 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(start + 10_000);
 }
