@@ -920,13 +920,7 @@ impl Sessions {
             self.send(session, error);
             return;
         }
-        let mut members: Vec<String> = self
-            .table
-            .get(&group)
-            .map(|m| m.iter().map(|m| m.client.clone()).collect())
-            .unwrap_or_default();
-        members.sort();
-        members.dedup();
+        let members = self.member_names(&group);
         let answer = Frame::GroupMembers {
             nonce,
             group,
@@ -1674,13 +1668,7 @@ impl Sessions {
             let Some(session) = self.by_name.get(&client).copied() else {
                 continue;
             };
-            let mut names: Vec<String> = self
-                .table
-                .get(&group)
-                .map(|m| m.iter().map(|m| m.client.clone()).collect())
-                .unwrap_or_default();
-            names.sort();
-            names.dedup();
+            let names = self.member_names(&group);
             if let Some(s) = self.sessions.get_mut(&session) {
                 s.seen.remove(&group);
             }
@@ -1737,6 +1725,19 @@ impl Sessions {
         }
     }
 
+    /// The clients the table holds in `group`, as a view lists them
+    /// (sorted, each once; none for an unknown group).
+    fn member_names(&self, group: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .table
+            .get(group)
+            .map(|m| m.iter().map(|m| m.client.clone()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Tells local members of `group` its new membership (and a leaving
     /// local client that it left): the whole list, or, to a client that
     /// asked for deltas and received the group's last announcement, what
@@ -1745,12 +1746,8 @@ impl Sessions {
         let Some(me) = self.me else {
             return;
         };
+        let names = self.member_names(group);
         let members = self.table.get(group);
-        let mut names: Vec<String> = members
-            .map(|m| m.iter().map(|m| m.client.clone()).collect())
-            .unwrap_or_default();
-        names.sort();
-        names.dedup();
         let local: Vec<SessionId> = members
             .into_iter()
             .flatten()
@@ -2254,13 +2251,7 @@ impl Sessions {
     /// messages it missed.
     fn left_while_cut_off(&mut self, moving: &BTreeMap<String, Moving>, view_id: u64) {
         for (group, m) in moving.iter().filter(|(_, m)| !m.leave.is_empty()) {
-            let mut names: Vec<String> = self
-                .table
-                .get(group)
-                .map(|m| m.iter().map(|m| m.client.clone()).collect())
-                .unwrap_or_default();
-            names.sort();
-            names.dedup();
+            let names = self.member_names(group);
             let frame = Frame::Membership {
                 group: group.clone(),
                 view_id,
