@@ -603,7 +603,8 @@ impl Membership {
                     reason: RemovedReason::Dropped,
                     ..
                 } => {
-                    self.unsequenced_at_removal = self.inner.awaiting_ids();
+                    // vsync reset its sender state when it removed us.
+                    self.unsequenced_at_removal = self.inner.unsequenced_at_removal().to_vec();
                     self.events.push_back(MembershipEvent { me, event });
                     self.rejoin(now);
                     continue;

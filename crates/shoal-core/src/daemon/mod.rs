@@ -715,25 +715,34 @@ impl Daemon {
                 self.sessions.requeue(again, false);
             } else if evicted {
                 // What the old cluster sequenced may still be delivered
-                // there after this daemon's removal: sending it again from
-                // the new incarnation duplicated messages (the swarm found
-                // it). Its messages come back to this daemon's clients in
-                // their transitional views (`batches_maybe_lost` counts
-                // them: others may or may not have delivered them). What it
-                // never sequenced (and the refused batch, which never left)
-                // goes after the rejoin.
-                let unsequenced = self.membership.unsequenced_at_removal();
-                let (again, sequenced): (Vec<_>, Vec<_>) = self
-                    .in_flight
-                    .drain(..)
-                    .partition(|(id, _)| unsequenced.contains(id));
-                self.stats.batches_maybe_lost += sequenced.len() as u64;
-                let sequenced = sequenced.into_iter().map(|(_, b)| b).collect();
-                self.sessions.keep_for_transitional(ev.me, sequenced);
-                let mut again: Vec<Bytes> = again.into_iter().map(|(_, b)| b).collect();
-                again.extend(self.refused.take());
+                // there after this daemon's removal, and a batch whose gseq
+                // this daemon had not heard may have been sequenced all the
+                // same (the notice lost): sending either again from the new
+                // incarnation duplicated messages (the swarm found both).
+                // Their messages come back to this daemon's clients in
+                // their transitional views, as EVS has it
+                // (`batches_maybe_lost` counts them: others may or may not
+                // have delivered them); group changes in those it had not
+                // heard sequenced go again.
+                // The refused batch never left: it goes after the rejoin.
+                let again: Vec<Bytes> = self.refused.take().into_iter().collect();
                 self.stats.batches_resent += again.len() as u64;
                 self.sessions.requeue(again, true);
+                // The committee sequences a sender's multicasts in order, so
+                // every batch before one whose gseq was heard was sequenced.
+                let unsequenced = self.membership.unsequenced_at_removal();
+                let last_sequenced = self
+                    .in_flight
+                    .iter()
+                    .rposition(|(id, _)| !unsequenced.contains(id));
+                let in_flight: Vec<(Bytes, bool)> = self
+                    .in_flight
+                    .drain(..)
+                    .enumerate()
+                    .map(|(i, (_, b))| (b, last_sequenced.is_some_and(|l| i <= l)))
+                    .collect();
+                self.stats.batches_maybe_lost += in_flight.len() as u64;
+                self.sessions.cut_off_in_flight(ev.me, in_flight);
             } else if left {
                 self.in_flight.clear();
             }

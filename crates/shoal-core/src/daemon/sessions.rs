@@ -74,6 +74,9 @@ struct Session {
     /// client received from [`Sessions::announce`]: a delta goes to it
     /// only when the group's last announcement is that one.
     seen: BTreeMap<String, u64>,
+    /// Groups of which this client has been shown a regular view listing
+    /// it (`Sessions::misses_own_message`).
+    was_member: BTreeSet<String>,
 }
 
 /// The last view [`Sessions::announce`] told a group's local members,
@@ -755,6 +758,7 @@ impl Sessions {
                 groups: BTreeSet::new(),
                 deltas: false,
                 seen: BTreeMap::new(),
+                was_member: BTreeSet::new(),
             },
         );
         self.send(session, Frame::ConnectOk { private_group });
@@ -1777,6 +1781,9 @@ impl Sessions {
                 s.seen.remove(group);
             } else {
                 s.seen.insert(group.to_string(), seq);
+                if !s.was_member.contains(group) {
+                    s.was_member.insert(group.to_string());
+                }
             }
         }
         if let (Some(before), false) = (&before, delta.is_empty()) {
@@ -1901,6 +1908,141 @@ impl Sessions {
     pub fn keep_for_transitional(&mut self, sender: NodeId, batches: Vec<Bytes>) {
         self.cut_off_batches
             .extend(batches.into_iter().map(|b| (sender, b)));
+    }
+
+    /// The daemon's own batches still in flight when it was cut off, whose
+    /// gseq it had not heard: the old order may have sequenced them (the
+    /// notice lost) or not. Their messages go to this daemon's clients in
+    /// their transitional views, as EVS has it (Totem's recovery: a
+    /// member delivers what it holds of the old configuration in its
+    /// transitional one), and are not sent again: a copy sent again after
+    /// the rejoin was delivered a second time wherever the first had been
+    /// (the swarm's `duplicate` class), and where it had not, the two
+    /// copies broke virtual synchrony between the daemons' clients.
+    ///
+    /// Group changes in those whose gseq it had not heard (`false` beside
+    /// the batch) go again after the rejoin (the snapshot carries them
+    /// too). So does a message in them whose sender is in none of its
+    /// groups' transitional views though it asked to be in one (its join
+    /// was in flight too): at the cut-off it would reach others but not
+    /// its sender; after the rejoin it follows the join. The same client's
+    /// later messages follow it, for FIFO. A batch whose gseq it had heard
+    /// was ordered: nothing of it goes again. The rest of a message begun
+    /// in pieces is taken out of what waits and delivered with its first.
+    pub fn cut_off_in_flight(&mut self, sender: NodeId, batches: Vec<(Bytes, bool)>) {
+        let waiting = self.take_all_pending();
+        // Its own messages begun in the old order and not finished there.
+        let mut open: BTreeSet<u64> = self
+            .partials
+            .keys()
+            .filter(|(daemon, _)| *daemon == sender)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut deferred: BTreeSet<String> = BTreeSet::new();
+        let mut kept: Vec<Item<'_>> = Vec::new();
+        let decoded: Vec<(Vec<Item<'_>>, bool)> = batches
+            .iter()
+            .filter_map(|(b, sequenced)| Some((groups::decode(b).ok()?, *sequenced)))
+            .collect();
+        for (item, sequenced) in decoded
+            .into_iter()
+            .flat_map(|(items, sequenced)| items.into_iter().map(move |i| (i, sequenced)))
+        {
+            match &item {
+                _ if sequenced && !matches!(item, Item::Message { .. } | Item::Fragment { .. }) => {
+                }
+                Item::Message { client, .. } if sequenced && !deferred.contains(*client) => {
+                    kept.push(item);
+                }
+                Item::Message { client, groups, .. } => {
+                    if deferred.contains(*client) || self.misses_own_message(client, groups) {
+                        deferred.insert(client.to_string());
+                        self.pending.push(&item, self.batch_max);
+                    } else {
+                        kept.push(item);
+                    }
+                }
+                Item::Fragment {
+                    client,
+                    groups,
+                    id,
+                    total,
+                    offset,
+                    bytes,
+                    ..
+                } => {
+                    let first = *offset == 0;
+                    let defer = deferred.contains(*client)
+                        || (first && !sequenced && self.misses_own_message(client, groups));
+                    if defer && (first || !open.contains(id)) {
+                        deferred.insert(client.to_string());
+                        self.pending.push(&item, self.batch_max);
+                        continue;
+                    }
+                    if (*offset as usize) + bytes.len() < *total as usize {
+                        open.insert(*id);
+                    } else {
+                        open.remove(id);
+                    }
+                    kept.push(item);
+                }
+                Item::Join { .. } | Item::Leave { .. } | Item::Gone { .. } => {
+                    self.pending.push(&item, self.batch_max);
+                }
+                _ => {}
+            }
+        }
+        let decoded: Vec<Vec<Item<'_>>> = waiting
+            .iter()
+            .filter_map(|b| groups::decode(b).ok())
+            .collect();
+        for item in decoded.into_iter().flatten() {
+            match item {
+                Item::Fragment {
+                    id,
+                    total,
+                    offset,
+                    bytes,
+                    ..
+                } if open.contains(&id) => {
+                    if offset as usize + bytes.len() >= total as usize {
+                        open.remove(&id);
+                    }
+                    kept.push(item);
+                }
+                item => self.pending.push(&item, self.batch_max),
+            }
+        }
+        for items in kept.chunks(usize::from(u16::MAX)) {
+            let mut bytes = Vec::new();
+            if groups::encode(items, &mut bytes).is_ok() {
+                self.cut_off_batches.push((sender, Bytes::from(bytes)));
+            }
+        }
+    }
+
+    /// Whether a local client's message would miss the client at a
+    /// cut-off: it is in none of the message's groups' transitional views
+    /// but asked to be in one of them (its join not ordered yet), and had
+    /// been shown a view of it listing it, so that it may have sent the
+    /// message as a member (a client that left and joined again). A client
+    /// never shown one sent it as a non-member: sending it again would
+    /// duplicate it wherever the old order had delivered it (the swarm
+    /// found that) and owe it nothing.
+    fn misses_own_message(&self, client: &str, groups: &[&str]) -> bool {
+        let Some(session) = self.by_name.get(client).and_then(|s| self.sessions.get(s)) else {
+            return false;
+        };
+        let shown = |g: &&str| {
+            self.cut_off
+                .as_ref()
+                .and_then(|c| c.groups.get(*g))
+                .is_some_and(|clients| clients.contains(client))
+        };
+        !groups.iter().any(shown)
+            && groups
+                .iter()
+                .any(|g| session.groups.contains(*g) && session.was_member.contains(*g))
     }
 
     fn view(&mut self, me: NodeId, view: View) {

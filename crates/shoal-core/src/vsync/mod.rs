@@ -239,6 +239,9 @@ pub struct Vsync {
     outbox: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: Stats,
+    /// When this member was removed: its multicasts that had no global
+    /// sequence number yet (`awaiting_ids` then), kept for the application.
+    unsequenced_at_removal: Vec<u64>,
 }
 
 fn nodes(ids: &[u32]) -> Vec<NodeId> {
@@ -337,6 +340,7 @@ impl Vsync {
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            unsequenced_at_removal: Vec::new(),
             config,
         })
     }
@@ -493,6 +497,12 @@ impl Vsync {
     /// This member's multicasts still waiting for a global sequence number.
     pub fn awaiting_ids(&self) -> Vec<u64> {
         self.sender.awaiting.keys().copied().collect()
+    }
+
+    /// After a removal: the multicasts [`Vsync::awaiting_ids`] listed when
+    /// this member was removed (the sender's state is reset then).
+    pub fn unsequenced_at_removal(&self) -> &[u64] {
+        &self.unsequenced_at_removal
     }
 
     /// The global sequence number this member's multicast `local_id` was
@@ -692,6 +702,7 @@ impl Vsync {
             }
         }
         self.committee = None;
+        self.unsequenced_at_removal = self.awaiting_ids();
         self.sender = sender::SenderState::new(self.last_now);
         self.member.pending.clear();
         self.events.push_back(Event::Removed { view, reason });

@@ -723,6 +723,122 @@ fn an_evicted_daemon_keeps_its_clients_and_rejoins_with_them() {
     assert!(c.closed.is_empty(), "{:?}", c.closed);
 }
 
+/// Batches a daemon handed to the old order and never heard sequenced
+/// when it is cut off (the old order may have sequenced them, the notice
+/// lost): their messages go to its own clients in their transitional
+/// views, as EVS has it, and are not sent again after the rejoin, where a
+/// copy the old order had delivered was delivered twice. A message begun
+/// in pieces in them is finished from what still waited and delivered
+/// whole.
+#[test]
+fn messages_in_flight_at_an_eviction_come_back_in_the_transitional_views_and_not_again() {
+    let mut c = two_in_chat();
+    c.connect(0, 2, "ann");
+    c.frame(0, 2, join("chat"));
+    c.settle();
+    for (d, session) in [(0, 1), (0, 2), (1, 1)] {
+        c.take(d, session);
+    }
+    c.frame(0, 1, multicast(Service::Agreed, &["chat"], b"in flight"));
+    let big: Vec<u8> = (0..3 * BATCH_MAX + 17).map(|i| (i % 251) as u8).collect();
+    c.frame(0, 2, multicast(Service::Fifo, &["chat"], &big));
+    // The first two batches left (the small message and the first pieces
+    // of the large one); the rest still waits.
+    let in_flight = vec![
+        (c.cores[0].take_batch().expect("a batch"), false),
+        (c.cores[0].take_batch().expect("a batch"), true),
+    ];
+    let removed = Event::Removed {
+        view: 3,
+        reason: RemovedReason::Dropped,
+    };
+    c.cores[0].cluster_event(NodeId(10), removed);
+    c.cores[0].cut_off_in_flight(NodeId(10), in_flight);
+    c.collect();
+    c.install(&[1, 2], &[]);
+    c.take(1, 1);
+    c.ids[0] = NodeId(20);
+    c.install(&[0, 1, 2], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready());
+    let expected = vec![
+        (s("#alice#n0"), vec![s("chat")], b"in flight".to_vec()),
+        (s("#ann#n0"), vec![s("chat")], big),
+    ];
+    for session in [1, 2] {
+        let frames = c.take(0, session);
+        // Transitional view, both messages, then the merged view.
+        let kinds: Vec<&str> = frames
+            .iter()
+            .map(|f| match f {
+                Frame::Membership {
+                    transitional: true, ..
+                } => "transitional",
+                Frame::Membership { .. } => "regular",
+                Frame::Message { .. } => "message",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["transitional", "message", "message", "regular"],
+            "{frames:?}"
+        );
+        assert_eq!(messages(&frames), expected);
+    }
+    // Bob's daemon never ordered them, and nothing went again.
+    assert_eq!(messages(&c.take(1, 1)), vec![]);
+    assert!(c.cores[0].take_batch().is_none());
+}
+
+/// A client that had been a member, left, and joined again, its join in
+/// flight with its message when its daemon was cut off: at the cut-off
+/// the message would reach the group's other local members and not its
+/// sender, who sent it as a member for all it had been shown; so it goes
+/// again after the rejoin, behind the join, and reaches everyone, the
+/// sender too. A client never shown the group sent as a non-member: its
+/// message goes to the transitional views only, as any other.
+#[test]
+fn a_message_in_flight_behind_its_senders_join_goes_again_after_the_rejoin() {
+    let mut c = two_in_chat();
+    c.connect(0, 2, "cat");
+    c.connect(0, 3, "dan");
+    c.frame(0, 2, join("chat"));
+    c.settle();
+    c.frame(0, 2, Frame::Leave { group: s("chat") });
+    c.settle();
+    c.frame(0, 2, join("chat"));
+    c.frame(0, 2, multicast(Service::Agreed, &["chat"], b"hello"));
+    c.frame(0, 3, join("chat"));
+    c.frame(0, 3, multicast(Service::Agreed, &["chat"], b"hi"));
+    let in_flight = vec![(c.cores[0].take_batch().expect("a batch"), false)];
+    for (d, session) in [(0, 1), (0, 2), (0, 3), (1, 1)] {
+        c.take(d, session);
+    }
+    let removed = Event::Removed {
+        view: 3,
+        reason: RemovedReason::Dropped,
+    };
+    c.cores[0].cluster_event(NodeId(10), removed);
+    c.cores[0].cut_off_in_flight(NodeId(10), in_flight);
+    c.collect();
+    c.install(&[1, 2], &[]);
+    c.ids[0] = NodeId(20);
+    c.install(&[0, 1, 2], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready());
+    let hello = (s("#cat#n0"), vec![s("chat")], b"hello".to_vec());
+    let hi = (s("#dan#n0"), vec![s("chat")], b"hi".to_vec());
+    assert_eq!(messages(&c.take(0, 1)), vec![hi, hello.clone()]);
+    for (d, session) in [(0, 2), (0, 3), (1, 1)] {
+        assert_eq!(
+            messages(&c.take(d, session)),
+            vec![hello.clone()],
+            "{d}/{session}"
+        );
+    }
+}
+
 #[test]
 fn unreliable_and_probabilistic_go_by_pbcast_alone_and_arrive_at_once() {
     let mut c = two_in_chat();
