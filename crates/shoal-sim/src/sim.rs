@@ -873,10 +873,9 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     /// when the sender waited for room ([`Link::room_at`]).
     fn send_on_at(&mut self, link: usize, packet: Packet, at: u64, bounded: bool) {
         let roll: f64 = self.rng.random();
+        let datagram = self.datagrams.bytes(&packet);
+        self.network.count_kinds(link, datagram);
         let l = &mut self.network.links[link];
-        if let Some(kinds) = &mut l.kinds {
-            crate::metrics::count_kinds(self.datagrams.bytes(&packet), kinds);
-        }
         let to = l.to as u32;
         match l.offer_with(at, packet.len as usize, roll, bounded) {
             Offer::Arrives(arrival) => self.push(arrival, Ev::Arrive { node: to, packet }),
