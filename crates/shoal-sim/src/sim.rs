@@ -70,13 +70,77 @@ struct OpenSend {
     batch: u32,
 }
 
-#[derive(Debug, Clone)]
+/// One copy of a datagram on its way: in the queue, on a link or in a
+/// host's backlog. It holds one reference to its bytes in
+/// [`Sim::datagrams`], taken with [`Datagrams::share`] and given back with
+/// [`Datagrams::release`] when the copy is delivered, dropped or forwarded
+/// as another copy.
+#[derive(Debug)]
 struct Packet {
     from_host: u32,
     /// Destination node, or `None` for multicast from `from_node`.
     to_node: Option<u32>,
     from_node: u32,
+    /// The datagram's length in bytes (links and CPU costs read it without
+    /// touching the bytes).
+    len: u32,
+    /// Index into [`Sim::datagrams`].
+    datagram: u32,
+}
+
+/// The bytes of the datagrams in flight, each with a count of the packets
+/// that carry it. A multicast datagram is one entry however many links and
+/// members it reaches: a copy per hop is an index and a plain counter,
+/// where a `Bytes` per copy cost an atomic increment and decrement of the
+/// datagram's shared count at every hop (and made each queue entry 24
+/// bytes larger). Slots are reused; which slot a datagram gets decides
+/// nothing.
+#[derive(Default)]
+struct Datagrams {
+    slots: Vec<Datagram>,
+    free: Vec<u32>,
+}
+
+struct Datagram {
     bytes: Bytes,
+    refs: u32,
+}
+
+impl Datagrams {
+    /// `bytes` as a new datagram with one packet carrying it.
+    fn admit(&mut self, bytes: Bytes) -> u32 {
+        let datagram = Datagram { bytes, refs: 1 };
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = datagram;
+                i
+            }
+            None => {
+                self.slots.push(datagram);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 datagrams in flight")
+            }
+        }
+    }
+
+    /// Another copy of `packet`, carrying the same datagram.
+    fn share(&mut self, packet: &Packet) -> Packet {
+        self.slots[packet.datagram as usize].refs += 1;
+        Packet { ..*packet }
+    }
+
+    /// `packet` is gone: its datagram's bytes are freed with its last copy.
+    fn release(&mut self, packet: Packet) {
+        let slot = &mut self.slots[packet.datagram as usize];
+        slot.refs -= 1;
+        if slot.refs == 0 {
+            slot.bytes = Bytes::new();
+            self.free.push(packet.datagram);
+        }
+    }
+
+    fn bytes(&self, packet: &Packet) -> &Bytes {
+        &self.slots[packet.datagram as usize].bytes
+    }
 }
 
 struct Host<E> {
@@ -120,6 +184,8 @@ pub struct Sim<E> {
     receive_loss: f64,
     pub events: u64,
     pub violations: Vec<Violation>,
+    /// The bytes of every packet in flight.
+    datagrams: Datagrams,
     /// Reused for the links a multicast leaves on.
     scratch_links: Vec<u32>,
     /// Messages per batched `Ev::Send`, by batch (a slot is reused once its
@@ -199,6 +265,7 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             receive_loss: 0.0,
             events: 0,
             violations: Vec::new(),
+            datagrams: Datagrams::default(),
             scratch_links: Vec::new(),
             sends: Vec::new(),
             sends_free: Vec::new(),
@@ -577,7 +644,10 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     fn on_arrive(&mut self, node: usize, packet: Packet) {
         let here = self.host_at[node].map(|h| h as usize);
         match packet.to_node {
-            Some(dst) if dst as usize == node => self.deliver(here, &packet),
+            Some(dst) if dst as usize == node => {
+                self.deliver(here, &packet);
+                self.datagrams.release(packet);
+            }
             Some(dst) => self.forward_unicast(node, dst as usize, packet),
             None => {
                 if node != packet.from_node as usize {
@@ -609,9 +679,9 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             h.metrics.dropped_backlog += 1;
             return;
         }
-        h.backlog.push_back(packet.clone());
+        h.backlog.push_back(self.datagrams.share(packet));
         if h.backlog.len() == 1 {
-            let at = h.busy_until.max(self.now) + cost.of(packet.bytes.len());
+            let at = h.busy_until.max(self.now) + cost.of(packet.len as usize);
             self.push(at, Ev::Process { host: host as u32 });
         }
     }
@@ -628,21 +698,23 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         } else {
             self.process(host, &packet);
         }
+        self.datagrams.release(packet);
         let cost = self.cost.expect("only scheduled with a cost");
         let h = &self.hosts[host];
         if let Some(next) = h.backlog.front() {
-            let at = h.busy_until.max(self.now) + cost.of(next.bytes.len());
+            let at = h.busy_until.max(self.now) + cost.of(next.len as usize);
             self.push(at, Ev::Process { host: host as u32 });
         }
     }
 
     fn process(&mut self, host: usize, packet: &Packet) {
-        self.hosts[host].metrics.count_received(&packet.bytes);
+        let bytes = self.datagrams.bytes(packet);
+        self.hosts[host].metrics.count_received(bytes);
         let now = Instant::from_nanos(self.now);
         let from = NodeId(packet.from_host);
         self.hosts[host]
             .engine
-            .handle_datagram_bytes(now, from, &packet.bytes);
+            .handle_datagram_bytes(now, from, bytes);
         self.after_input(host);
     }
 
@@ -678,11 +750,13 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
                 },
                 Destination::Multicast => None,
             };
+            let len = u32::try_from(t.payload.len()).expect("a datagram under 4 GiB");
             let packet = Packet {
                 from_host: host as u32,
                 to_node,
                 from_node,
-                bytes: t.payload,
+                len,
+                datagram: self.datagrams.admit(t.payload),
             };
             let taken = self.inject(packet, send_at);
             let h = &mut self.hosts[host];
@@ -731,16 +805,21 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
             }
             Some(dst) => match self.network.route(node, dst as usize) {
                 Some(link) => self.send_first_hop(link, packet, at),
-                None => at,
+                None => {
+                    self.datagrams.release(packet);
+                    at
+                }
             },
             None => {
                 let mut links = std::mem::take(&mut self.scratch_links);
                 self.network.multicast_links_into(node, node, &mut links);
                 let mut taken = at;
                 for &link in &links {
-                    let sent = self.send_first_hop(link as usize, packet.clone(), at);
+                    let copy = self.datagrams.share(&packet);
+                    let sent = self.send_first_hop(link as usize, copy, at);
                     taken = taken.max(sent);
                 }
+                self.datagrams.release(packet);
                 self.scratch_links = links;
                 taken
             }
@@ -763,8 +842,9 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     }
 
     fn forward_unicast(&mut self, at: usize, dst: usize, packet: Packet) {
-        if let Some(link) = self.network.route(at, dst) {
-            self.send_on(link, packet);
+        match self.network.route(at, dst) {
+            Some(link) => self.send_on(link, packet),
+            None => self.datagrams.release(packet),
         }
     }
 
@@ -772,11 +852,15 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
         let mut links = std::mem::take(&mut self.scratch_links);
         self.network
             .multicast_links_into(packet.from_node as usize, at, &mut links);
-        if let Some((&last, rest)) = links.split_last() {
-            for &link in rest {
-                self.send_on(link as usize, packet.clone());
+        match links.split_last() {
+            Some((&last, rest)) => {
+                for &link in rest {
+                    let copy = self.datagrams.share(&packet);
+                    self.send_on(link as usize, copy);
+                }
+                self.send_on(last as usize, packet);
             }
-            self.send_on(last as usize, packet);
+            None => self.datagrams.release(packet),
         }
         self.scratch_links = links;
     }
@@ -789,13 +873,13 @@ impl<E: Engine<Event: crate::metrics::SimEvent>> Sim<E> {
     /// when the sender waited for room ([`Link::room_at`]).
     fn send_on_at(&mut self, link: usize, packet: Packet, at: u64, bounded: bool) {
         let roll: f64 = self.rng.random();
+        let datagram = self.datagrams.bytes(&packet);
+        self.network.count_kinds(link, datagram);
         let l = &mut self.network.links[link];
-        if let Some(kinds) = &mut l.kinds {
-            crate::metrics::count_kinds(&packet.bytes, kinds);
-        }
         let to = l.to as u32;
-        if let Offer::Arrives(arrival) = l.offer_with(at, packet.bytes.len(), roll, bounded) {
-            self.push(arrival, Ev::Arrive { node: to, packet });
+        match l.offer_with(at, packet.len as usize, roll, bounded) {
+            Offer::Arrives(arrival) => self.push(arrival, Ev::Arrive { node: to, packet }),
+            Offer::Lost => self.datagrams.release(packet),
         }
     }
 }

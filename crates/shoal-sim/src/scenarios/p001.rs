@@ -188,11 +188,12 @@ impl<'a> Run<'a> {
             .watch
             .iter()
             .map(|&(from, to)| {
-                sim.network()
+                let network = sim.network();
+                network
                     .links
                     .iter()
-                    .find(|l| l.from == from && l.to == to)
-                    .and_then(|l| l.kinds.as_deref().copied())
+                    .position(|l| l.from == from && l.to == to)
+                    .and_then(|link| network.kinds(link).copied())
                     .unwrap_or([0; KIND_COUNT])
             })
             .collect();

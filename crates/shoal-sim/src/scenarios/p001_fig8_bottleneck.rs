@@ -329,14 +329,15 @@ mod trace {
         let seconds: u64 = setting("TRACE_SECS", 10);
         sim.schedule_stream(0, super::super::ns(0.5), 10_000_000, 100 * seconds, 1000);
         let watched = |sim: &Sim<Pbcast>| {
-            let l = sim
-                .network()
+            let network = sim.network();
+            let link = network
                 .links
                 .iter()
-                .find(|l| l.from == from && l.to == to);
-            let l = l.expect("TRACE_LINK names a link of the tree");
+                .position(|l| l.from == from && l.to == to)
+                .expect("TRACE_LINK names a link of the tree");
+            let l = &network.links[link];
             (
-                *l.kinds.as_deref().expect("watched"),
+                *network.kinds(link).expect("watched"),
                 l.dropped_queue,
                 l.bytes,
                 l.spec.bandwidth_bps,
