@@ -520,3 +520,270 @@ fn a_bad_sites_file_is_refused_with_what_is_wrong() {
     assert!(err.contains("missing.toml"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One application client of a `shoal site` daemon, through the Rust
+/// client library over the daemon's Unix socket, recording its history
+/// for the checker (a message's first 8 bytes are its sequence number).
+struct App {
+    client: shoal_client::Client,
+    me: String,
+    records: Vec<shoal_check::Record>,
+    epoch: Instant,
+    next_seq: u64,
+}
+
+impl App {
+    fn connect(socket: &Path, name: &str, epoch: Instant) -> App {
+        let endpoint = shoal_client::Endpoint::Unix(socket.to_path_buf());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            match shoal_client::Client::connect_to(&endpoint, name) {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("connect to {}: {e}", socket.display()),
+            }
+        };
+        App {
+            me: client.private_group().to_string(),
+            client,
+            records: Vec::new(),
+            epoch,
+            next_seq: 1,
+        }
+    }
+
+    fn at_ns(&self) -> Option<u64> {
+        Some(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn checked(service: shoal_client::Service) -> shoal_check::Service {
+        shoal_check::Service::ALL
+            .into_iter()
+            .find(|s| s.name() == service.name())
+            .expect("the same services")
+    }
+
+    fn send(&mut self, service: shoal_client::Service, group: &str) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut payload = seq.to_be_bytes().to_vec();
+        payload.extend_from_slice(&[7u8; 100]);
+        self.records.push(shoal_check::Record::Send {
+            client: self.me.clone(),
+            msg: shoal_check::MsgId {
+                sender: self.me.clone(),
+                seq,
+            },
+            service: App::checked(service),
+            groups: vec![group.to_string()],
+            at_ns: self.at_ns(),
+        });
+        self.client.multicast(service, &[group], &payload).unwrap();
+    }
+
+    /// The next event within `timeout`, recorded.
+    fn poll(&mut self, timeout: Duration) -> Option<shoal_client::Received> {
+        let r = self.client.receive_timeout(timeout).unwrap()?;
+        let at_ns = self.at_ns();
+        match &r {
+            shoal_client::Received::Message(m) => {
+                let seq = u64::from_be_bytes(m.payload[..8].try_into().unwrap());
+                self.records.push(shoal_check::Record::Deliver {
+                    client: self.me.clone(),
+                    msg: shoal_check::MsgId {
+                        sender: m.sender.clone(),
+                        seq,
+                    },
+                    service: App::checked(m.service),
+                    groups: m.groups.clone(),
+                    transitional: false,
+                    at_ns,
+                });
+            }
+            shoal_client::Received::Membership(v) => {
+                self.records.push(shoal_check::Record::View {
+                    client: self.me.clone(),
+                    group: v.group.clone(),
+                    view_id: v.view_id,
+                    members: v.members.clone(),
+                    transitional: v.transitional,
+                    quorum: Some(v.quorum),
+                    at_ns,
+                });
+            }
+        }
+        Some(r)
+    }
+
+    /// Events until `done` says so, or panics after `within`.
+    fn until(
+        &mut self,
+        within: Duration,
+        mut done: impl FnMut(&shoal_client::Received) -> bool,
+    ) -> Vec<shoal_client::Received> {
+        let deadline = Instant::now() + within;
+        let mut got = Vec::new();
+        loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("{}: waited {within:?}; got {got:?}", self.me));
+            if let Some(r) = self.poll(left.min(Duration::from_millis(50))) {
+                let stop = done(&r);
+                got.push(r);
+                if stop {
+                    return got;
+                }
+            }
+        }
+    }
+
+    fn delivered(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| matches!(r, shoal_check::Record::Deliver { .. }))
+            .count()
+    }
+}
+
+/// Applications connect to `shoal site` daemons with the Rust client
+/// library over each daemon's Unix socket (`--socket`): sites s0 (daemons
+/// 0 and 1) and s1 (daemon 2), one client per daemon, all named "app"
+/// (private groups `#app#d0`, `#app#d1`, `#app#d2`). Each joins g and sees
+/// the view of all three; each sends 30 messages, five of each service
+/// (unreliable to safe), and every client delivers all 90, agreed and
+/// safe in one order everywhere (the checker). Then: a probabilistic
+/// multicast is refused (code 5); a message to a private group reaches
+/// only that client; `#app#d2` leaves g (its last view is the others',
+/// reason leave) and `#app#d1` disconnects (the last member's view, reason
+/// leave: a disconnect looks like a leave to a site daemon).
+#[test]
+fn applications_use_site_daemons_through_the_client_library() {
+    use shoal_client::{Reason, Received, Service};
+    let dir = temp_dir("clients");
+    let (config, _) = sites_file(&dir, &[2, 1]);
+    let epoch = Instant::now();
+    let socket = |id: u32| dir.join(format!("d{id}.sock"));
+    let _procs: Vec<Proc> = (0..3)
+        .map(|id| {
+            let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+                .args(["site", "--config"])
+                .arg(&config)
+                .args(["--id", &id.to_string(), "--run-for", "60"])
+                .arg("--socket")
+                .arg(socket(id))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("shoal site starts");
+            Proc(Some(child))
+        })
+        .collect();
+    let mut apps: Vec<App> = (0..3)
+        .map(|id| App::connect(&socket(id), "app", epoch))
+        .collect();
+    let names: Vec<String> = apps.iter().map(|a| a.me.clone()).collect();
+    assert_eq!(names, ["#app#d0", "#app#d1", "#app#d2"]);
+    for a in &mut apps {
+        a.client.join("g").unwrap();
+    }
+    for a in &mut apps {
+        a.until(
+            Duration::from_secs(20),
+            |r| matches!(r, Received::Membership(v) if v.members.len() == 3),
+        );
+    }
+    let services = [
+        Service::Unreliable,
+        Service::Reliable,
+        Service::Fifo,
+        Service::Causal,
+        Service::Agreed,
+        Service::Safe,
+    ];
+    for round in 0..30 {
+        for (i, a) in apps.iter_mut().enumerate() {
+            a.send(services[(round + i) % services.len()], "g");
+        }
+    }
+    for a in &mut apps {
+        let mut n = a.delivered();
+        a.until(Duration::from_secs(20), |r| {
+            n += usize::from(matches!(r, Received::Message(_)));
+            n == 90
+        });
+    }
+    let records: Vec<shoal_check::Record> = apps
+        .iter()
+        .flat_map(|a| a.records.iter().cloned())
+        .collect();
+    let report = shoal_check::check(records);
+    assert!(report.is_clean(), "{report}");
+
+    // No probabilistic service at a site daemon: refused, nothing sent.
+    apps[0]
+        .client
+        .multicast(Service::Probabilistic, &["g"], b"x")
+        .unwrap();
+    match apps[0].client.receive_timeout(Duration::from_secs(10)) {
+        Err(shoal_client::ClientError::Daemon { code, .. }) => assert_eq!(code, 5),
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    // A private group: only the client it names.
+    apps[0]
+        .client
+        .multicast(Service::Agreed, &["#app#d2"], b"just for you")
+        .unwrap();
+    let got = apps[2]
+        .client
+        .receive_timeout(Duration::from_secs(10))
+        .unwrap();
+    match got {
+        Some(Received::Message(m)) => {
+            assert_eq!(m.payload, b"just for you");
+            assert_eq!(m.sender, "#app#d0");
+            assert_eq!(m.groups, ["#app#d2"]);
+        }
+        other => panic!("expected the private message, got {other:?}"),
+    }
+    // A leave: the leaver's last view is the one the others get.
+    apps[2].client.leave("g").unwrap();
+    let last = |r: &Received| matches!(r, Received::Membership(v) if v.members.len() == 2);
+    let mut views = Vec::new();
+    for a in &mut apps {
+        let got = a.until(Duration::from_secs(10), last);
+        let Some(Received::Membership(v)) = got.last().cloned() else {
+            unreachable!()
+        };
+        assert_eq!(v.members, ["#app#d0", "#app#d1"]);
+        assert_eq!(v.reason, Reason::Leave);
+        views.push(v.view_id);
+    }
+    assert!(
+        views.iter().all(|v| *v == views[0]),
+        "one view id: {views:?}"
+    );
+    assert_eq!(
+        apps[2]
+            .client
+            .receive_timeout(Duration::from_millis(500))
+            .unwrap(),
+        None
+    );
+    // A disconnect.
+    let gone = apps.remove(1);
+    gone.client.disconnect().unwrap();
+    let got = apps[0].until(
+        Duration::from_secs(10),
+        |r| matches!(r, Received::Membership(v) if v.members.len() == 1),
+    );
+    let Some(Received::Membership(v)) = got.last() else {
+        unreachable!()
+    };
+    assert_eq!(v.members, ["#app#d0"]);
+    assert_eq!(v.left(), ["#app#d1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -310,8 +310,17 @@ fn joins_and_leaves_are_views_everywhere() {
             .filter(|r| matches!(r, Rec::View { group, .. } if group == "h"))
             .count()
     };
-    // Two joins (1 + 2 views), then a leave (1 view, to the one left).
-    assert_eq!(views_h(&w), 4);
+    // Two joins (1 + 2 views), then a leave (1 view to the one left, and
+    // the same view to the leaver, without itself, as the client protocol
+    // has it).
+    assert_eq!(views_h(&w), 5);
+    let leaver_last = w.history().iter().rev().find_map(|r| match r {
+        Rec::View {
+            client, members, ..
+        } if *client == names[2] => Some(members.clone()),
+        _ => None,
+    });
+    assert_eq!(leaver_last, Some(vec![names[0].clone()]));
     let report = check(&w);
     assert!(report.is_clean(), "{report}");
 }
@@ -747,4 +756,28 @@ fn hellos_and_snapshot_parts_round_trip() {
         bytes: Bytes::new(),
     };
     assert!(RingMsg::decode(&past_count.encode()).is_err());
+}
+
+/// A message addressed to a client's private group (its name, `#c#d`)
+/// reaches that client only, wherever its daemon is, in the total order
+/// (the client protocol lets a multicast name private groups).
+#[test]
+fn a_private_group_reaches_only_its_client() {
+    let mut w = world(2, 2, 5, 0.0);
+    let names = clients(&mut w, 4);
+    w.run_until(ms(1000));
+    let to = vec![names[3].clone()];
+    for service in [Service::Reliable, Service::Agreed, Service::Safe] {
+        w.send(&names[0], service, &to, 16).expect("sent");
+    }
+    w.run_until(ms(2000));
+    let got: Vec<&str> = w
+        .history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Deliver { client, groups, .. } if *groups == to => Some(client.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![names[3].as_str(); 3]);
 }
