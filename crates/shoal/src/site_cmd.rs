@@ -33,6 +33,19 @@ pub struct SiteArgs {
     /// named `n` is `#n#d<id>`.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Experiments: drop this fraction (0 to <1) of the datagrams this
+    /// daemon receives, each on its own draw (Shoal's fault injection, on
+    /// every datagram: ring and WAN alike).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    loss: f64,
+    /// Experiments: hand every received datagram to the engine this many
+    /// milliseconds late (a one-way link delay, with `--loss` at both
+    /// ends of a link: a lossy WAN link of twice this round trip).
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    delay_ms: f64,
+    /// Seeds the fault injection's generator.
+    #[arg(long, default_value_t = 1)]
+    fault_seed: u64,
     /// Stop after this many seconds (default: run until interrupted).
     #[arg(long, value_name = "SECS")]
     run_for: Option<f64>,
@@ -103,7 +116,19 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let config = plan.node_config(epoch)?;
+    let mut config = plan.node_config(epoch)?;
+    if !(0.0..1.0).contains(&args.loss) {
+        bail!("--loss must be at least 0 and below 1");
+    }
+    if !(args.delay_ms >= 0.0 && args.delay_ms.is_finite()) {
+        bail!("--delay-ms must be a number of milliseconds, at least 0");
+    }
+    config.faults = shoal_net::FaultConfig {
+        drop_probability: args.loss,
+        delay: Duration::from_secs_f64(args.delay_ms / 1e3),
+        seed: args.fault_seed,
+        ..shoal_net::FaultConfig::default()
+    };
     let mut node = Node::spawn(engine, endpoint, config, clock)?;
     let events = node.take_events().expect("events taken once");
     eprintln!(
