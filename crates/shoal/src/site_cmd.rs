@@ -196,6 +196,11 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         d.ring_stats().tokens,
         d.ring_stats().gathers,
     );
+    let h = d.hop_stats();
+    println!(
+        "site daemon {} hop links: data sent {}, retransmissions {}, received {}, duplicates {}, recovered {}, nacks sent {}, nacks received {}",
+        args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
+    );
     if let Some(s) = server_stats {
         println!(
             "site daemon {} clients: connections {}, messages in {}, frames out {}, orphaned {}, slow {}, queue-full waits {}",

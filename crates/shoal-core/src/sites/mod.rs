@@ -558,6 +558,25 @@ impl SiteDaemon {
         self.store.len()
     }
 
+    /// The counters of this gateway's Hop links now, summed (links reset
+    /// by a gateway or configuration change start again from zero).
+    pub fn hop_stats(&self) -> hop::Stats {
+        let mut t = hop::Stats::default();
+        for l in self.links.values() {
+            let s = l.hop.stats();
+            t.data_sent += s.data_sent;
+            t.retransmissions += s.retransmissions;
+            t.data_received += s.data_received;
+            t.duplicates += s.duplicates;
+            t.recovered += s.recovered;
+            t.nacks_sent += s.nacks_sent;
+            t.nacks_received += s.nacks_received;
+            t.acks_sent += s.acks_sent;
+            t.bad_datagrams += s.bad_datagrams;
+        }
+        t
+    }
+
     /// The Ring engine's counters.
     pub fn ring_stats(&self) -> ring::Stats {
         self.ring.stats()
