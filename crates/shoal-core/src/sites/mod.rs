@@ -322,13 +322,6 @@ struct Pending {
 struct Link {
     peer: NodeId,
     hop: Hop,
-    /// Every element of this site's own stream from this one (of this
-    /// configuration epoch) on was handed to this link when the site
-    /// stream took it in: Hop delivers them, or says the link failed.
-    own_from: (u32, u64),
-    /// Hop refused a message (its queue was full) or declared the link
-    /// failed: what was handed to it may never arrive.
-    lossy: bool,
 }
 
 /// A request of a local client waiting for the ring.
@@ -805,13 +798,8 @@ impl SiteDaemon {
         for site in sites {
             while let Some(ev) = self.links.get_mut(&site).and_then(|l| l.hop.poll_event()) {
                 progressed = true;
-                match ev {
-                    hop::Event::Deliver { payload, .. } => self.on_wan_msg(&payload),
-                    hop::Event::LinkFailed => {
-                        if let Some(l) = self.links.get_mut(&site) {
-                            l.lossy = true;
-                        }
-                    }
+                if let hop::Event::Deliver { payload, .. } = ev {
+                    self.on_wan_msg(&payload);
                 }
             }
             let Some(l) = self.links.get_mut(&site) else {
@@ -1424,19 +1412,7 @@ impl SiteDaemon {
 
     fn new_link(&mut self, site: SiteId, peer: NodeId) {
         let hop = Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation");
-        let own_from = match self.conf.index(self.site) {
-            Some(i) => (self.conf.epoch, self.conf.streams[i].next),
-            None => (self.conf.epoch, u64::MAX),
-        };
-        self.links.insert(
-            site,
-            Link {
-                peer,
-                hop,
-                own_from,
-                lossy: false,
-            },
-        );
+        self.links.insert(site, Link { peer, hop });
         self.sent_upto.retain(|(t, _, _), _| *t != site);
     }
 
@@ -1481,9 +1457,7 @@ impl SiteDaemon {
     fn link_send(&mut self, site: SiteId, msg: Bytes) {
         if let Some(l) = self.links.get_mut(&site) {
             // A full link queue drops; the status exchange resends.
-            if l.hop.send(self.now, msg).is_err() {
-                l.lossy = true;
-            }
+            let _ = l.hop.send(self.now, msg);
         }
     }
 
@@ -1665,17 +1639,7 @@ impl SiteDaemon {
             let mine = conf.streams[i].next - 1;
             let sent = self.sent_upto.get(&(t, epoch, *x)).copied().unwrap_or(0);
             let from = holds[i].max(sent).saturating_add(1);
-            // This site's own elements to a child in its tree over a link
-            // that was handed every one of them: Hop is recovering them
-            // (a stall there is loss on the link, not a reset), and a
-            // resend would only spend the link's rate on copies.
-            let hop_has_them = *x == self.site
-                && self.routes.children(self.site, self.site).contains(&t)
-                && self
-                    .links
-                    .get(&t)
-                    .is_some_and(|l| !l.lossy && l.own_from.0 == epoch && l.own_from.1 <= from);
-            if from <= mine && !hop_has_them {
+            if from <= mine {
                 sends.push((*x, from, mine.min(from + RESEND_MAX - 1)));
             }
         }
