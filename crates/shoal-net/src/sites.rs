@@ -22,9 +22,11 @@
 //! sites. Every daemon starts in the first configuration (all sites) and
 //! stays in it; a daemon that leaves its site's ring is handled by the
 //! Ring and the sites engine, a site that becomes unreachable is not (its
-//! links fail, nothing reconfigures). Clients live in the daemon's process
-//! and reach it through [`Node::control`](crate::Node::control) closures
-//! on the engine ([`SiteEngine::daemon_mut`]); there is no client socket.
+//! links fail, nothing reconfigures). Clients connect to a daemon's Unix
+//! socket with the main daemon's client protocol ([`clients`]), or live in
+//! the daemon's process and reach it through
+//! [`Node::control`](crate::Node::control) closures on the engine
+//! ([`SiteEngine::daemon_mut`]).
 //!
 //! ```toml
 //! [[site]]
@@ -507,5 +509,6 @@ impl Engine for SiteEngine {
     }
 }
 
+pub mod clients;
 #[cfg(test)]
 mod tests;

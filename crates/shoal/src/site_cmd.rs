@@ -1,6 +1,7 @@
 //! `shoal site`: one daemon of Spread's sites (`shoal_net::sites`), in a
-//! process of its own, configured from a sites file, with an optional
-//! built-in workload of clients that join a group, send, and record their
+//! process of its own, configured from a sites file. Applications connect
+//! to its Unix socket (`--socket`) with the client libraries; an optional
+//! built-in workload of clients joins a group, sends, and records their
 //! histories for `shoal check`.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Args;
 use shoal_core::sites::{ClientError, Event, Service};
+use shoal_net::sites::clients::{ClientServer, ClientSettings};
 use shoal_net::sites::{SiteEngine, SitesPlan};
 use shoal_net::{Clock, Endpoint, EventBatch, Node, SocketOptions};
 use tokio::sync::{mpsc, oneshot};
@@ -26,6 +28,24 @@ pub struct SiteArgs {
     /// This daemon's id in the sites file.
     #[arg(long)]
     id: u32,
+    /// Serve clients on this Unix socket (the main daemon's client
+    /// protocol: the Rust and Python libraries connect to it). A client
+    /// named `n` is `#n#d<id>`.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Experiments: drop this fraction (0 to <1) of the datagrams this
+    /// daemon receives, each on its own draw (Shoal's fault injection, on
+    /// every datagram: ring and WAN alike).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    loss: f64,
+    /// Experiments: hand every received datagram to the engine this many
+    /// milliseconds late (a one-way link delay, with `--loss` at both
+    /// ends of a link: a lossy WAN link of twice this round trip).
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    delay_ms: f64,
+    /// Seeds the fault injection's generator.
+    #[arg(long, default_value_t = 1)]
+    fault_seed: u64,
     /// Stop after this many seconds (default: run until interrupted).
     #[arg(long, value_name = "SECS")]
     run_for: Option<f64>,
@@ -96,7 +116,19 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let config = plan.node_config(epoch)?;
+    let mut config = plan.node_config(epoch)?;
+    if !(0.0..1.0).contains(&args.loss) {
+        bail!("--loss must be at least 0 and below 1");
+    }
+    if !(args.delay_ms >= 0.0 && args.delay_ms.is_finite()) {
+        bail!("--delay-ms must be a number of milliseconds, at least 0");
+    }
+    config.faults = shoal_net::FaultConfig {
+        drop_probability: args.loss,
+        delay: Duration::from_secs_f64(args.delay_ms / 1e3),
+        seed: args.fault_seed,
+        ..shoal_net::FaultConfig::default()
+    };
     let mut node = Node::spawn(engine, endpoint, config, clock)?;
     let events = node.take_events().expect("events taken once");
     eprintln!(
@@ -123,7 +155,23 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut workload = Workload::new(&args, services, history, clock);
-    runtime.block_on(workload.run(&args, &node, events))?;
+    let server_stats = runtime.block_on(async {
+        let server = match &args.socket {
+            Some(path) => Some(
+                ClientServer::bind(
+                    ClientSettings::new(path.clone(), format!("d{}", args.id)),
+                    node.controls(),
+                )
+                .with_context(|| format!("client socket {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if let Some(path) = &args.socket {
+            eprintln!("site daemon {}: clients on {}", args.id, path.display());
+        }
+        workload.run(&args, &node, events, server.as_ref()).await?;
+        anyhow::Ok(server.map(|s| s.stats()))
+    })?;
     let (engine, stats) = node.shutdown()?;
     workload.flush().context("writing the history")?;
     let d = engine.daemon();
@@ -148,6 +196,17 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         d.ring_stats().tokens,
         d.ring_stats().gathers,
     );
+    let h = d.hop_stats();
+    println!(
+        "site daemon {} hop links: data sent {}, retransmissions {}, received {}, duplicates {}, recovered {}, nacks sent {}, nacks received {}",
+        args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
+    );
+    if let Some(s) = server_stats {
+        println!(
+            "site daemon {} clients: connections {}, messages in {}, frames out {}, orphaned {}, slow {}, queue-full waits {}",
+            args.id, s.connections, s.messages_in, s.frames_out, s.orphaned, s.slow, s.queue_full_waits
+        );
+    }
     Ok(())
 }
 
@@ -194,6 +253,7 @@ impl Workload {
         args: &SiteArgs,
         node: &Node<SiteEngine>,
         mut events: mpsc::UnboundedReceiver<EventBatch<Event>>,
+        server: Option<&ClientServer>,
     ) -> anyhow::Result<()> {
         let start = tokio::time::Instant::now();
         let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
@@ -219,7 +279,7 @@ impl Workload {
             };
             tokio::select! {
                 batch = events.recv() => match batch {
-                    Some(batch) => self.record(batch)?,
+                    Some(batch) => self.record(batch, server)?,
                     None => bail!("daemon {} stopped", args.id),
                 },
                 _ = tokio::time::sleep_until(wake) => {
@@ -238,7 +298,7 @@ impl Workload {
         }
         // What the daemon handed over before it stops.
         while let Ok(batch) = events.try_recv() {
-            self.record(batch)?;
+            self.record(batch, server)?;
         }
         Ok(())
     }
@@ -330,9 +390,26 @@ impl Workload {
         Ok(())
     }
 
-    fn record(&mut self, batch: EventBatch<Event>) -> anyhow::Result<()> {
+    /// Records the workload clients' events and hands the socket's
+    /// clients theirs.
+    fn record(
+        &mut self,
+        batch: EventBatch<Event>,
+        server: Option<&ClientServer>,
+    ) -> anyhow::Result<()> {
         let at_ns = Some(batch.at.as_nanos());
         for ev in batch.events {
+            let client = match &ev {
+                Event::Deliver { client, .. }
+                | Event::View { client, .. }
+                | Event::Dropped { client } => client,
+            };
+            if !self.next_seq.contains_key(client) {
+                if let Some(server) = server {
+                    server.dispatch(ev);
+                }
+                continue;
+            }
             match ev {
                 Event::Deliver {
                     client,
@@ -361,6 +438,7 @@ impl Workload {
                     view_id,
                     members,
                     transitional,
+                    ..
                 } => {
                     self.views += 1;
                     self.push(shoal_check::Record::View {

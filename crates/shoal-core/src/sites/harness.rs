@@ -661,6 +661,7 @@ impl World {
                 view_id,
                 members,
                 transitional,
+                ..
             } => self.history.push(Rec::View {
                 at,
                 client,

@@ -150,19 +150,37 @@ pub enum Event {
         /// Delivered in a transitional configuration (EVS).
         transitional: bool,
     },
-    /// `client` (of this daemon) installs a view of `group`.
+    /// `client` (of this daemon) installs a view of `group`. A client
+    /// that leaves gets the view the members that stay get (without
+    /// itself), and no more of the group.
     View {
         client: String,
         group: String,
         view_id: u64,
         members: Vec<String>,
         transitional: bool,
+        /// Why the membership changed.
+        reason: ViewReason,
     },
     /// `client` (of this daemon) is disconnected: the daemon gave up its
     /// site state for another member's (its site had split and merged
     /// again), and the client's history is not the site's. It has left
     /// every group.
     Dropped { client: String },
+}
+
+/// Why a group's view changed (the client protocol's membership reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewReason {
+    /// A client joined.
+    Join,
+    /// A client left, or disconnected from its daemon (its daemon leaves
+    /// each of its groups for it: the two look alike here).
+    Leave,
+    /// A daemon left its site's ring (its clients left with it), or the
+    /// configuration of sites changed (transitional views, and the first
+    /// regular view of a configuration).
+    Network,
 }
 
 /// Where a datagram goes.
@@ -531,6 +549,25 @@ impl SiteDaemon {
     /// Elements kept for resending.
     pub fn stored(&self) -> usize {
         self.store.len()
+    }
+
+    /// The counters of this gateway's Hop links now, summed (links reset
+    /// by a gateway or configuration change start again from zero).
+    pub fn hop_stats(&self) -> hop::Stats {
+        let mut t = hop::Stats::default();
+        for l in self.links.values() {
+            let s = l.hop.stats();
+            t.data_sent += s.data_sent;
+            t.retransmissions += s.retransmissions;
+            t.data_received += s.data_received;
+            t.duplicates += s.duplicates;
+            t.recovered += s.recovered;
+            t.nacks_sent += s.nacks_sent;
+            t.nacks_received += s.nacks_received;
+            t.acks_sent += s.acks_sent;
+            t.bad_datagrams += s.bad_datagrams;
+        }
+        t
     }
 
     /// The Ring engine's counters.
@@ -1085,6 +1122,9 @@ impl SiteDaemon {
                 for g in groups {
                     if let Some(m) = self.groups.get(g) {
                         to.extend(m.iter().filter(|c| self.local.contains(*c)).cloned());
+                    } else if g.starts_with('#') && self.local.contains(g) {
+                        // A private group: the client it names.
+                        to.insert(g.clone());
                     }
                 }
                 for c in to {
@@ -1102,13 +1142,26 @@ impl SiteDaemon {
                 self.client_daemon.insert(client.clone(), e.sender);
                 let m = self.groups.entry(group.clone()).or_default();
                 if m.insert(client.clone()) && !transitional {
-                    self.emit_view(group);
+                    self.emit_view(group, ViewReason::Join);
                 }
             }
             Body::Leave { client, group } => {
                 let m = self.groups.entry(group.clone()).or_default();
                 if m.remove(client) && !transitional {
-                    self.emit_view(group);
+                    let id = self.emit_view(group, ViewReason::Leave);
+                    // The leaver hears the view the others get, then no
+                    // more of the group (a disconnected client is gone
+                    // from `local` already).
+                    if self.local.contains(client) {
+                        self.events.push_back(Event::View {
+                            client: client.clone(),
+                            group: group.clone(),
+                            view_id: id,
+                            members: self.groups[group].iter().cloned().collect(),
+                            transitional: false,
+                            reason: ViewReason::Leave,
+                        });
+                    }
                 }
             }
             Body::Gone { node } => {
@@ -1129,7 +1182,7 @@ impl SiteDaemon {
                     .collect();
                 if !transitional {
                     for g in changed {
-                        self.emit_view(&g);
+                        self.emit_view(&g, ViewReason::Network);
                     }
                 }
             }
@@ -1139,14 +1192,16 @@ impl SiteDaemon {
 
     /// A new regular view of `group` (a join, leave or departure) for its
     /// local members.
-    fn emit_view(&mut self, group: &str) {
+    /// Returns the view's id.
+    fn emit_view(&mut self, group: &str, reason: ViewReason) -> u64 {
         let n = self
             .view_counter
             .entry(group.to_string())
             .or_insert(REGULAR);
         *n += 1;
         let id = view_id(self.conf.epoch, *n);
-        self.views_to_locals(group, id, false, None);
+        self.views_to_locals(group, id, false, None, reason);
+        id
     }
 
     fn views_to_locals(
@@ -1155,6 +1210,7 @@ impl SiteDaemon {
         id: u64,
         transitional: bool,
         members: Option<Vec<String>>,
+        reason: ViewReason,
     ) {
         let members =
             members.unwrap_or_else(|| self.groups[group].iter().cloned().collect::<Vec<_>>());
@@ -1165,6 +1221,7 @@ impl SiteDaemon {
                 view_id: id,
                 members: members.clone(),
                 transitional,
+                reason,
             });
         }
     }
@@ -1230,7 +1287,7 @@ impl SiteDaemon {
                 .filter(|c| self.client_site(c).is_some_and(|s| staying.contains(&s)))
                 .cloned()
                 .collect();
-            self.views_to_locals(g, tid, true, Some(members));
+            self.views_to_locals(g, tid, true, Some(members), ViewReason::Network);
         }
         let mut rest = Vec::new();
         for (i, s) in self.conf.streams.iter_mut().enumerate() {
@@ -1313,7 +1370,7 @@ impl SiteDaemon {
         let id = view_id(self.conf.epoch, REGULAR);
         let names: Vec<String> = self.groups.keys().cloned().collect();
         for g in names {
-            self.views_to_locals(&g, id, false, None);
+            self.views_to_locals(&g, id, false, None, ViewReason::Network);
         }
         self.deliver_ordered();
     }

@@ -310,8 +310,17 @@ fn joins_and_leaves_are_views_everywhere() {
             .filter(|r| matches!(r, Rec::View { group, .. } if group == "h"))
             .count()
     };
-    // Two joins (1 + 2 views), then a leave (1 view, to the one left).
-    assert_eq!(views_h(&w), 4);
+    // Two joins (1 + 2 views), then a leave (1 view to the one left, and
+    // the same view to the leaver, without itself, as the client protocol
+    // has it).
+    assert_eq!(views_h(&w), 5);
+    let leaver_last = w.history().iter().rev().find_map(|r| match r {
+        Rec::View {
+            client, members, ..
+        } if *client == names[2] => Some(members.clone()),
+        _ => None,
+    });
+    assert_eq!(leaver_last, Some(vec![names[0].clone()]));
     let report = check(&w);
     assert!(report.is_clean(), "{report}");
 }
@@ -747,4 +756,89 @@ fn hellos_and_snapshot_parts_round_trip() {
         bytes: Bytes::new(),
     };
     assert!(RingMsg::decode(&past_count.encode()).is_err());
+}
+
+/// A message addressed to a client's private group (its name, `#c#d`)
+/// reaches that client only, wherever its daemon is, in the total order
+/// (the client protocol lets a multicast name private groups).
+#[test]
+fn a_private_group_reaches_only_its_client() {
+    let mut w = world(2, 2, 5, 0.0);
+    let names = clients(&mut w, 4);
+    w.run_until(ms(1000));
+    let to = vec![names[3].clone()];
+    for service in [Service::Reliable, Service::Agreed, Service::Safe] {
+        w.send(&names[0], service, &to, 16).expect("sent");
+    }
+    w.run_until(ms(2000));
+    let got: Vec<&str> = w
+        .history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Deliver { client, groups, .. } if *groups == to => Some(client.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![names[3].as_str(); 3]);
+}
+
+/// One link of 104 ms round trip at 20% loss each way (P-Spread Table 3's
+/// worst case), saturated by a client sending 1000-byte reliable
+/// messages faster than the link's rate: every message arrives, in order,
+/// checker clean. What it costs is printed, not asserted: the status
+/// exchange resends elements the far site's count has not passed for
+/// `resend_timeout` (seed 1: 267 elements, while Hop recovers the
+/// losses itself); in the run with real daemons these copies took about a
+/// fifth of the link's rate at 20% loss (`docs/spread.md`, "P-Spread
+/// Table 3 with real daemons"). Leaving own elements to Hop while it
+/// carries them did not remove them (256): the far site's count stalls
+/// although Hop's peer acknowledged the element; not yet explained.
+#[test]
+fn a_saturated_lossy_link_delivers_everything() {
+    for seed in 1..=3 {
+        let (topo, wan) = full_mesh(
+            &[1, 1],
+            |s| format!("site{s}"),
+            |_, _| {
+                let link = WanLink {
+                    delay: Duration::from_millis(52),
+                    bandwidth_bps: 1_500_000,
+                    loss: 0.2,
+                };
+                (1, link)
+            },
+        );
+        let mut config = WorldConfig {
+            seed,
+            ..WorldConfig::default()
+        };
+        config.daemon.hop.rate_bps = 1_425_000;
+        let mut w = World::new(topo, wan, config);
+        let names = clients(&mut w, 2);
+        let g = vec!["g".to_string()];
+        // Faster than the link: the global window holds the rest at the
+        // daemon, and Hop's queue stays full, as in the real run.
+        for i in 0..2000 {
+            w.run_until(ms(500 + i * 2));
+            w.send(&names[0], Service::Reliable, &g, 1000)
+                .expect("accepted");
+        }
+        w.run_until(ms(60_000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        assert_eq!(report.summary.deliveries, 2 * 2000, "seed {seed}");
+        let order: Vec<u64> = w
+            .history()
+            .iter()
+            .filter_map(|r| match r {
+                Rec::Deliver { client, seq, .. } if *client == names[1] => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, (1..=2000).collect::<Vec<u64>>(), "seed {seed}");
+        for d in [0, 1] {
+            let resent = w.daemon(NodeId(d)).unwrap().stats().resent;
+            eprintln!("seed {seed}, daemon {d}: {resent} elements resent by status");
+        }
+    }
 }

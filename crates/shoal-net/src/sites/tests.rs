@@ -261,6 +261,7 @@ fn drain(streams: &mut [Events], records: &mut Vec<shoal_check::Record>, deliver
                         view_id,
                         members,
                         transitional,
+                        ..
                     } => records.push(shoal_check::Record::View {
                         client,
                         group,

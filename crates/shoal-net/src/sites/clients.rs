@@ -1,0 +1,639 @@
+//! The client socket of a site daemon: applications connect over a Unix
+//! stream socket with the main daemon's client protocol
+//! (`docs/client-protocol.md`, codec `shoal_wire::client`), so the Rust and
+//! Python client libraries work unchanged. `docs/spread.md`, "Clients of a
+//! site daemon", says what of the protocol a site daemon serves.
+//!
+//! One task per connection reads its frames and hands each request to the
+//! engine ([`SiteEngine::daemon_mut`] in a [`Node`](crate::Node) control
+//! closure), one task writes what the daemon has for it; the site daemon's
+//! events reach a connection through [`ClientServer::dispatch`].
+//!
+//! Back-pressure: a connection's multicast waits for the engine's answer
+//! before the next frame is read; while the daemon's request queue is full
+//! (`send_queue_max`) the connection retries and reads nothing more, so a
+//! fast sender is slowed by its socket, not refused. A client that reads
+//! too slowly (more than `client_queue` bytes queued to it) is sent
+//! `SLOW_CLIENT` and disconnected.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use shoal_core::sites::{ClientError, Event, Service, ViewReason};
+use shoal_wire::client::{self, code, Frame, Limits, Reason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::SiteEngine;
+use crate::Control;
+
+/// Settings of the client socket.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Where the Unix socket is made (mode 0600: only this user's
+    /// processes may connect).
+    pub socket: PathBuf,
+    /// The daemon's name in private groups: a client `name` is
+    /// `#name#<daemon_name>`, unique across the sites.
+    pub daemon_name: String,
+    /// Clients connected at once, at most.
+    pub max_clients: usize,
+    /// Bytes queued to a client and not yet written, at most; past it the
+    /// client is disconnected as slow (the main daemon's
+    /// `limits.client_queue`, 32 MiB).
+    pub client_queue: usize,
+    /// Frame limits (names, groups, payload).
+    pub limits: Limits,
+}
+
+impl ClientSettings {
+    /// The defaults for daemon `daemon_name` serving at `socket`.
+    pub fn new(socket: PathBuf, daemon_name: String) -> ClientSettings {
+        ClientSettings {
+            socket,
+            daemon_name,
+            max_clients: 1000,
+            client_queue: 32 << 20,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Counters of the client socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    pub connections: u64,
+    pub messages_in: u64,
+    pub frames_out: u64,
+    /// Events for a client no connection holds any more (it disconnected
+    /// while they were on their way), dropped.
+    pub orphaned: u64,
+    /// Clients disconnected because they read too slowly.
+    pub slow: u64,
+    /// Times a multicast waited because the daemon's queue was full.
+    pub queue_full_waits: u64,
+}
+
+/// What a connection's writer is told.
+enum Out {
+    Frame(Bytes),
+    /// Write what came before, then close the connection.
+    Close,
+}
+
+/// A connected client, as the dispatcher reaches it.
+struct Conn {
+    id: u64,
+    tx: mpsc::UnboundedSender<Out>,
+    queued: Arc<AtomicUsize>,
+    /// Wakes the connection's reader to end the session (slow client).
+    kill: Arc<Notify>,
+}
+
+impl Conn {
+    /// Queues `frame`; false if the client is over its queue bound (it is
+    /// then told so and closed).
+    fn send(&self, frame: &Frame, limit: usize) -> bool {
+        let mut buf = Vec::new();
+        if frame.encode(&mut buf).is_err() {
+            // A frame over the codec's limits (a name list longer than
+            // `members_max`): the client could not decode it either.
+            return true;
+        }
+        let len = buf.len();
+        if self.queued.fetch_add(len, Ordering::Relaxed) + len > limit {
+            let _ = self.tx.send(Out::Frame(error_bytes(
+                code::SLOW_CLIENT,
+                "the client read too slowly: its queue filled",
+            )));
+            let _ = self.tx.send(Out::Close);
+            self.kill.notify_one();
+            return false;
+        }
+        let _ = self.tx.send(Out::Frame(Bytes::from(buf)));
+        true
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Private group → connection.
+    conns: BTreeMap<String, Conn>,
+    next_id: u64,
+    stats: ClientStats,
+}
+
+/// A site daemon's client socket. Made inside a tokio runtime; its accept
+/// loop and connections are tasks of that runtime.
+pub struct ClientServer {
+    settings: Arc<ClientSettings>,
+    shared: Arc<Mutex<Shared>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl ClientServer {
+    /// Binds the socket (a stale file is replaced, a live daemon's never)
+    /// and starts accepting; requests go to the engine through `controls`.
+    pub fn bind(
+        settings: ClientSettings,
+        controls: mpsc::UnboundedSender<Control<SiteEngine>>,
+    ) -> io::Result<ClientServer> {
+        let listener = bind_unix(&settings.socket)?;
+        let settings = Arc::new(settings);
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            settings.clone(),
+            shared.clone(),
+            controls,
+        ));
+        Ok(ClientServer {
+            settings,
+            shared,
+            accept,
+        })
+    }
+
+    /// Whether `client` (a private group) is one of this socket's clients.
+    pub fn serves(&self, client: &str) -> bool {
+        self.shared.lock().expect("lock").conns.contains_key(client)
+    }
+
+    /// Hands a site daemon's event to its client's connection. An event
+    /// for a client no connection holds (it disconnected meanwhile) is
+    /// counted and dropped.
+    pub fn dispatch(&self, event: Event) {
+        let mut shared = self.shared.lock().expect("lock");
+        let (client, frame) = frame_of(event);
+        let limit = self.settings.client_queue;
+        let sent = match shared.conns.get(&client) {
+            None => {
+                shared.stats.orphaned += 1;
+                return;
+            }
+            Some(conn) => conn.send(&frame, limit),
+        };
+        if sent {
+            shared.stats.frames_out += 1;
+        } else {
+            shared.stats.slow += 1;
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ClientStats {
+        self.shared.lock().expect("lock").stats
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.shared.lock().expect("lock").conns.len()
+    }
+}
+
+impl Drop for ClientServer {
+    fn drop(&mut self) {
+        self.accept.abort();
+        let _ = std::fs::remove_file(&self.settings.socket);
+    }
+}
+
+/// The client-protocol frame of a site daemon's event, and its client.
+fn frame_of(event: Event) -> (String, Frame) {
+    match event {
+        Event::Deliver {
+            client,
+            sender,
+            service,
+            groups,
+            payload,
+            ..
+        } => (
+            client,
+            Frame::Message {
+                sender,
+                service: wire_service(service),
+                groups,
+                payload: payload.to_vec(),
+            },
+        ),
+        Event::View {
+            client,
+            group,
+            view_id,
+            members,
+            transitional,
+            reason,
+        } => (
+            client,
+            Frame::Membership {
+                group,
+                view_id,
+                reason: match reason {
+                    ViewReason::Join => Reason::Join,
+                    ViewReason::Leave => Reason::Leave,
+                    ViewReason::Network => Reason::Network,
+                },
+                transitional,
+                // Sites have no quorum setting: every view holds it.
+                quorum: true,
+                members,
+            },
+        ),
+        Event::Dropped { client } => (
+            client,
+            Frame::Error {
+                code: code::UNAVAILABLE,
+                text: "the daemon gave up its site state for another member's; this client's groups were left".into(),
+            },
+        ),
+    }
+}
+
+fn wire_service(s: Service) -> client::Service {
+    match s {
+        Service::Unreliable => client::Service::Unreliable,
+        Service::Reliable => client::Service::Reliable,
+        Service::Fifo => client::Service::Fifo,
+        Service::Causal => client::Service::Causal,
+        Service::Agreed => client::Service::Agreed,
+        Service::Safe => client::Service::Safe,
+    }
+}
+
+fn site_service(s: client::Service) -> Option<Service> {
+    Some(match s {
+        client::Service::Unreliable => Service::Unreliable,
+        client::Service::Probabilistic => return None,
+        client::Service::Reliable => Service::Reliable,
+        client::Service::Fifo => Service::Fifo,
+        client::Service::Causal => Service::Causal,
+        client::Service::Agreed => Service::Agreed,
+        client::Service::Safe => Service::Safe,
+    })
+}
+
+fn error_bytes(code: u16, text: &str) -> Bytes {
+    let mut buf = Vec::new();
+    Frame::Error {
+        code,
+        text: text.into(),
+    }
+    .encode(&mut buf)
+    .expect("an error frame encodes");
+    Bytes::from(buf)
+}
+
+/// Binds the Unix socket, replacing a stale file but never a live daemon's.
+fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("another daemon is serving {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    settings: Arc<ClientSettings>,
+    shared: Arc<Mutex<Shared>>,
+    controls: mpsc::UnboundedSender<Control<SiteEngine>>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(session(
+                    stream,
+                    settings.clone(),
+                    shared.clone(),
+                    controls.clone(),
+                ));
+            }
+            Err(e) => {
+                tracing::warn!("site client socket: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn writer(
+    mut w: tokio::net::unix::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    queued: Arc<AtomicUsize>,
+) {
+    while let Some(out) = rx.recv().await {
+        match out {
+            Out::Frame(bytes) => {
+                if w.write_all(&bytes).await.is_err() {
+                    break;
+                }
+                queued.fetch_sub(bytes.len(), Ordering::Relaxed);
+            }
+            Out::Close => break,
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// How long a multicast waits before asking a full daemon queue again.
+const QUEUE_RETRY: Duration = Duration::from_millis(2);
+
+/// One connection: the handshake, then its requests until it ends.
+async fn session(
+    stream: UnixStream,
+    settings: Arc<ClientSettings>,
+    shared: Arc<Mutex<Shared>>,
+    controls: mpsc::UnboundedSender<Control<SiteEngine>>,
+) {
+    let (mut r, w) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let kill = Arc::new(Notify::new());
+    tokio::spawn(writer(w, rx, queued.clone()));
+    let send = |frame: Frame| {
+        let mut buf = Vec::new();
+        if frame.encode(&mut buf).is_ok() {
+            queued.fetch_add(buf.len(), Ordering::Relaxed);
+            let _ = tx.send(Out::Frame(Bytes::from(buf)));
+        }
+    };
+    let fail = |code: u16, text: String| {
+        let _ = tx.send(Out::Frame(error_bytes(code, &text)));
+        let _ = tx.send(Out::Close);
+    };
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut me: Option<(u64, String)> = None;
+    let mut joined: BTreeSet<String> = BTreeSet::new();
+    'conn: loop {
+        // Every whole frame held, then more bytes.
+        loop {
+            let frame = match client::decode(&buf, &settings.limits) {
+                Ok(Some((frame, used))) => {
+                    let _ = buf.split_to(used);
+                    frame
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    fail(code::MALFORMED, e.to_string());
+                    break 'conn;
+                }
+            };
+            match (&me, frame) {
+                (_, Frame::Status) => {
+                    let (otx, orx) = oneshot::channel();
+                    let name = settings.daemon_name.clone();
+                    let sent = controls.send(Box::new(move |e: &mut SiteEngine, _, _| {
+                        let d = e.daemon();
+                        let (epoch, sites, changing) = d.configuration();
+                        let _ = otx.send(format!(
+                            "site daemon {name} (id {}, site {})\nlive {}\ngateway {}\nconfiguration epoch {epoch}, sites {sites:?}{}\nrequests waiting {}\noutstanding {}\n",
+                            d.node_id().0,
+                            d.site().0,
+                            d.is_live(),
+                            d.is_gateway(),
+                            if changing { " (changing)" } else { "" },
+                            d.waiting(),
+                            d.outstanding(),
+                        ));
+                    }))
+                    .is_ok();
+                    let text = match (sent, orx.await) {
+                        (true, Ok(t)) => t,
+                        _ => "the daemon is stopping\n".into(),
+                    };
+                    let clients = shared.lock().expect("lock").conns.len();
+                    send(Frame::StatusReply {
+                        text: format!("{text}clients {clients}\n"),
+                    });
+                }
+                (None, Frame::Connect { name, .. } | Frame::ConnectExt { name, .. }) => {
+                    // The Unix socket's permissions decide who connects:
+                    // the token is not checked (as the main daemon's).
+                    if name.contains('#') {
+                        fail(code::PROTOCOL, "a private name must not contain '#'".into());
+                        break 'conn;
+                    }
+                    let pg = format!("#{name}#{}", settings.daemon_name);
+                    let id = {
+                        let mut s = shared.lock().expect("lock");
+                        if s.conns.contains_key(&pg) {
+                            drop(s);
+                            fail(code::NAME_TAKEN, format!("{name:?} is connected already"));
+                            break 'conn;
+                        }
+                        if s.conns.len() >= settings.max_clients {
+                            drop(s);
+                            fail(
+                                code::LIMIT,
+                                format!("{} clients are connected", settings.max_clients),
+                            );
+                            break 'conn;
+                        }
+                        s.next_id += 1;
+                        s.stats.connections += 1;
+                        let id = s.next_id;
+                        s.conns.insert(
+                            pg.clone(),
+                            Conn {
+                                id,
+                                tx: tx.clone(),
+                                queued: queued.clone(),
+                                kill: kill.clone(),
+                            },
+                        );
+                        id
+                    };
+                    let c = pg.clone();
+                    controls
+                        .send(Box::new(move |e: &mut SiteEngine, _, _| {
+                            e.daemon_mut().connect(&c)
+                        }))
+                        .ok();
+                    send(Frame::ConnectOk {
+                        private_group: pg.clone(),
+                    });
+                    me = Some((id, pg));
+                }
+                (None, _) => {
+                    fail(code::PROTOCOL, "the first frame must be Connect".into());
+                    break 'conn;
+                }
+                (Some(_), Frame::Connect { .. } | Frame::ConnectExt { .. }) => {
+                    fail(code::PROTOCOL, "Connect twice".into());
+                    break 'conn;
+                }
+                (Some(_), Frame::Disconnect) => break 'conn,
+                (Some((_, pg)), Frame::Join { group }) => {
+                    if let Some(why) = bad_group(&group, &settings.limits) {
+                        send(Frame::Error {
+                            code: code::BAD_GROUP,
+                            text: why,
+                        });
+                        continue;
+                    }
+                    if !joined.insert(group.clone()) {
+                        continue;
+                    }
+                    request(&controls, &tx, pg, Request::Join(group));
+                }
+                (Some((_, pg)), Frame::Leave { group }) => {
+                    if !joined.remove(&group) {
+                        send(Frame::Error {
+                            code: code::BAD_GROUP,
+                            text: format!("not a member of {group:?}"),
+                        });
+                        continue;
+                    }
+                    request(&controls, &tx, pg, Request::Leave(group));
+                }
+                (Some((_, pg)), frame @ (Frame::Multicast { .. } | Frame::MulticastExt { .. })) => {
+                    let (service, flags, mess_type, groups, payload) = match frame {
+                        Frame::Multicast {
+                            service,
+                            groups,
+                            payload,
+                        } => (service, 0, 0, groups, payload),
+                        Frame::MulticastExt {
+                            service,
+                            flags,
+                            mess_type,
+                            groups,
+                            payload,
+                        } => (service, flags, mess_type, groups, payload),
+                        _ => unreachable!("matched above"),
+                    };
+                    let Some(service) = site_service(service) else {
+                        send(Frame::Error {
+                            code: code::UNSUPPORTED_SERVICE,
+                            text: "a site daemon has no probabilistic service; nothing was sent"
+                                .into(),
+                        });
+                        continue;
+                    };
+                    if flags != 0 || mess_type != 0 {
+                        send(Frame::Error {
+                            code: code::UNSUPPORTED_SERVICE,
+                            text: "a site daemon carries no message type and no self-discard; nothing was sent".into(),
+                        });
+                        continue;
+                    }
+                    shared.lock().expect("lock").stats.messages_in += 1;
+                    let payload = Bytes::from(payload);
+                    loop {
+                        let (otx, orx) = oneshot::channel();
+                        let (c, g, p) = (pg.clone(), groups.clone(), payload.clone());
+                        let asked = controls
+                            .send(Box::new(move |e: &mut SiteEngine, now, _| {
+                                let _ = otx.send(e.daemon_mut().send(now, &c, service, &g, p));
+                            }))
+                            .is_ok();
+                        let answer = if asked { orx.await.ok() } else { None };
+                        match answer {
+                            None => {
+                                fail(code::SHUTDOWN, "the daemon is stopping".into());
+                                break 'conn;
+                            }
+                            Some(Ok(())) => break,
+                            Some(Err(ClientError::QueueFull)) => {
+                                shared.lock().expect("lock").stats.queue_full_waits += 1;
+                                tokio::time::sleep(QUEUE_RETRY).await;
+                            }
+                            Some(Err(e)) => {
+                                send(Frame::Error {
+                                    code: code::LIMIT,
+                                    text: e.to_string(),
+                                });
+                                break;
+                            }
+                        }
+                    }
+                }
+                (Some(_), Frame::FlowQuery { .. } | Frame::GroupQuery { .. }) => {
+                    send(Frame::Error {
+                        code: code::PROTOCOL,
+                        text: "a site daemon answers no flow or group queries".into(),
+                    });
+                }
+                (Some(_), Frame::Error { .. }) => {}
+                (Some(_), _) => {
+                    fail(code::PROTOCOL, "a frame only a daemon sends".into());
+                    break 'conn;
+                }
+            }
+        }
+        tokio::select! {
+            n = r.read_buf(&mut buf) => match n {
+                Ok(0) | Err(_) => break 'conn,
+                Ok(_) => {}
+            },
+            _ = kill.notified() => break 'conn,
+        }
+    }
+    if let Some((id, pg)) = me {
+        let mut s = shared.lock().expect("lock");
+        if s.conns.get(&pg).is_some_and(|c| c.id == id) {
+            s.conns.remove(&pg);
+        }
+        drop(s);
+        controls
+            .send(Box::new(move |e: &mut SiteEngine, now, _| {
+                e.daemon_mut().disconnect(now, &pg)
+            }))
+            .ok();
+    }
+    let _ = tx.send(Out::Close);
+}
+
+/// Why `group` cannot be joined, if it cannot.
+fn bad_group(group: &str, limits: &Limits) -> Option<String> {
+    if group.starts_with('#') {
+        Some("names starting with '#' are private groups; they cannot be joined".into())
+    } else if group.len() > limits.name_max {
+        Some(format!("a group name is at most {} bytes", limits.name_max))
+    } else {
+        None
+    }
+}
+
+enum Request {
+    Join(String),
+    Leave(String),
+}
+
+/// Hands a join or leave to the engine; a refusal comes back to the
+/// client as an `Error` frame.
+fn request(
+    controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
+    tx: &mpsc::UnboundedSender<Out>,
+    client: &str,
+    r: Request,
+) {
+    let (client, tx) = (client.to_string(), tx.clone());
+    controls
+        .send(Box::new(move |e: &mut SiteEngine, now, _| {
+            let d = e.daemon_mut();
+            let result = match &r {
+                Request::Join(g) => d.join(now, &client, g),
+                Request::Leave(g) => d.leave(now, &client, g),
+            };
+            if let Err(e) = result {
+                let _ = tx.send(Out::Frame(error_bytes(code::LIMIT, &e.to_string())));
+            }
+        }))
+        .ok();
+}
