@@ -725,6 +725,22 @@ fn the_group_index_finds_every_group_and_nothing_else() {
         }
         assert!(index.slots.len() >= 2 * groups.len());
     }
+    // Names that differ only in their last characters (as a bench's or an
+    // application's numbered groups do) must not cluster: on average
+    // about one slot per lookup, and no long runs. (Indexed by FNV-1a's
+    // own top bits these names took 53.6 probes on average and up to 248:
+    // the lookup cost 560 instructions per message at 10,000 groups, more
+    // than the binary search it replaced. Mixed: 1.22 and 11.)
+    let mut groups: Vec<u64> = (0..10_001)
+        .map(|g| group_hash(&format!("g{g:05}")))
+        .collect();
+    groups.sort_unstable();
+    let index = GroupIndex::new(&groups);
+    let probes: Vec<usize> = groups.iter().map(|&h| index.probes(&groups, h)).collect();
+    let mean = probes.iter().sum::<usize>() as f64 / probes.len() as f64;
+    let longest = probes.iter().max().copied().unwrap_or(0);
+    assert!(mean < 1.5, "mean probes {mean}");
+    assert!(longest <= 16, "longest probe run {longest}");
 }
 
 #[test]
