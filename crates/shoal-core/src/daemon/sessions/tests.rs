@@ -152,6 +152,19 @@ impl Cluster {
         self.frames.remove(&(d, s)).unwrap_or_default()
     }
 
+    /// Daemon `d` is evicted with `in_flight` (batches and whether their
+    /// gseq was heard), as the daemon engine reports it.
+    fn evict(&mut self, d: usize, in_flight: Vec<(Bytes, bool)>) {
+        let removed = Event::Removed {
+            view: 3,
+            reason: RemovedReason::Dropped,
+        };
+        let me = self.ids[d];
+        self.cores[d].cluster_event(me, removed);
+        self.cores[d].cut_off_in_flight(me, in_flight);
+        self.collect();
+    }
+
     /// Installs a view of `members` (indexes) at each of them.
     fn install(&mut self, members: &[usize], joined: &[usize]) {
         self.view_id += 1;
@@ -748,13 +761,7 @@ fn messages_in_flight_at_an_eviction_come_back_in_the_transitional_views_and_not
         (c.cores[0].take_batch().expect("a batch"), false),
         (c.cores[0].take_batch().expect("a batch"), true),
     ];
-    let removed = Event::Removed {
-        view: 3,
-        reason: RemovedReason::Dropped,
-    };
-    c.cores[0].cluster_event(NodeId(10), removed);
-    c.cores[0].cut_off_in_flight(NodeId(10), in_flight);
-    c.collect();
+    c.evict(0, in_flight);
     c.install(&[1, 2], &[]);
     c.take(1, 1);
     c.ids[0] = NodeId(20);
@@ -815,13 +822,7 @@ fn a_message_in_flight_behind_its_senders_join_goes_again_after_the_rejoin() {
     for (d, session) in [(0, 1), (0, 2), (0, 3), (1, 1)] {
         c.take(d, session);
     }
-    let removed = Event::Removed {
-        view: 3,
-        reason: RemovedReason::Dropped,
-    };
-    c.cores[0].cluster_event(NodeId(10), removed);
-    c.cores[0].cut_off_in_flight(NodeId(10), in_flight);
-    c.collect();
+    c.evict(0, in_flight);
     c.install(&[1, 2], &[]);
     c.ids[0] = NodeId(20);
     c.install(&[0, 1, 2], &[0]);
