@@ -13,7 +13,11 @@
 //!   restarts, or is evicted and rejoins, comes back under a new id, so the
 //!   group never confuses it with the member it replaces: the old id is
 //!   dropped at the next view change like any silent member, the new one
-//!   joins. The runtime routes by slot ([`slot_of`]).
+//!   joins. The runtime routes by slot ([`slot_of`]), so what another
+//!   group's primary still sends to an earlier incarnation reaches the
+//!   current one: a member ignores view-change proposals (PREFRESHVIEW,
+//!   ACCEPT) from daemons outside its view, or it would promise them a
+//!   (view, epoch) that makes it refuse its own primary.
 //! - **Presence.** While it has no group, a daemon sends a PRESENCE packet
 //!   (`member: false`) to every peer slot each `presence_interval`. Members
 //!   answer with `member: true` (rate-limited per joiner), which tells the
