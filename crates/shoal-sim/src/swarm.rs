@@ -1554,4 +1554,17 @@ mod tests {
     fn groups_formed_apart_merge() {
         assert_ok(21);
     }
+
+    /// Three daemons; d1 crashes while in a view with d2 (d2 becomes the
+    /// primary and keeps asking the dead d1 for its view change), restarts
+    /// and forms a group with d0. d2's direct PREFRESHVIEW to d1's old id
+    /// reached d1's new incarnation (datagrams go by slot), which promised
+    /// it a higher (view, epoch) and so refused its own primary's view
+    /// change for ever: d2 never got in, and d0 and d1, installing no view,
+    /// took their group for lost 25 s later. A member now ignores proposals
+    /// from outside its view.
+    #[test]
+    fn a_member_ignores_another_groups_proposals() {
+        assert_ok(9475);
+    }
 }

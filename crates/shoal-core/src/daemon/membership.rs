@@ -13,7 +13,11 @@
 //!   restarts, or is evicted and rejoins, comes back under a new id, so the
 //!   group never confuses it with the member it replaces: the old id is
 //!   dropped at the next view change like any silent member, the new one
-//!   joins. The runtime routes by slot ([`slot_of`]).
+//!   joins. The runtime routes by slot ([`slot_of`]), so what another
+//!   group's primary still sends to an earlier incarnation reaches the
+//!   current one: a member ignores view-change proposals (PREFRESHVIEW,
+//!   ACCEPT) from daemons outside its view, or it would promise them a
+//!   (view, epoch) that makes it refuse its own primary.
 //! - **Presence.** While it has no group, a daemon sends a PRESENCE packet
 //!   (`member: false`) to every peer slot each `presence_interval`. Members
 //!   answer with `member: true` (rate-limited per joiner), which tells the
@@ -177,6 +181,10 @@ pub struct Stats {
     /// Unsequenced multicasts refused (pbcast's send window full, or no
     /// view yet): lost at the sender, as their services allow.
     pub unsequenced_refused: u64,
+    /// View-change proposals (PREFRESHVIEW, ACCEPT) from a daemon outside
+    /// this daemon's view, ignored: another group's primary asking an
+    /// earlier incarnation of this slot.
+    pub foreign_proposals_ignored: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -685,6 +693,38 @@ fn is_join(datagram: &[u8]) -> bool {
     )
 }
 
+/// Whether a vsync packet is a proposal sent to one member (a direct
+/// PREFRESHVIEW or an ACCEPT): a member that answers it promises the
+/// proposer not to acknowledge a lower (view, epoch).
+fn is_proposal(packet: &Packet<'_>) -> bool {
+    use shoal_wire::vsync::Message;
+    matches!(
+        packet,
+        Packet::Vsync { body } if matches!(
+            shoal_wire::vsync::decode(body),
+            Ok(Message::Prefreshview { .. } | Message::Accept { .. })
+        )
+    )
+}
+
+/// `datagram` without the proposals packed in it ([`is_proposal`]), and
+/// how many there were; `None` when it holds none (or does not decode:
+/// vsync counts that).
+fn without_proposals(datagram: &[u8]) -> Option<(Vec<u8>, u64)> {
+    let packets: Vec<_> = shoal_wire::packets(datagram)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let proposals = packets.iter().filter(|(_, p)| is_proposal(p)).count() as u64;
+    if proposals == 0 {
+        return None;
+    }
+    let mut rest = Vec::new();
+    for (header, packet) in packets.iter().filter(|(_, p)| !is_proposal(p)) {
+        packet.encode(header.sender, &mut rest).ok()?;
+    }
+    Some((rest, proposals))
+}
+
 impl Engine for Membership {
     type Event = MembershipEvent;
 
@@ -715,6 +755,23 @@ impl Engine for Membership {
             // A joiner would forward it to its contact, which may forward it
             // back: only members handle joins.
             self.stats.joins_ignored += 1;
+            return;
+        }
+        // Another group's proposer: datagrams are routed by slot, so a
+        // primary asking a member of its view that has since restarted or
+        // rejoined elsewhere under a new incarnation reaches that slot's
+        // new incarnation. Promising to it would make this member refuse
+        // its own primary's lower (view, epoch) for good: its group would
+        // install no view again and be taken as lost. (A proposer of this
+        // daemon's own group is always in its view, unless this daemon
+        // lags a view behind; it then answers once it has caught up.)
+        let foreign = self.is_member() && !self.inner.members().contains(&from);
+        if let Some((rest, proposals)) = foreign.then(|| without_proposals(datagram)).flatten() {
+            self.stats.foreign_proposals_ignored += proposals;
+            if !rest.is_empty() {
+                self.inner.handle_datagram(now, from, &rest);
+                self.drain_inner(now);
+            }
             return;
         }
         self.inner.handle_datagram(now, from, datagram);

@@ -576,3 +576,57 @@ fn both_sides_of_a_partition_go_on_and_merge_when_it_heals() {
     h.run_until(40_000);
     h.assert_one_group_of(&[0, 1, 2, 3, 4]);
 }
+
+/// A primary of another group asks a member of its view that has since
+/// restarted (datagrams go by slot, so the new incarnation gets it) to
+/// promise a view change far ahead. The member ignores it: had it promised,
+/// it would refuse its own primary's every later view change, and its group,
+/// installing no view, would be taken as lost after `partition_grace`
+/// (this test fails so without the filter).
+#[test]
+fn a_member_ignores_another_groups_proposals() {
+    use shoal_wire::vsync::Message;
+    let mut h = Harness::new(3);
+    h.start(0, 1);
+    h.start(1, 1);
+    h.run_until(4_000);
+    h.assert_one_group_of(&[0, 1]);
+    let view = h.daemon(1).vsync().view_id();
+    let foreign = daemon_id(2, 1);
+    let mut datagram = Vec::new();
+    for body in [
+        Message::Prefreshview {
+            // Past the next view: a promise for the very view proposed would
+            // be answered with OUTRANKED, and the primary would outbid it.
+            view: view + 5,
+            epoch: u64::MAX / 2,
+        },
+        Message::Progress { next: 0 },
+    ] {
+        let body = body.to_vec().unwrap();
+        Packet::Vsync { body: &body }
+            .encode(foreign.0, &mut datagram)
+            .unwrap();
+    }
+    h.order += 1;
+    h.queue.push(Reverse((
+        h.now + MS,
+        h.order,
+        1,
+        foreign.0,
+        Bytes::from(datagram),
+    )));
+    // Well past view_period (2 s) + partition_grace (5 s), several times.
+    h.run_until(30_000);
+    h.assert_one_group_of(&[0, 1]);
+    for slot in [0, 1] {
+        assert_eq!(h.daemon(slot).stats().partitions, 0, "slot {slot}");
+        assert_eq!(h.daemon(slot).stats().rejoins, 0, "slot {slot}");
+    }
+    assert!(
+        h.daemon(1).vsync().view_id() > view + 3,
+        "views went on: {} after {view}",
+        h.daemon(1).vsync().view_id()
+    );
+    assert_eq!(h.daemon(1).stats().foreign_proposals_ignored, 1);
+}
