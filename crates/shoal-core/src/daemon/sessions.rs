@@ -1902,14 +1902,6 @@ impl Sessions {
         self.partials.clear();
     }
 
-    /// The daemon's own batches the old total order had sequenced and that
-    /// had not come back to it when it was cut off
-    /// ([`Sessions::deliver_cut_off_batches`]), in order.
-    pub fn keep_for_transitional(&mut self, sender: NodeId, batches: Vec<Bytes>) {
-        self.cut_off_batches
-            .extend(batches.into_iter().map(|b| (sender, b)));
-    }
-
     /// The daemon's own batches still in flight when it was cut off, whose
     /// gseq it had not heard: the old order may have sequenced them (the
     /// notice lost) or not. Their messages go to this daemon's clients in
@@ -1951,11 +1943,10 @@ impl Sessions {
             match &item {
                 _ if sequenced && !matches!(item, Item::Message { .. } | Item::Fragment { .. }) => {
                 }
-                Item::Message { client, .. } if sequenced && !deferred.contains(*client) => {
-                    kept.push(item);
-                }
                 Item::Message { client, groups, .. } => {
-                    if deferred.contains(*client) || self.misses_own_message(client, groups) {
+                    let defer = deferred.contains(*client)
+                        || (!sequenced && self.misses_own_message(client, groups));
+                    if defer {
                         deferred.insert(client.to_string());
                         self.pending.push(&item, self.batch_max);
                     } else {
@@ -2529,9 +2520,9 @@ impl Sessions {
     /// each of its groups, a transitional view (the local clients of its
     /// last regular view that are members still) and then the merged
     /// membership (`transitional_before`). What they send
-    /// meanwhile waits and is ordered after the rejoin; of the batches in
-    /// flight at the eviction, the daemon engine sends again those the old
-    /// cluster never sequenced (docs/daemon.md).
+    /// meanwhile waits and is ordered after the rejoin; the messages of the
+    /// batches in flight at the eviction go to their transitional views
+    /// ([`Sessions::cut_off_in_flight`], docs/daemon.md).
     fn keep_clients_while_rejoining(&mut self, slot: u32, local: BTreeMap<String, Vec<String>>) {
         if local.is_empty() {
             // Cut off again before its clients heard a regular view: their
