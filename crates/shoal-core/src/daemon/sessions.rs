@@ -125,8 +125,6 @@ impl Partial {
     }
 }
 
-/// A batch of the total order held back: it carries a `safe` message that
-/// not every daemon of the view has acknowledged yet, or it comes after one.
 /// What a daemon cut off from the daemons' group keeps for its clients
 /// until it is back: per group, the local clients its last regular view
 /// listed, and the ids of their transitional views (extended virtual
@@ -135,10 +133,33 @@ impl Partial {
 /// daemon's own: no other daemon uses its slot in a view id of this epoch
 /// for a transitional view; they follow every regular view this daemon
 /// announced, and the next (a new epoch) follows them.
+///
+/// A local client whose join was among the batches held at the cut (ordered
+/// in the old view behind an unstable `safe` one, [`HeldChanges`]) was shown
+/// the view the others installed at that join; its transitional view is its
+/// own (`joiners`: the view before it is not the other local members'), with
+/// an id of its own, and it gets only what was ordered after its join.
 struct CutOff {
     stay_id: u64,
     leave_id: u64,
     groups: BTreeMap<String, BTreeSet<String>>,
+    /// Per group, the local clients shown a view at a held join, each with
+    /// the id of its transitional view.
+    joiners: BTreeMap<String, Vec<(String, u64)>>,
+    /// Per (group, client) shown a held join: the number of that join's
+    /// item among the held ones (numbered from 1 in the order they were
+    /// held); it gets those after it.
+    joined_at: BTreeMap<(String, String), usize>,
+}
+
+/// What a cut-off daemon made of the group changes among the batches it held
+/// ([`Sessions::apply_held_group_changes`]): each local client that joined a
+/// group there and was shown the view the others installed, with the item's
+/// number, and each that left one there without being told.
+#[derive(Default)]
+struct HeldChanges {
+    joined: Vec<(String, String, usize)>,
+    left: Vec<(String, String)>,
 }
 
 /// The clients of one group that were cut off, once the daemon is back.
@@ -148,8 +169,13 @@ struct Moving {
     stay: Vec<String>,
     /// Left the group while cut off (still connected).
     leave: Vec<String>,
+    /// Those of them that get only what was held after their join
+    /// ([`CutOff::joined_at`]).
+    joined_at: BTreeMap<String, usize>,
 }
 
+/// A batch of the total order held back: it carries a `safe` message that
+/// not every daemon of the view has acknowledged yet, or it comes after one.
 struct HeldBatch {
     sender: NodeId,
     gseq: u64,
@@ -393,6 +419,10 @@ pub struct Sessions {
     /// Daemons that joined whose snapshot is applied and whose table has
     /// not been delivered yet.
     awaiting_table: BTreeSet<NodeId>,
+    /// Per daemon awaiting its table that another member was designated to
+    /// send: the table as of the joiner's snapshot, encoded, kept in case
+    /// that member leaves the view first.
+    saved_tables: BTreeMap<NodeId, Batches>,
     /// The point of the total order being applied: (gseq, 0) for a view,
     /// (gseq, index + 1) for an item of a batch.
     position: (u64, u32),
@@ -418,6 +448,10 @@ pub struct Sessions {
     /// While those go: per group, the local clients of its transitional
     /// view, who receive them instead of the table's members.
     transitional_recipients: Option<BTreeMap<String, Vec<String>>>,
+    /// While a cut-off daemon applies the group changes it held: groups
+    /// whose local members are not shown them (a held message of the group
+    /// came first, which they get in their transitional view).
+    withheld: BTreeSet<String>,
     sessions: BTreeMap<SessionId, Session>,
     by_name: HashMap<String, SessionId>,
     /// Every group of the cluster and its members.
@@ -471,6 +505,7 @@ impl Sessions {
             settled: BTreeSet::new(),
             joining: None,
             awaiting_table: BTreeSet::new(),
+            saved_tables: BTreeMap::new(),
             position: (0, 0),
             replaying: false,
             epoch: 0,
@@ -480,6 +515,7 @@ impl Sessions {
             cut_off: None,
             cut_off_batches: Vec::new(),
             transitional_recipients: None,
+            withheld: BTreeSet::new(),
             sessions: BTreeMap::new(),
             by_name: HashMap::new(),
             table: BTreeMap::new(),
@@ -1451,8 +1487,12 @@ impl Sessions {
                         // A daemon that joined: one settled member sends it
                         // the table as of this point.
                         self.awaiting_table.insert(daemon);
+                        let mut table = Batches::default();
+                        self.encode_table(daemon, self.position, &mut table);
                         if self.designated() == self.me {
-                            self.send_table(daemon, self.position);
+                            self.pending.append(table);
+                        } else {
+                            self.saved_tables.insert(daemon, table);
                         }
                     }
                 }
@@ -1461,6 +1501,7 @@ impl Sessions {
                 if last && self.me.is_some_and(|me| me.0 != joiner) {
                     self.settled.insert(NodeId(joiner));
                     self.awaiting_table.remove(&NodeId(joiner));
+                    self.saved_tables.remove(&NodeId(joiner));
                 }
             }
             // Counted on arrival (`note_received`).
@@ -1750,6 +1791,9 @@ impl Sessions {
         let Some(me) = self.me else {
             return;
         };
+        if self.withheld.contains(group) {
+            return;
+        }
         let names = self.member_names(group);
         let members = self.table.get(group);
         let local: Vec<SessionId> = members
@@ -1851,9 +1895,56 @@ impl Sessions {
             });
             self.send_transitional(&group, cut.stay_id, &stay);
             self.send_transitional(&group, cut.leave_id, &leave);
-            moving.insert(group, Moving { stay, leave });
+            moving.insert(
+                group,
+                Moving {
+                    stay,
+                    leave,
+                    joined_at: BTreeMap::new(),
+                },
+            );
+        }
+        for (group, joiners) in cut.joiners {
+            for (client, view_id) in joiners {
+                if !self.by_name.contains_key(&client) {
+                    continue;
+                }
+                self.send_transitional(&group, view_id, std::slice::from_ref(&client));
+                let stays = self.table.get(&group).is_some_and(|m| {
+                    m.contains(&Member {
+                        daemon: me,
+                        client: client.clone(),
+                    })
+                });
+                let m = moving.entry(group.clone()).or_default();
+                if stays {
+                    m.stay.push(client);
+                } else {
+                    m.leave.push(client);
+                }
+            }
+        }
+        for ((group, client), at) in cut.joined_at {
+            if let Some(m) = moving.get_mut(&group) {
+                m.joined_at.insert(client, at);
+            }
         }
         moving
+    }
+
+    /// Per group, the local clients that get the held item numbered `at`.
+    fn recipients_at(
+        moving: &BTreeMap<String, Moving>,
+        at: usize,
+    ) -> BTreeMap<String, Vec<String>> {
+        moving
+            .iter()
+            .map(|(g, m)| {
+                let within = |c: &&String| m.joined_at.get(*c).is_none_or(|j| *j < at);
+                let clients = m.stay.iter().chain(&m.leave).filter(within).cloned();
+                (g.clone(), clients.collect())
+            })
+            .collect()
     }
 
     fn send_transitional(&mut self, group: &str, view_id: u64, clients: &[String]) {
@@ -1882,17 +1973,16 @@ impl Sessions {
     fn deliver_cut_off_batches(&mut self, moving: &BTreeMap<String, Moving>) {
         let batches = std::mem::take(&mut self.cut_off_batches);
         if !moving.is_empty() {
-            let recipients = moving
-                .iter()
-                .map(|(g, m)| (g.clone(), m.stay.iter().chain(&m.leave).cloned().collect()))
-                .collect();
-            self.transitional_recipients = Some(recipients);
+            // Numbered as `apply_held_group_changes` numbered them.
+            let mut at = 0;
             for (sender, payload) in &batches {
                 let Ok(items) = groups::decode(payload) else {
                     continue;
                 };
                 for item in items {
+                    at += 1;
                     if matches!(item, Item::Message { .. } | Item::Fragment { .. }) {
+                        self.transitional_recipients = Some(Self::recipients_at(moving, at));
                         self.apply(*sender, item);
                     }
                 }
@@ -2025,10 +2115,12 @@ impl Sessions {
             return false;
         };
         let shown = |g: &&str| {
-            self.cut_off
-                .as_ref()
-                .and_then(|c| c.groups.get(*g))
-                .is_some_and(|clients| clients.contains(client))
+            self.cut_off.as_ref().is_some_and(|c| {
+                c.groups.get(*g).is_some_and(|m| m.contains(client))
+                    || c.joiners
+                        .get(*g)
+                        .is_some_and(|j| j.iter().any(|(name, _)| name == client))
+            })
         };
         !groups.iter().any(shown)
             && groups
@@ -2074,6 +2166,7 @@ impl Sessions {
             self.me = Some(me);
             self.settled.clear();
             self.awaiting_table.clear();
+            self.saved_tables.clear();
             if view.members == [me] || view.reason == ViewReason::Initial {
                 // Founders: every one starts from the same empty table.
                 self.settled.extend(view.members.iter().copied());
@@ -2101,12 +2194,21 @@ impl Sessions {
         }
         if !gone.is_empty() && self.designated() == self.me {
             // The member that was to send a joiner its table may be gone
-            // with its batch: the table goes again, as of this view (with
-            // its effects: the joiner applies only what comes after it).
+            // with its batch: the table goes again, as of the joiner's
+            // snapshot as this daemon saved it, so that the joiner applies
+            // what the old view delivered after that point, its own
+            // clients' messages among them (as of this view, the joiner's
+            // clients missed those the others delivered in a transitional
+            // view at this change). Without a saved one (this daemon was
+            // the designated one), as of this view.
             for joiner in self.awaiting_table.clone() {
-                self.send_table(joiner, self.position);
+                match self.saved_tables.remove(&joiner) {
+                    Some(table) => self.pending.append(table),
+                    None => self.send_table(joiner, self.position),
+                }
             }
         }
+        self.saved_tables.retain(|d, _| view.members.contains(d));
         self.daemons = view.members;
     }
 
@@ -2159,6 +2261,13 @@ impl Sessions {
     /// Sends `joiner` every group member as of `as_of`, in parts that each
     /// fit a batch.
     fn send_table(&mut self, joiner: NodeId, as_of: (u64, u32)) {
+        let mut table = Batches::default();
+        self.encode_table(joiner, as_of, &mut table);
+        self.pending.append(table);
+    }
+
+    /// The items of [`Sessions::send_table`], into `out`.
+    fn encode_table(&self, joiner: NodeId, as_of: (u64, u32), out: &mut Batches) {
         let mut by_client: BTreeMap<(NodeId, &str), Vec<&str>> = BTreeMap::new();
         for (group, members) in &self.table {
             for m in members {
@@ -2199,14 +2308,14 @@ impl Sessions {
             .map(|(i, entries)| part(i == 0, false, entries))
             .collect();
         for item in &items {
-            self.pending.push(item, self.batch_max);
+            out.push(item, self.batch_max);
         }
         drop(items);
         // Between the first part (which starts the table afresh at the
         // joiner) and the last (which completes it).
-        push_partials(&self.partials, &mut self.pending, self.batch_max, joiner);
+        push_partials(&self.partials, out, self.batch_max, joiner);
         let last = part(false, true, Vec::new());
-        self.pending.push(&last, self.batch_max);
+        out.push(&last, self.batch_max);
     }
 
     /// While joining: a batch of the total order waits for the table, and
@@ -2453,27 +2562,48 @@ impl Sessions {
     fn removed(&mut self, reason: RemovedReason) {
         self.in_flight = 0;
         let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
+        let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
+        let held_changes = if rejoining && self.cut_off.is_none() && self.cut_off_batches.is_empty()
+        {
+            self.apply_held_group_changes()
+        } else {
+            HeldChanges::default()
+        };
         // The groups each local client has been shown a regular view of
         // (the table holds what was announced; a join not yet ordered is
-        // not in it, and while joining the table is empty).
+        // not in it, and while joining the table is empty); a client shown
+        // one at a held join goes apart, one that left at a held leave it
+        // was not shown stays.
         let mut announced: BTreeMap<String, Vec<String>> = BTreeMap::new();
         if let Some(me) = self.me {
             for (group, members) in &self.table {
                 for m in members.iter().filter(|m| m.daemon == me) {
-                    announced
-                        .entry(group.clone())
-                        .or_default()
-                        .push(m.client.clone());
+                    let joined_apart = held_changes
+                        .joined
+                        .iter()
+                        .any(|(g, c, _)| g == group && *c == m.client);
+                    if !joined_apart {
+                        announced
+                            .entry(group.clone())
+                            .or_default()
+                            .push(m.client.clone());
+                    }
                 }
             }
+        }
+        for (group, client) in &held_changes.left {
+            announced
+                .entry(group.clone())
+                .or_default()
+                .push(client.clone());
         }
         self.me = None;
         self.joining = None;
         self.settled.clear();
         self.awaiting_table.clear();
+        self.saved_tables.clear();
         self.daemons.clear();
         self.table.clear();
-        let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
         if rejoining {
             // Fragments of the old order may complete in what was held.
             let held = std::mem::take(&mut self.held);
@@ -2496,7 +2626,7 @@ impl Sessions {
         self.received.clear();
         self.snapshot_before.clear();
         if reason == RemovedReason::Dropped && !self.shutting_down {
-            self.keep_clients_while_rejoining(slot, announced);
+            self.keep_clients_while_rejoining(slot, announced, held_changes);
             return;
         }
         let (code, text) = match reason {
@@ -2523,25 +2653,164 @@ impl Sessions {
     /// meanwhile waits and is ordered after the rejoin; the messages of the
     /// batches in flight at the eviction go to their transitional views
     /// ([`Sessions::cut_off_in_flight`], docs/daemon.md).
-    fn keep_clients_while_rejoining(&mut self, slot: u32, local: BTreeMap<String, Vec<String>>) {
-        if local.is_empty() {
+    fn keep_clients_while_rejoining(
+        &mut self,
+        slot: u32,
+        local: BTreeMap<String, Vec<String>>,
+        held: HeldChanges,
+    ) {
+        if local.is_empty() && held.joined.is_empty() {
             // Cut off again before its clients heard a regular view: their
             // last regular views are those recorded the first time.
             return;
         }
-        self.count_change();
-        let stay_id = regular_view_id(self.epoch, REGULAR_CHANGES | self.changes, slot);
-        self.count_change();
-        let leave_id = regular_view_id(self.epoch, REGULAR_CHANGES | self.changes, slot);
+        let own_id = |sessions: &mut Sessions| {
+            sessions.count_change();
+            regular_view_id(sessions.epoch, REGULAR_CHANGES | sessions.changes, slot)
+        };
+        let stay_id = own_id(self);
+        let leave_id = own_id(self);
         let groups = local
             .into_iter()
             .map(|(g, clients)| (g, clients.into_iter().collect()))
             .collect();
+        let mut joiners: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        let mut joined_at = BTreeMap::new();
+        for (group, client, at) in held.joined {
+            let view_id = own_id(self);
+            joiners
+                .entry(group.clone())
+                .or_default()
+                .push((client.clone(), view_id));
+            joined_at.insert((group, client), at);
+        }
         self.cut_off = Some(CutOff {
             stay_id,
             leave_id,
             groups,
+            joiners,
+            joined_at,
         });
+    }
+
+    /// At a cut-off, the group changes among the batches this daemon held
+    /// (ordered in the old view behind a `safe` one it did not know stable):
+    /// the others applied them and installed their views, and delivered the
+    /// messages after a join to the joiner. They are applied here in the
+    /// same order, so that the view ids and lists come out as the others'.
+    /// A group's local members are shown its changes until a held message
+    /// of the group comes: that message goes in their transitional view
+    /// (EVS), after which they install no regular view of the old
+    /// configuration. A local client that joins after that point is shown
+    /// the view the others installed at its join (it delivered nothing in
+    /// the old configuration before it), then a transitional view of its
+    /// own, then what was held after its join; one that leaves after that
+    /// point stays in its transitional view with the others (it sent what
+    /// followed its leave as a member of the view it had been shown) and,
+    /// once back, hears the view that says it left. A snapshot among them (a daemon joining) ends the
+    /// walk: its epoch depends on what this daemon no longer follows.
+    fn apply_held_group_changes(&mut self) -> HeldChanges {
+        let mut changes = HeldChanges::default();
+        let Some(me) = self.me else {
+            return changes;
+        };
+        if self.joining.is_some() || !self.in_transitional.is_empty() {
+            return changes;
+        }
+        let held: Vec<(NodeId, Bytes)> = self
+            .held
+            .iter()
+            .map(|b| (b.sender, b.payload.clone()))
+            .collect();
+        let mut at = 0;
+        'walk: for (sender, payload) in &held {
+            let Ok(items) = groups::decode(payload) else {
+                continue;
+            };
+            for item in items {
+                at += 1;
+                match &item {
+                    Item::Message { groups, .. } | Item::Fragment { groups, .. } => {
+                        let named = groups.iter().filter(|g| !g.starts_with('#'));
+                        self.withheld.extend(named.map(|g| g.to_string()));
+                        continue;
+                    }
+                    Item::Snapshot { .. } => break 'walk,
+                    Item::Join { .. } | Item::Leave { .. } | Item::Gone { .. } | Item::Goodbye => {}
+                    _ => continue,
+                }
+                let own = (*sender == me).then_some(&item);
+                let (client, group) = match own {
+                    Some(Item::Join { client, group } | Item::Leave { client, group })
+                        if self.withheld.contains(*group) && self.by_name.contains_key(*client) =>
+                    {
+                        (client.to_string(), group.to_string())
+                    }
+                    _ => {
+                        self.apply(*sender, item);
+                        continue;
+                    }
+                };
+                let member = Member {
+                    daemon: me,
+                    client: client.clone(),
+                };
+                let was_member = self.table.get(&group).is_some_and(|m| m.contains(&member));
+                let joins = matches!(item, Item::Join { .. });
+                self.apply(*sender, item);
+                let left_here = changes
+                    .left
+                    .iter()
+                    .any(|(g, c)| *g == group && *c == client);
+                let joined_here = changes
+                    .joined
+                    .iter()
+                    .any(|(g, c, _)| *g == group && *c == client);
+                match (joins, was_member) {
+                    (true, false) if left_here => {
+                        // Left and joined again among the held batches: it
+                        // stays in its transitional view with the others
+                        // and gets all that was held.
+                        changes.left.retain(|(g, c)| !(*g == group && *c == client));
+                    }
+                    // Joined, left and joined again: one view shown (the
+                    // first join's), then its transitional view with all
+                    // that was held after that join. Showing the leave's
+                    // view would claim it delivered in the first view what
+                    // the others delivered there.
+                    (true, false) if joined_here => {}
+                    (true, false) => {
+                        self.show_held_join(&group, &client);
+                        changes.joined.push((group, client, at));
+                    }
+                    // Once back, it hears that it left.
+                    (false, true) if !joined_here => changes.left.push((group, client)),
+                    _ => {}
+                }
+            }
+        }
+        self.withheld.clear();
+        changes
+    }
+
+    /// The view the others installed at a held join, to the joiner alone.
+    fn show_held_join(&mut self, group: &str, client: &str) {
+        let Some(session) = self.by_name.get(client).copied() else {
+            return;
+        };
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.seen.remove(group);
+            s.was_member.insert(group.to_string());
+        }
+        let frame = Frame::Membership {
+            group: group.to_string(),
+            view_id: self.view_id(),
+            reason: Reason::Join,
+            transitional: false,
+            quorum: self.quorum,
+            members: self.member_names(group),
+        };
+        self.send(session, frame);
     }
 
     /// Graceful shutdown, first step: tell the other daemons (a GOODBYE in

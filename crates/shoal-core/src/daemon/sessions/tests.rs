@@ -123,6 +123,28 @@ impl Cluster {
         true
     }
 
+    /// Orders daemon `d`'s next batch, if it has one, and delivers it to
+    /// daemons `to` only (the rest never get it: they are cut off).
+    fn order_to(&mut self, d: usize, to: &[usize]) -> bool {
+        let Some(batch) = self.cores[d].take_batch() else {
+            return false;
+        };
+        let gseq = self.gseq;
+        self.gseq += 1;
+        for &c in to {
+            let me = self.ids[c];
+            let event = Event::Deliver {
+                sender: self.ids[d],
+                local_id: 0,
+                gseq,
+                payload: batch.clone(),
+            };
+            self.cores[c].cluster_event(me, event);
+        }
+        self.collect();
+        true
+    }
+
     fn collect(&mut self) {
         for d in 0..self.cores.len() {
             let outs = self.cores[d].take_outputs();
@@ -1150,4 +1172,141 @@ fn a_cut_off_daemon_that_founds_a_group_alone_gives_its_clients_a_transitional_v
             .unwrap();
         assert!(regular_at < message_at, "session {session}: {frames:?}");
     }
+}
+
+/// A client's join and then its `safe` message, held behind an unstable
+/// `safe` message when its daemon was cut off: the others applied the join
+/// and delivered both messages, the second in the view the join made. The
+/// joiner is shown that view (the same id and list as the others), then a
+/// transitional view of its own and its message; the group's other local
+/// member gets both messages in its transitional view and is never shown
+/// the join's view, since it delivered the first message after its last
+/// regular view.
+#[test]
+fn a_join_held_at_a_cut_off_is_shown_to_its_client_with_what_followed_it() {
+    let mut c = two_in_chat();
+    c.connect(0, 2, "cat");
+    for (d, session) in [(0, 1), (0, 2), (1, 1)] {
+        c.take(d, session);
+    }
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"first"));
+    assert!(c.order(0));
+    c.frame(0, 2, join("chat"));
+    c.frame(0, 2, multicast(Service::Safe, &["chat"], b"hello"));
+    // Daemon 0's batches (the join and hello, its acknowledgements) reach
+    // everyone; daemon 2's acknowledgements reach daemons 1 and 2 only.
+    while c.order(0) {}
+    while c.order(1) {}
+    while c.order_to(2, &[1, 2]) || c.order_to(1, &[1, 2]) {}
+    let first = (s("#alice#n0"), vec![s("chat")], b"first".to_vec());
+    let hello = (s("#cat#n0"), vec![s("chat")], b"hello".to_vec());
+    let bob = c.take(1, 1);
+    assert_eq!(messages(&bob), vec![first.clone(), hello.clone()]);
+    let joined = bob
+        .iter()
+        .find_map(|f| match f {
+            Frame::Membership {
+                view_id, members, ..
+            } if members.contains(&s("#cat#n0")) => Some((*view_id, members.clone())),
+            _ => None,
+        })
+        .expect("bob is shown cat's join");
+    assert!(messages(&c.take(0, 1)).is_empty(), "held at daemon 0");
+    c.evict(0, Vec::new());
+    c.install(&[1, 2], &[]);
+    c.ids[0] = NodeId(20);
+    c.install(&[0, 1, 2], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready());
+    let kinds = |frames: &[Frame]| -> Vec<String> {
+        frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Membership {
+                    group,
+                    transitional,
+                    ..
+                } if group == "chat" => Some(if *transitional {
+                    "transitional"
+                } else {
+                    "regular"
+                }),
+                Frame::Message { payload, .. } => Some(if payload == b"first" {
+                    "first"
+                } else {
+                    "hello"
+                }),
+                _ => None,
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let cat = c.take(0, 2);
+    assert_eq!(
+        kinds(&cat),
+        ["regular", "transitional", "hello", "regular"],
+        "{cat:?}"
+    );
+    let Frame::Membership {
+        view_id, members, ..
+    } = &cat[0]
+    else {
+        panic!("{cat:?}")
+    };
+    assert_eq!((*view_id, members.clone()), joined);
+    let Frame::Membership {
+        view_id: transitional_id,
+        members: transitional_members,
+        ..
+    } = &cat[1]
+    else {
+        panic!("{cat:?}")
+    };
+    assert!(*transitional_id > joined.0);
+    assert_eq!(transitional_members, &vec![s("#cat#n0")]);
+    let alice = c.take(0, 1);
+    assert_eq!(
+        kinds(&alice),
+        ["transitional", "first", "hello", "regular"],
+        "{alice:?}"
+    );
+    assert!(memberships(&alice)[0].2 == vec![s("#alice#n0")]);
+}
+
+/// A daemon rejoins; the member designated to send it the table (the
+/// lowest slot) fails before its table is ordered, and another member sends
+/// it. That one's table is as of the joiner's snapshot, as the first one's
+/// was, not as of the view without the failed member: the joiner then
+/// applies what was ordered after its snapshot, and its client gets the
+/// message it sent meanwhile, as the others' clients did.
+#[test]
+fn a_table_sent_again_for_a_failed_member_is_as_of_the_joiners_snapshot() {
+    let mut c = two_in_chat();
+    c.connect(2, 1, "cat");
+    c.frame(2, 1, join("chat"));
+    c.settle();
+    for (d, session) in [(0, 1), (1, 1), (2, 1)] {
+        c.take(d, session);
+    }
+    c.evict(2, Vec::new());
+    c.install(&[0, 1], &[]);
+    c.ids[2] = NodeId(22);
+    c.install(&[0, 1, 2], &[2]);
+    // Its snapshot, then its client's message, are ordered.
+    assert!(c.order(2));
+    c.frame(
+        2,
+        1,
+        multicast(Service::Agreed, &["chat"], b"while joining"),
+    );
+    assert!(c.order(2));
+    let expected = vec![(s("#cat#n2"), vec![s("chat")], b"while joining".to_vec())];
+    assert_eq!(messages(&c.take(1, 1)), expected);
+    assert!(!c.cores[2].ready(), "waits for its table");
+    // Daemon 0 (to send the table) fails before its batch is ordered.
+    assert!(c.cores[0].take_batch().is_some());
+    c.install(&[1, 2], &[]);
+    while c.order_to(1, &[1, 2]) || c.order_to(2, &[1, 2]) {}
+    assert!(c.cores[2].ready());
+    assert_eq!(messages(&c.take(2, 1)), expected);
 }
