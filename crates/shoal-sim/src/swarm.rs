@@ -60,6 +60,9 @@ pub struct SwarmConfig {
     pub script: Vec<(Duration, Scripted)>,
     /// Daemons carry `reliable` and `fifo` over QSM regions (`[qsm]`).
     pub qsm: bool,
+    /// With `qsm`: group `g0` is a `[qsm] hybrid` group (an instance of
+    /// its own).
+    pub qsm_hybrid: bool,
     /// The number of drawn faults (2 to 8) is multiplied by this: a long
     /// fault phase keeps the density of a drawn one. Default 1.
     pub fault_count_factor: u32,
@@ -130,6 +133,7 @@ impl SwarmConfig {
             faults: FaultKinds::ALL,
             script: Vec::new(),
             qsm: false,
+            qsm_hybrid: false,
             fault_count_factor: 1,
             floor_loss_ppm: 0,
             fragment_bytes: None,
@@ -471,6 +475,9 @@ impl World {
         let mut settings = Settings::new(&format!("d{slot}"), Limits::default(), batch_max);
         settings.epoch_floor = self.now / 1_000_000;
         settings.qsm.enabled = self.cfg.qsm;
+        if self.cfg.qsm_hybrid {
+            settings.qsm.hybrid = vec![GROUPS[0].to_string()];
+        }
         let d = &mut self.daemons[slot];
         d.engine = Some(Daemon::new(settings, m));
         d.asleep = false;
@@ -1141,6 +1148,8 @@ pub struct Shape {
     pub no_faults: bool,
     /// Daemons with `[qsm]` on.
     pub qsm: bool,
+    /// [`SwarmConfig::qsm_hybrid`].
+    pub qsm_hybrid: bool,
     /// A fault phase of this length instead of the drawn 10-25 s, with
     /// proportionally more faults (one drawn count per 17.5 s, the drawn
     /// phase's mean): the long runs that find what builds up over time.
@@ -1173,6 +1182,7 @@ pub fn run_seeds_shaped(seeds: std::ops::Range<u64>, threads: usize, shape: Shap
                     cfg.faults = FaultKinds::NONE;
                 }
                 cfg.qsm = shape.qsm;
+                cfg.qsm_hybrid = shape.qsm_hybrid;
                 cfg.floor_loss_ppm = shape.floor_loss_ppm;
                 cfg.fragment_bytes = shape.fragment_bytes;
                 if let Some(phase) = shape.fault_phase {

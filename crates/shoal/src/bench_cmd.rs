@@ -91,6 +91,16 @@ pub struct BenchArgs {
     /// process's id, TTL 0) instead of one unicast per other member.
     #[arg(long, requires = "qsm")]
     qsm_multicast: bool,
+    /// Every client also joins a group of its daemon alone
+    /// (`bench-own<d>`), so that the daemons' group sets differ and the
+    /// measured group spans one region per daemon: with --qsm it keeps the
+    /// total order, unless --qsm-hybrid.
+    #[arg(long)]
+    split_regions: bool,
+    /// With --qsm: the measured group (and each of --groups) is a `[qsm]
+    /// hybrid` group, carried by an instance of its own.
+    #[arg(long, requires = "qsm")]
+    qsm_hybrid: bool,
     /// Append a CSV row with the results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -227,16 +237,13 @@ struct LocalCluster {
 }
 
 impl LocalCluster {
-    fn start(
-        n: usize,
-        exe: Option<&Path>,
-        committee: u32,
-        multicast: bool,
-        qsm: bool,
-        qsm_multicast: bool,
-        groups: usize,
-    ) -> anyhow::Result<LocalCluster> {
-        let exe = match exe {
+    /// The daemons `args` asks for (`--daemons`, `--daemon-exe`,
+    /// `--committee`, `--multicast`, the `--qsm` flags, `--groups`).
+    fn start(args: &BenchArgs) -> anyhow::Result<LocalCluster> {
+        let (n, committee, multicast, groups) =
+            (args.daemons, args.committee, args.multicast, args.groups);
+        let (qsm, qsm_multicast, qsm_hybrid) = (args.qsm, args.qsm_multicast, args.qsm_hybrid);
+        let exe = match args.daemon_exe.as_deref() {
             Some(e) => e.to_path_buf(),
             None => std::env::current_exe()?,
         };
@@ -275,6 +282,14 @@ impl LocalCluster {
             )
         } else {
             String::new()
+        };
+        let qsm_line = if qsm_hybrid {
+            let names: Vec<String> = std::iter::once("\"bench\"".to_string())
+                .chain((0..groups).map(|g| format!("\"g{g:05}\"")))
+                .collect();
+            format!("{qsm_line}hybrid = [{}]\n", names.join(", "))
+        } else {
+            qsm_line
         };
         let mut cluster = LocalCluster {
             sockets: Vec::new(),
@@ -384,15 +399,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _cluster;
     let mut pids = Vec::new();
     let sockets = if args.sockets.is_empty() {
-        let c = LocalCluster::start(
-            args.daemons,
-            args.daemon_exe.as_deref(),
-            args.committee,
-            args.multicast,
-            args.qsm,
-            args.qsm_multicast,
-            args.groups,
-        )?;
+        let c = LocalCluster::start(&args)?;
         let s = c.sockets.clone();
         pids = c.children.iter().map(|c| c.id()).collect();
         _cluster = c;
@@ -475,6 +482,9 @@ fn stream(args: &BenchArgs, sockets: &[PathBuf], joined: impl FnOnce()) -> anyho
         for k in 0..args.clients {
             let mut c = client(socket, &format!("bench{d}x{k}"))?;
             c.join(group)?;
+            if args.split_regions {
+                c.join(&format!("bench-own{d}"))?;
+            }
             for g in spread.iter() {
                 c.join(g)?;
             }

@@ -102,6 +102,10 @@ pub struct SimArgs {
     /// (`[qsm] enabled = true`).
     #[arg(long)]
     pub qsm: bool,
+    /// swarm: with --qsm, group `g0` is a `[qsm] hybrid` group (carried
+    /// by an instance of its own).
+    #[arg(long, requires = "qsm")]
+    pub qsm_hybrid: bool,
     /// swarm: seconds of faults instead of the seed's draw (10 to 25),
     /// with proportionally more faults: long runs find what builds up.
     #[arg(long)]
@@ -425,6 +429,7 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         clients_per_daemon: args.clients_per_daemon,
         no_faults: args.no_faults,
         qsm: args.qsm,
+        qsm_hybrid: args.qsm_hybrid,
         fault_phase: args.fault_phase.map(std::time::Duration::from_secs),
         floor_loss_ppm: args.floor_loss.map_or(0, |l| (l * 1e6).round() as u32),
         fragment_bytes: args.fragment_bytes,

@@ -1192,3 +1192,74 @@ fn slot_conflicts(socket: &Path) -> u64 {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("status names slot conflicts: {text}"))
 }
+
+/// `(sent, hybrid)` from a daemon's `qsm: sent S (hybrid H)` status line.
+fn qsm_sent(socket: &Path) -> (u64, u64) {
+    let text = status(socket);
+    let line = text
+        .lines()
+        .find_map(|l| l.split("qsm: sent ").nth(1))
+        .unwrap_or_else(|| panic!("status has a qsm line: {text}"));
+    let num = |s: &str| -> u64 {
+        s.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a number in {line}"))
+    };
+    let hybrid = line.split("(hybrid ").nth(1).expect("hybrid count");
+    (num(line), num(hybrid))
+}
+
+/// `[qsm] hybrid = ["g"]`: each daemon's client is also in a group of its
+/// own, so the three daemons are three regions and "g" spans all of them
+/// (without the setting it keeps the total order). "g" is carried by an
+/// instance of its own: FIFO messages reach everyone, in order, by it.
+#[test]
+fn a_hybrid_group_over_three_regions_is_carried_by_its_own_instance() {
+    let dir = temp_dir("hybrid");
+    let files = cluster_files(&dir, [KEY; 3]);
+    for (config, _) in &files {
+        let mut text = std::fs::read_to_string(config).unwrap();
+        text.push_str("\n[qsm]\nenabled = true\nhybrid = [\"g\"]\n");
+        std::fs::write(config, text).unwrap();
+    }
+    let _daemons: Vec<Daemon> = files.iter().map(|(c, s)| Daemon::start(c, s)).collect();
+    let mut clients = one_client_each_in_g(&files, "h");
+    for (i, c) in clients.iter_mut().enumerate() {
+        let own = format!("own{i}");
+        c.join(&own);
+        c.until_members(&own, 1);
+    }
+    let sockets: Vec<PathBuf> = files.iter().map(|(_, s)| s.clone()).collect();
+    until_committee_full(&sockets[0]);
+    for socket in &sockets {
+        let start = Instant::now();
+        while !status(socket).contains("hybrid instance") {
+            assert!(start.elapsed() < PATIENCE, "{}", status(socket));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Until every daemon's OPEN of the instance has come back in the total
+    // order, messages go by the order; then by the instance.
+    let start = Instant::now();
+    loop {
+        fifo_reaches_everyone(&mut clients, 0);
+        if qsm_sent(&sockets[0]).1 > 0 {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "{}", status(&sockets[0]));
+    }
+    let before = qsm_sent(&sockets[0]);
+    fifo_reaches_everyone(&mut clients, 0);
+    fifo_reaches_everyone(&mut clients, 1);
+    let after = qsm_sent(&sockets[0]);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (20, 20),
+        "daemon 0 sent its 20 by the hybrid instance: {}",
+        status(&sockets[0])
+    );
+    assert!(qsm_sent(&sockets[1]).1 >= 20, "{}", status(&sockets[1]));
+    check_history(&mut clients);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -98,6 +98,22 @@ pub struct QsmSettings {
     /// (default 256; the daemon's configuration keeps them inside the
     /// administratively scoped range).
     pub multicast_addresses: NonZeroU32,
+    /// Groups carried by an instance of their own ([A] §2.1's hybrid
+    /// per-group mode, for "a limited number of groups"; default none).
+    /// Such a group is left out when regions are derived, and the daemons
+    /// with a member of it form one more instance that carries it alone:
+    /// a group that spans several regions (daemons whose other groups
+    /// differ), which would otherwise keep the total order, goes by one
+    /// multicast per message (with `multicast` set, to the instance's own
+    /// address: the per-group address) and its recovery runs among its
+    /// own daemons. Each such group costs its daemons one more token ring
+    /// and, with `multicast`, one more address joined; it gives up the
+    /// regions' aggregation, so name only a few hot groups. A sender that
+    /// moves between two instances sends that one message by the total
+    /// order behind a CUT (as between a region and the order), so FIFO
+    /// per sender holds across them: alternating at every message gains
+    /// nothing.
+    pub hybrid: Vec<String>,
     /// The region engine's settings (`qsm::Config`, the papers' defaults),
     /// except `send_buffer`, which is 4,096 here: client frames arrive in
     /// bursts of a socket read, and each one the engine refuses waits in
@@ -115,6 +131,7 @@ impl Default for QsmSettings {
             held_max: 1024,
             multicast: None,
             multicast_addresses: NonZeroU32::new(256).expect("non-zero"),
+            hybrid: Vec::new(),
             engine: qsm::Config {
                 send_buffer: NonZeroU32::new(4096).expect("non-zero"),
                 ..qsm::Config::default()
@@ -172,6 +189,13 @@ pub struct RegionStats {
     pub bad_datagrams: u64,
     /// Datagrams sent to a region's IP multicast address.
     pub group_datagrams: u64,
+    /// Messages sent on an instance of a `hybrid` group (also counted in
+    /// `messages_sent`).
+    pub hybrid_sent: u64,
+    /// Messages sent by the total order because their sender's previous
+    /// region message went by another instance (also counted in
+    /// `ordered_instead`).
+    pub instance_switches: u64,
 }
 
 /// What a reporter said at a flush.
@@ -193,6 +217,8 @@ struct Waiting {
 /// One region instance this daemon is a member of.
 struct Instance {
     id: u32,
+    /// Carries one `hybrid` group (else: this daemon's region).
+    hybrid: bool,
     engine: Qsm,
     /// Daemon ids by slot.
     members: BTreeMap<u32, NodeId>,
@@ -363,9 +389,13 @@ enum Gate {
 /// carried service, and every QSM datagram.
 pub struct Regions {
     settings: QsmSettings,
+    /// Hashes of the `hybrid` groups.
+    hybrid: BTreeSet<u64>,
     datagram_max: usize,
     me: Option<NodeId>,
-    current: Option<Instance>,
+    /// The instances messages go by now: this daemon's region (first, if
+    /// any) and one per `hybrid` group it has a member of.
+    current: Vec<Instance>,
     retired: Vec<Instance>,
     /// Instances flushed here, kept running (token, repairs; deliveries
     /// dropped) until the given time: a peer still flushing one may need
@@ -388,10 +418,11 @@ pub struct Regions {
     watch: Option<u64>,
     /// The latest total-order batch handed to the sessions.
     applied_gseq: u64,
-    /// Region messages sent since the last cut or flush.
-    cut_due: bool,
-    /// The OPEN of the instance just derived, not yet put into the order.
-    open_due: Option<u32>,
+    /// The instance that carried region messages since the last cut or
+    /// flush.
+    cut_due: Option<u32>,
+    /// The OPENs of the instances just derived, not yet put into the order.
+    open_due: Vec<u32>,
     /// Client frames waiting (a flush, or the engine's buffer full).
     held: VecDeque<(SessionId, Frame)>,
     /// Flush reports for instances not retired here yet, by instance.
@@ -423,11 +454,13 @@ impl Regions {
     /// The layer for a daemon whose datagrams carry at most `datagram_max`
     /// bytes.
     pub fn new(settings: QsmSettings, datagram_max: usize) -> Regions {
+        let hybrid = settings.hybrid.iter().map(|g| group_hash(g)).collect();
         Regions {
             settings,
+            hybrid,
             datagram_max,
             me: None,
-            current: None,
+            current: Vec::new(),
             retired: Vec::new(),
             lingering: VecDeque::new(),
             queue: VecDeque::new(),
@@ -437,8 +470,8 @@ impl Regions {
             view_members: Vec::new(),
             watch: None,
             applied_gseq: 0,
-            cut_due: false,
-            open_due: None,
+            cut_due: None,
+            open_due: Vec::new(),
             held: VecDeque::new(),
             early: VecDeque::new(),
             early_reports: VecDeque::new(),
@@ -463,10 +496,20 @@ impl Regions {
         &self.stats
     }
 
-    /// The current instance: (id, members' daemon ids, groups carried).
+    /// The current region instance: (id, members' daemon ids, groups
+    /// carried).
     pub fn region(&self) -> Option<(u32, Vec<NodeId>, usize)> {
-        let i = self.current.as_ref()?;
+        let i = self.current.iter().find(|i| !i.hybrid)?;
         Some((i.id, i.members.values().copied().collect(), i.groups.len()))
+    }
+
+    /// The current instances of `hybrid` groups: (id, members' daemon ids).
+    pub fn hybrid_instances(&self) -> Vec<(u32, Vec<NodeId>)> {
+        self.current
+            .iter()
+            .filter(|i| i.hybrid)
+            .map(|i| (i.id, i.members.values().copied().collect()))
+            .collect()
     }
 
     /// Whether a flush or a cut holds the total order back.
@@ -485,7 +528,7 @@ impl Regions {
     /// sessions' group table, which every daemon has with or without QSM,
     /// is not counted here).
     pub fn bytes_per_group(&self) -> Option<usize> {
-        let i = self.current.as_ref()?;
+        let i = self.current.iter().find(|i| !i.hybrid)?;
         let n = i.groups.len().max(1);
         let own = i.groups.capacity() * std::mem::size_of::<u64>()
             + i.index.slots.capacity() * std::mem::size_of::<u32>()
@@ -500,14 +543,22 @@ impl Regions {
             return vec!["qsm: off".into()];
         }
         let s = &self.stats;
-        let region = match &self.current {
-            Some(i) => format!(
-                "instance {:08x}, {} daemons, {} groups",
-                i.id,
-                i.members.len(),
-                i.groups.len()
-            ),
-            None => "none".into(),
+        let region = if self.current.is_empty() {
+            "none".to_string()
+        } else {
+            self.current
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{}instance {:08x}, {} daemons, {} groups",
+                        if i.hybrid { "hybrid " } else { "" },
+                        i.id,
+                        i.members.len(),
+                        i.groups.len()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
         };
         let retired: Vec<String> = self
             .retired
@@ -545,10 +596,12 @@ impl Regions {
                 retired.join(", ")
             ),
             format!(
-                "qsm: sent {} delivered {} ordered instead {}; instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}; to region addresses {} (joined {})",
+                "qsm: sent {} (hybrid {}) delivered {} ordered instead {} (instance switches {}); instances {} cuts {} flushes {} (timed out {}, lost {}, beyond bound {}); early dropped {} bad {}; unflushed changes {}; to region addresses {} (joined {})",
                 s.messages_sent,
+                s.hybrid_sent,
                 s.messages_delivered,
                 s.ordered_instead,
+                s.instance_switches,
                 s.instances,
                 s.cuts_sent,
                 s.flushes,
@@ -609,11 +662,11 @@ impl Regions {
         self.queue.push_back(ev);
     }
 
-    /// OPENs (CUTs at 0) of the current instance, read in order.
+    /// OPENs (CUTs at 0) of the current instances, read in order.
     fn read_opens(&mut self, sender: NodeId, payload: &[u8]) {
-        let Some(inst) = self.current.as_mut().filter(|i| !i.confirmed) else {
+        if self.current.iter().all(|i| i.confirmed) {
             return;
-        };
+        }
         let Ok(items) = groups::decode(payload) else {
             return;
         };
@@ -625,7 +678,11 @@ impl Regions {
                 ..
             } = item
             {
-                if instance == inst.id {
+                if let Some(inst) = self
+                    .current
+                    .iter_mut()
+                    .find(|i| i.id == instance && !i.confirmed)
+                {
                     inst.on_open(sender);
                 }
             }
@@ -692,14 +749,14 @@ impl Regions {
                 return Some(self.hand_on(ev));
             }
             let ev = self.queue.front()?;
-            if !self.removed && self.current.is_some() && Regions::is_change(ev, sessions) {
-                if self.current.as_ref().is_some_and(Instance::trivial) {
-                    // Nothing to agree on: dropped without a flush round.
-                    self.drop_trivial(now, sessions);
-                    continue;
+            if !self.removed && !self.current.is_empty() && Regions::is_change(ev, sessions) {
+                // Trivial instances (nothing to agree on) end without a
+                // flush round; the others are retired and flushed.
+                self.drop_trivial(now, sessions);
+                if !self.current.is_empty() {
+                    self.retire(now, sessions);
+                    self.gate = Some(Gate::Change { since: now });
                 }
-                self.retire(now, sessions);
-                self.gate = Some(Gate::Change { since: now });
                 continue;
             }
             if !self.removed {
@@ -717,7 +774,7 @@ impl Regions {
     /// An event goes on as no change point: with an instance current,
     /// [`Regions::after_event`] checks that the table's view id stayed.
     fn watch_for_change(&mut self, sessions: &Sessions) {
-        self.watch = (self.current.is_some() && !self.removed).then(|| sessions.change_point());
+        self.watch = (!self.current.is_empty() && !self.removed).then(|| sessions.change_point());
     }
 
     fn hand_on(&mut self, ev: MembershipEvent) -> MembershipEvent {
@@ -752,7 +809,7 @@ impl Regions {
             return;
         }
         // An instance is replaced only through a flush (`retire`).
-        if self.current.is_none() && self.me.is_some() && !self.removed {
+        if self.current.is_empty() && self.me.is_some() && !self.removed {
             self.derive(now, sessions);
         }
     }
@@ -790,7 +847,7 @@ impl Regions {
         // A sender's own daemon waits too: its own region messages are
         // delivered at once unless a flush holds them, and the ordered
         // message after them must not overtake them.
-        if self.current.is_none() && self.retired.is_empty() {
+        if self.current.is_empty() && self.retired.is_empty() {
             return None;
         }
         let items = groups::decode(payload).ok()?;
@@ -909,22 +966,36 @@ impl Regions {
         self.early.retain(|(i, _, _)| *i != id);
     }
 
-    /// A trivial instance ends at a change point without a flush: its own
-    /// messages (delivered at once) go to the sessions first.
+    /// The trivial current instances end at a change point without a
+    /// flush: their own messages (delivered at once) go to the sessions
+    /// first.
     fn drop_trivial(&mut self, now: Instant, sessions: &mut Sessions) {
+        if !self.current.iter().any(Instance::trivial) {
+            return;
+        }
         self.deliver_ready(now, sessions);
-        if let Some(inst) = self.current.take() {
+        let (trivial, kept): (Vec<Instance>, Vec<Instance>) = std::mem::take(&mut self.current)
+            .into_iter()
+            .partition(Instance::trivial);
+        self.current = kept;
+        for inst in trivial {
+            if self.cut_due == Some(inst.id) {
+                self.cut_due = None;
+            }
             self.forget(inst.id);
         }
-        self.cut_due = false;
     }
 
-    /// Retires the current instance at a change point: its report goes into
-    /// the total order.
-    fn retire(&mut self, _now: Instant, sessions: &mut Sessions) {
-        let Some(mut inst) = self.current.take() else {
-            return;
-        };
+    /// Retires the current instances at a change point: their reports go
+    /// into the total order.
+    fn retire(&mut self, now: Instant, sessions: &mut Sessions) {
+        for inst in std::mem::take(&mut self.current) {
+            self.retire_one(now, sessions, inst);
+        }
+        self.cut_due = None;
+    }
+
+    fn retire_one(&mut self, _now: Instant, sessions: &mut Sessions, mut inst: Instance) {
         let me = self.me.map(slot_of).unwrap_or(0);
         let mine = Report {
             sent: inst.next_seq,
@@ -959,7 +1030,6 @@ impl Regions {
         };
         flush.freeze();
         inst.flush = Some(flush);
-        self.cut_due = false;
         self.stats.flushes += 1;
         self.retired.push(inst);
     }
@@ -968,8 +1038,7 @@ impl Regions {
     fn reset(&mut self) {
         for inst in self
             .current
-            .take()
-            .into_iter()
+            .drain(..)
             .chain(self.retired.drain(..))
             .chain(self.lingering.drain(..).map(|(i, _)| i))
         {
@@ -980,22 +1049,25 @@ impl Regions {
         self.view_members.clear();
         self.watch = None;
         self.applied_gseq = 0;
-        self.cut_due = false;
-        self.open_due = None;
+        self.cut_due = None;
+        self.open_due.clear();
         self.early.clear();
         self.early_reports.clear();
         self.out.clear();
         self.group_out.clear();
     }
 
-    /// Computes this daemon's region from the table and starts its instance.
+    /// Computes this daemon's region (and the instances of its `hybrid`
+    /// groups) from the table and starts their instances.
     fn derive(&mut self, now: Instant, sessions: &Sessions) {
         let Some(me) = self.me else {
             return;
         };
-        // Per group: its daemons (the table is in group order).
+        // Per group: its daemons (the table is in group order). `hybrid`
+        // groups are left out of the regions: each gets its own instance.
         let mut sets: BTreeMap<NodeId, Vec<u64>> = BTreeMap::new();
         let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut hybrid: BTreeMap<u64, Vec<NodeId>> = BTreeMap::new();
         // Only daemons that hold the whole table take part: a joining
         // daemon creates instances only once it has it, so a group with a
         // member there is not carried until then (its `count` is above the
@@ -1003,31 +1075,61 @@ impl Regions {
         let settled = sessions.settled_daemons();
         sessions.for_each_group_daemon(|group, daemon| {
             let h = group_hash(group);
-            if settled.contains(&daemon) {
+            *count.entry(h).or_default() += 1;
+            if self.hybrid.contains(&h) {
+                hybrid.entry(h).or_default().push(daemon);
+            } else if settled.contains(&daemon) {
                 sets.entry(daemon).or_default().push(h);
             }
-            *count.entry(h).or_default() += 1;
         });
-        let Some(mine) = sets.get(&me) else {
-            return;
-        };
-        let mut by_slot: BTreeMap<u32, NodeId> = BTreeMap::new();
-        for (d, set) in &sets {
-            if set == mine {
-                // Two incarnations of one slot: the newer (a larger id).
-                let e = by_slot.entry(slot_of(*d)).or_insert(*d);
-                *e = (*e).max(*d);
+        if let Some(mine) = sets.get(&me) {
+            let mut by_slot: BTreeMap<u32, NodeId> = BTreeMap::new();
+            for (d, set) in &sets {
+                if set == mine {
+                    // Two incarnations of one slot: the newer (a larger id).
+                    let e = by_slot.entry(slot_of(*d)).or_insert(*d);
+                    *e = (*e).max(*d);
+                }
             }
+            let n = by_slot.len();
+            let groups: Vec<u64> = mine
+                .iter()
+                .copied()
+                .filter(|h| count.get(h) == Some(&n))
+                .collect();
+            self.start_instance(now, sessions, me, by_slot, groups, false);
         }
+        for (h, daemons) in hybrid {
+            // Carried only when every daemon of the group holds the table
+            // and this daemon is one of them.
+            if !daemons.contains(&me) || !daemons.iter().all(|d| settled.contains(d)) {
+                continue;
+            }
+            let mut by_slot: BTreeMap<u32, NodeId> = BTreeMap::new();
+            for d in daemons {
+                let e = by_slot.entry(slot_of(d)).or_insert(d);
+                *e = (*e).max(d);
+            }
+            self.start_instance(now, sessions, me, by_slot, vec![h], true);
+        }
+        // The region first: the sender looks there first.
+        self.current.sort_by_key(|i| i.hybrid);
+    }
+
+    /// Starts an instance of the daemons `by_slot` for `groups`, unless this
+    /// daemon (`me`) is not the member of its slot there.
+    fn start_instance(
+        &mut self,
+        now: Instant,
+        sessions: &Sessions,
+        me: NodeId,
+        by_slot: BTreeMap<u32, NodeId>,
+        mut groups: Vec<u64>,
+        hybrid: bool,
+    ) {
         if by_slot.get(&slot_of(me)) != Some(&me) {
             return;
         }
-        let n = by_slot.len();
-        let mut groups: Vec<u64> = mine
-            .iter()
-            .copied()
-            .filter(|h| count.get(h) == Some(&n))
-            .collect();
         groups.sort_unstable();
         groups.dedup();
         groups.shrink_to_fit();
@@ -1038,6 +1140,14 @@ impl Regions {
             by_slot.values(),
             &groups,
         );
+        // Two instances of this daemon under one id (a 32-bit hash of
+        // different members or groups) would take each other's packets:
+        // the later one is not started (its groups keep the total order).
+        // Alike at every member: each derives the same instances in the
+        // same order.
+        if self.current.iter().any(|i| i.id == id) {
+            return;
+        }
         // The engine knows a group by its position in `groups`, the same at
         // every member (the id covers the list: members that derived
         // different lists never share an instance), so that neither end
@@ -1061,10 +1171,11 @@ impl Regions {
         self.stats.instances += 1;
         let by_slot_len = by_slot.len();
         if by_slot_len > 1 {
-            self.open_due = Some(id);
+            self.open_due.push(id);
         }
-        self.current = Some(Instance {
+        let mut inst = Instance {
             id,
+            hybrid,
             engine,
             members: by_slot,
             index: GroupIndex::new(&groups),
@@ -1077,7 +1188,7 @@ impl Regions {
             delivered: BTreeMap::new(),
             waiting: BTreeMap::new(),
             flush: None,
-        });
+        };
         // What peers sent it before this daemon got here.
         let early: Vec<_> = self
             .early
@@ -1087,10 +1198,9 @@ impl Regions {
             .collect();
         self.early.retain(|(i, _, _)| *i != id);
         for (_, from, packet) in early {
-            if let Some(inst) = self.current.as_mut() {
-                inst.engine.handle_datagram_bytes(now, from, &packet);
-            }
+            inst.engine.handle_datagram_bytes(now, from, &packet);
         }
+        self.current.push(inst);
     }
 
     // ---- clients ---------------------------------------------------------------------
@@ -1153,8 +1263,10 @@ impl Regions {
         out
     }
 
+    /// Whether every current engine takes a message (held frames wait
+    /// while one is full: they go in order).
     fn engine_can_send(&self) -> bool {
-        self.current.as_ref().is_some_and(|i| i.engine.can_send())
+        !self.current.is_empty() && self.current.iter().all(|i| i.engine.can_send())
     }
 
     fn route(
@@ -1194,11 +1306,20 @@ impl Regions {
             groups,
             payload,
         );
-        let Some((group, bytes)) = encoded else {
+        let Some((at, group, bytes)) = encoded else {
             self.stats.ordered_instead += 1;
             return self.ordered(sessions, session, frame);
         };
-        let inst = self.current.as_mut().expect("eligible");
+        let inst = &mut self.current[at];
+        if self.cut_due.is_some_and(|id| id != inst.id) {
+            // This daemon's messages went by another instance since the
+            // last cut: this one goes by the total order behind a CUT of
+            // it, and the next ones by this instance after it (FIFO per
+            // sender across instances, as across a region and the order).
+            self.stats.ordered_instead += 1;
+            self.stats.instance_switches += 1;
+            return self.ordered(sessions, session, frame);
+        }
         if !inst.engine.can_send() {
             self.held.push_front((session, frame));
             return None;
@@ -1206,8 +1327,11 @@ impl Regions {
         match inst.engine.multicast_to(now, GroupId(group), bytes) {
             Ok(seq) => {
                 inst.next_seq = seq + 1;
-                self.cut_due = true;
+                self.cut_due = Some(inst.id);
                 self.stats.messages_sent += 1;
+                if inst.hybrid {
+                    self.stats.hybrid_sent += 1;
+                }
                 None
             }
             Err(_) => {
@@ -1226,24 +1350,27 @@ impl Regions {
         frame: Frame,
     ) -> Option<(SessionId, Frame)> {
         let message = matches!(frame, Frame::Multicast { .. } | Frame::MulticastExt { .. });
-        if message && self.cut_due {
-            if let Some(inst) = &self.current {
-                sessions.push_region_item(&Item::RegionFlush {
-                    instance: inst.id,
-                    cut: true,
-                    sent: inst.next_seq,
-                    delivered: Vec::new(),
-                });
-                self.stats.cuts_sent += 1;
+        if message {
+            if let Some(id) = self.cut_due.take() {
+                if let Some(inst) = self.current.iter().find(|i| i.id == id) {
+                    sessions.push_region_item(&Item::RegionFlush {
+                        instance: inst.id,
+                        cut: true,
+                        sent: inst.next_seq,
+                        delivered: Vec::new(),
+                    });
+                    self.stats.cuts_sent += 1;
+                }
             }
-            self.cut_due = false;
         }
         Some((session, frame))
     }
 
-    /// The region payload of a multicast the region can carry: the position
-    /// of its first group in the instance's list (the engine's group id)
-    /// and `after_gseq u64` then a batch of one MESSAGE item.
+    /// The region payload of a multicast an instance can carry: the
+    /// instance (its place in `current`), the position of the message's
+    /// first group in the instance's list (the engine's group id), and
+    /// `after_gseq u64` then a batch of one MESSAGE item. Every group must
+    /// be carried by that one instance.
     fn eligible(
         &self,
         order_idle: bool,
@@ -1252,18 +1379,33 @@ impl Regions {
         (flags, mess_type): (u8, u16),
         groups: &[String],
         payload: &[u8],
-    ) -> Option<(u32, Bytes)> {
-        let inst = self.current.as_ref()?;
-        if !inst.confirmed || !order_idle || groups.is_empty() {
+    ) -> Option<(usize, u32, Bytes)> {
+        if !order_idle || groups.is_empty() {
             return None;
         }
-        let mut first = None;
+        let mut found: Option<(usize, u32)> = None;
         for g in groups {
             if g.starts_with('#') {
                 return None;
             }
-            let i = inst.index.find(&inst.groups, group_hash(g))?;
-            first.get_or_insert(i as u32);
+            let h = group_hash(g);
+            match found {
+                Some((at, _)) => {
+                    let inst = &self.current[at];
+                    inst.index.find(&inst.groups, h)?;
+                }
+                None => {
+                    found = self.current.iter().enumerate().find_map(|(at, inst)| {
+                        let i = inst.index.find(&inst.groups, h)?;
+                        Some((at, i as u32))
+                    });
+                    found?;
+                }
+            }
+        }
+        let (at, first) = found?;
+        if !self.current[at].confirmed {
+            return None;
         }
         let item = Item::Message {
             client,
@@ -1281,7 +1423,7 @@ impl Regions {
         bytes.extend_from_slice(&self.applied_gseq.to_be_bytes());
         bytes.extend_from_slice(&1u16.to_be_bytes());
         item.encode(&mut bytes).ok()?;
-        Some((first?, Bytes::from(bytes)))
+        Some((at, first, Bytes::from(bytes)))
     }
 
     // ---- deliveries ------------------------------------------------------------------
@@ -1290,8 +1432,8 @@ impl Regions {
     /// allow. Returns whether any went.
     pub fn deliver_ready(&mut self, _now: Instant, sessions: &mut Sessions) -> bool {
         let mut any = false;
-        if let Some(instance) = self.open_due.take() {
-            if self.current.as_ref().is_some_and(|i| i.id == instance) {
+        for instance in std::mem::take(&mut self.open_due) {
+            if self.current.iter().any(|i| i.id == instance) {
                 sessions.push_region_item(&Item::RegionFlush {
                     instance,
                     cut: true,

@@ -778,8 +778,31 @@ impl Qsm {
         }
     }
 
-    fn visit(&mut self, now: Instant, partition: u32, records: &mut [TokenRecord]) {
+    fn visit(&mut self, now: Instant, partition: u32, records: &mut Vec<TokenRecord>) {
         let k = self.layout.partitions;
+        // A sender the region leader has seen nothing of gets no record
+        // at the start of a round, so no ACK, and never learns that the
+        // whole region missed its messages: a lone message lost at every
+        // other member (a daemon that sent one message on an instance and
+        // then went on by another) was never recovered, and a flush waited
+        // for it until it timed out. The sender adds its own record here:
+        // it starts mid-route, so it frees nothing (`stable_next` and
+        // `min_contig` 0: the ACK's `next` is 0 and no member collects
+        // garbage by it); its ACK's `seen` makes the sender multicast again
+        // what nobody reported, and once others hold some, the leader
+        // lists the sender from the start of the next round.
+        if self.out.next_sent > 0 && !records.iter().any(|r| r.source == self.me.0) {
+            records.push(TokenRecord {
+                source: self.me.0,
+                max_seen: 0,
+                stable_next: 0,
+                min_contig: 0,
+                gc_next: 0,
+                part_stable: u64::MAX,
+                nak: Vec::new(),
+                wants: Vec::new(),
+            });
+        }
         let (suspicion, max) = (self.config.loss_suspicion, self.config.intervals_max);
         let pull_max = self.config.pull_ranges_max;
         for rec in records.iter_mut() {

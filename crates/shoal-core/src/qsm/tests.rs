@@ -137,6 +137,35 @@ fn a_tail_the_whole_region_missed_is_multicast_again() {
 }
 
 #[test]
+fn a_lone_message_of_a_sender_other_than_the_leader_that_nobody_got_is_sent_again() {
+    // Sender 1 (not the region leader) sends one message and nothing
+    // more; its every first copy is lost. Nobody has seen anything of
+    // sender 1, so the leader starts no record for it: before the sender
+    // added its own record at its visit, no ACK ever told it to send the
+    // message again (the daemon's hybrid groups hit this: a daemon sent
+    // one message on an instance and went on by another, and a flush
+    // waited for the message until it timed out; swarm seed 51 with
+    // `--qsm --qsm-hybrid`).
+    for n in [2, 3, 7] {
+        let mut net = net(n, 11, &Config::default());
+        let dropped = std::rc::Rc::new(std::cell::Cell::new(false));
+        let flag = dropped.clone();
+        net.filter = Some(Box::new(move |from, _, bytes| {
+            !(from == 1 && data_seq(bytes) == Some(0) && !flag.get())
+        }));
+        send(&mut net, 1, 1);
+        dropped.set(true);
+        net.run_until(6_000);
+        assert_everyone_has_all(&net, &[(1, 1)]);
+        assert!(
+            net.engines[1].stats.multicast_retransmissions >= 1,
+            "{n} members"
+        );
+        assert_memory_freed(&net);
+    }
+}
+
+#[test]
 fn a_tail_only_members_after_the_leader_got_reaches_the_leader() {
     // Member 0 leads the region and visits first, so the round's
     // `max_seen` reaches it only at the finish. The last message of

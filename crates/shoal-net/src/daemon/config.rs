@@ -1104,6 +1104,10 @@ mod tests {
         let bad = DaemonConfig::parse("[qsm.engine]\ntoken_interval = 0\n").unwrap_err();
         assert!(bad.to_string().contains("qsm.engine"), "{bad}");
         assert!(DaemonConfig::parse("[qsm]\nservices = [\"agreed\"]\n").is_err());
+        assert!(c.qsm.hybrid.is_empty());
+        let c =
+            DaemonConfig::parse("[qsm]\nenabled = true\nhybrid = [\"hot\", \"news\"]\n").unwrap();
+        assert_eq!(c.qsm.hybrid, vec!["hot".to_string(), "news".to_string()]);
     }
 
     #[test]

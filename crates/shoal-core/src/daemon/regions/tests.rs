@@ -54,6 +54,11 @@ fn settings(slot: usize, batch_max: usize, qsm: bool) -> Settings {
 
 impl Net {
     fn new(n: usize, qsm: bool) -> Net {
+        Net::with_hybrid(n, qsm, &[])
+    }
+
+    /// Daemons whose `[qsm] hybrid` names `hybrid`.
+    fn with_hybrid(n: usize, qsm: bool, hybrid: &[&str]) -> Net {
         let mut config = membership::Config::default();
         config.vsync.view_period = Duration::from_secs(2);
         config.vsync.committee_size = std::num::NonZeroU32::new(3).unwrap();
@@ -69,7 +74,9 @@ impl Net {
                     Instant::ZERO,
                 )
                 .unwrap();
-                Some(Daemon::new(settings(slot, batch_max, qsm), m))
+                let mut s = settings(slot, batch_max, qsm);
+                s.qsm.hybrid = hybrid.iter().map(|g| g.to_string()).collect();
+                Some(Daemon::new(s, m))
             })
             .collect();
         Net {
@@ -824,4 +831,183 @@ fn send_phase(net: &mut Net, groups: usize, messages: usize) {
         }
     }
     net.run_until(start + 10_000);
+}
+
+// ---- the hybrid per-group mode -------------------------------------------------
+
+/// Three daemons with `hybrid = ["g"]`: every client joins `g`; the
+/// clients of `others[slot]` also join that group, so the daemons' other
+/// group sets, hence their regions, may differ.
+fn hybrid_g(others: [&str; 3]) -> Net {
+    let mut net = Net::with_hybrid(3, true, &["g"]);
+    net.run_until(4_000);
+    for (slot, other) in others.iter().enumerate() {
+        net.client(slot, 1, &format!("c{slot}"));
+        net.frame(slot, 1, Frame::Join { group: "g".into() });
+        net.frame(
+            slot,
+            1,
+            Frame::Join {
+                group: (*other).into(),
+            },
+        );
+    }
+    net.run_until(5_000);
+    net
+}
+
+#[test]
+fn a_hybrid_group_spanning_three_regions_goes_by_its_own_instance() {
+    // Regions {0}, {1}, {2} (each daemon's other group is its own): without
+    // the hybrid mode `g` spans three regions and keeps the total order.
+    let mut net = hybrid_g(["o0", "o1", "o2"]);
+    for slot in 0..3 {
+        let (_, members, groups) = net.d(slot).regions().region().expect("a region");
+        assert_eq!((members.len(), groups), (1, 1), "daemon {slot}");
+        let hybrid = net.d(slot).regions().hybrid_instances();
+        assert_eq!(hybrid.len(), 1, "daemon {slot}");
+        assert_eq!(hybrid[0].1.len(), 3, "daemon {slot}");
+    }
+    let batches_before: Vec<u64> = (0..3)
+        .map(|s| net.d(s).sessions().stats().batches_sent)
+        .collect();
+    for k in 0..150 {
+        for slot in 0..3 {
+            net.send(slot, 1, Service::Fifo, "g", format!("c{slot}:{k:04}"));
+        }
+        if k % 40 == 0 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(7_000);
+    for (slot, before) in batches_before.into_iter().enumerate() {
+        let got = net.got(slot, 1);
+        for s in 0..3 {
+            let want: Vec<String> = (0..150).map(|k| format!("c{s}:{k:04}")).collect();
+            assert_eq!(of(&got, &format!("c{s}:")), want, "at {slot} from {s}");
+        }
+        let st = net.d(slot).regions().stats();
+        assert_eq!((st.messages_sent, st.hybrid_sent), (150, 150), "{st:?}");
+        assert_eq!(st.ordered_instead, 0, "{st:?}");
+        assert_eq!(st.messages_delivered, 450, "{st:?}");
+        assert_eq!(
+            net.d(slot).sessions().stats().batches_sent,
+            before,
+            "daemon {slot}: nothing went by the total order"
+        );
+    }
+}
+
+#[test]
+fn without_the_hybrid_mode_the_same_group_keeps_the_total_order() {
+    let mut net = three_in_g(true);
+    for slot in 0..3 {
+        net.frame(
+            slot,
+            1,
+            Frame::Join {
+                group: format!("o{slot}"),
+            },
+        );
+    }
+    net.run_until(5_000);
+    net.send(0, 1, Service::Fifo, "g", "c0:x".into());
+    net.run_until(5_500);
+    for slot in 0..3 {
+        assert_eq!(net.got(slot, 1), vec!["c0:x".to_string()], "at {slot}");
+        assert!(net.d(slot).regions().hybrid_instances().is_empty());
+    }
+    let st = net.d(0).regions().stats();
+    assert_eq!((st.messages_sent, st.ordered_instead), (0, 1), "{st:?}");
+}
+
+#[test]
+fn fifo_holds_across_a_region_and_a_hybrid_instance() {
+    // Daemons 0 and 1 share region {0,1} (group r); daemon 2 is alone
+    // (group o2); g is hybrid over all three.
+    let mut net = hybrid_g(["r", "r", "o2"]);
+    assert_eq!(net.d(0).regions().region().unwrap().1.len(), 2);
+    for k in 0..140 {
+        let to = if k % 7 < 4 { "g" } else { "r" };
+        net.send(0, 1, Service::Fifo, to, format!("c0:{k:04}"));
+        if k % 13 == 0 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(9_000);
+    let all: Vec<String> = (0..140).map(|k| format!("c0:{k:04}")).collect();
+    for slot in 0..2 {
+        assert_eq!(net.got(slot, 1), all, "at {slot}");
+    }
+    let only_g: Vec<String> = (0..140)
+        .filter(|k| k % 7 < 4)
+        .map(|k| format!("c0:{k:04}"))
+        .collect();
+    assert_eq!(net.got(2, 1), only_g, "at 2");
+    let st = net.d(0).regions().stats();
+    assert!(st.hybrid_sent > 0, "{st:?}");
+    assert!(st.messages_sent > st.hybrid_sent, "{st:?}");
+    assert!(st.instance_switches > 0 && st.cuts_sent > 0, "{st:?}");
+}
+
+#[test]
+fn a_join_to_a_hybrid_group_is_announced_after_the_same_messages_everywhere() {
+    let mut net = hybrid_g(["o0", "o1", "o2"]);
+    for k in 0..100 {
+        net.send(0, 1, Service::Fifo, "g", format!("c0:{k:04}"));
+        if k == 50 {
+            net.client(2, 2, "late");
+            net.frame(2, 2, Frame::Join { group: "g".into() });
+        }
+        if k % 10 == 0 {
+            let t = net.now / MS + 1;
+            net.run_until(t);
+        }
+    }
+    net.run_until(9_000);
+    let cut = |h: &[String]| {
+        let at = h.iter().position(|x| x == "V4").expect("saw the join");
+        h[..at]
+            .iter()
+            .filter(|x| !x.starts_with('V'))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let h0 = net.history(0, 1, "g");
+    for slot in 1..3 {
+        assert_eq!(cut(&net.history(slot, 1, "g")), cut(&h0), "daemon {slot}");
+    }
+    let late = net.history(2, 2, "g");
+    assert_eq!(late.first().map(String::as_str), Some("V4"), "{late:?}");
+    let after: Vec<String> = h0[h0.iter().position(|x| x == "V4").unwrap() + 1..]
+        .iter()
+        .filter(|x| !x.starts_with('V'))
+        .cloned()
+        .collect();
+    assert_eq!(&late[1..], &after[..]);
+    for slot in 0..3 {
+        assert_eq!(of(&net.got(slot, 1), "c0:").len(), 100, "at {slot}");
+    }
+    let st = net.d(0).regions().stats();
+    assert!(st.flushes >= 1 && st.hybrid_sent > 0, "{st:?}");
+}
+
+#[test]
+fn lost_datagrams_of_a_hybrid_instance_are_recovered() {
+    let mut net = hybrid_g(["o0", "o1", "o2"]);
+    net.qsm_loss = 0.1;
+    for k in 0..300 {
+        net.send(0, 1, Service::Reliable, "g", format!("c0:{k:04}"));
+        if k % 50 == 0 {
+            net.run_until(net.now / MS + 5);
+        }
+    }
+    net.run_until(14_000);
+    let want: Vec<String> = (0..300).map(|k| format!("c0:{k:04}")).collect();
+    for slot in 0..3 {
+        assert_eq!(net.got(slot, 1), want, "at {slot}");
+    }
+    assert_eq!(net.d(0).regions().stats().hybrid_sent, 300);
 }
