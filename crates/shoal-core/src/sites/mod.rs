@@ -728,6 +728,11 @@ impl SiteDaemon {
             if let Some(l) = self.links.get_mut(&site) {
                 l.hop.handle_datagram(now, rest);
             }
+        } else if kind == codec::WAN_STATUS {
+            match WanMsg::decode(rest) {
+                Ok(WanMsg::Status { dest, .. }) if dest == self.site.0 => self.on_wan_msg(rest),
+                _ => self.stats.bad_datagrams += 1,
+            }
         }
         self.pump();
     }
@@ -1654,7 +1659,21 @@ impl SiteDaemon {
                 epoch,
                 holds: holds.clone(),
             };
-            if let Some(next) = self.routes.next_hop(self.site, t) {
+            // A neighbour's gateway gets it at once, outside the link's
+            // queue: behind a second of queued data on a saturated link it
+            // would report counts a second old, and the neighbour would
+            // resend its own elements as stalled although the link had
+            // long delivered them. A status repeats every
+            // `status_interval`, so it needs no Hop reliability. Sites
+            // further away get it through the links.
+            if let Some(l) = self.links.get(&t) {
+                let mut buf = codec::wan_header(codec::WAN_STATUS, self.link_epoch, self.site);
+                buf.extend_from_slice(&msg.encode());
+                self.out.push_back(Out {
+                    target: Target::Wan(l.peer),
+                    payload: Bytes::from(buf),
+                });
+            } else if let Some(next) = self.routes.next_hop(self.site, t) {
                 self.link_send(next, msg.encode());
             }
         }
