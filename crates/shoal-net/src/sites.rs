@@ -41,6 +41,8 @@
 //! a = "east"
 //! b = "west"
 //! weight = 10            # both directions; or a_to_b / b_to_a
+//! # delay_ms = 52        # experiments: delay and loss injected per link
+//! # loss = 0.01          # and direction by the receiving daemon
 //!
 //! [engine]               # shoal_core::sites::Config, every field optional
 //! global_window = 200
@@ -125,6 +127,14 @@ pub struct LinkEntry {
     pub a_to_b: Option<u32>,
     /// Cost from `b` to `a`.
     pub b_to_a: Option<u32>,
+    /// For experiments: milliseconds every datagram crossing this link
+    /// (either way) is held by the receiving daemon before its engine
+    /// sees it, a one-way link delay. Default 0.
+    pub delay_ms: Option<f64>,
+    /// For experiments: the fraction, in [0, 1), of the datagrams
+    /// crossing this link in each direction that the receiving daemon
+    /// drops. Default 0.
+    pub loss: Option<f64>,
 }
 
 /// Why a sites file was refused. Nothing was started.
@@ -164,6 +174,10 @@ pub enum SitesConfigError {
     NoDirection { a: String, b: String },
     #[error("link {a:?}-{b:?}: weights are at least 1")]
     ZeroWeight { a: String, b: String },
+    #[error(
+        "link {a:?}-{b:?}: delay_ms must be at least 0 and finite, loss at least 0 and below 1"
+    )]
+    BadLinkFault { a: String, b: String },
     #[error("engine settings: {0}")]
     Engine(#[from] SitesError),
     #[error("daemon id {0} is not in the sites file")]
@@ -185,6 +199,17 @@ pub struct SitesPlan {
     pub engine: sites::Config,
     /// The cluster key and whether payloads are encrypted.
     pub auth: Option<(ClusterKey, Mode)>,
+    /// Delay and loss injected per link, by (sending site, receiving
+    /// site); links without `delay_ms` or `loss` are not listed.
+    pub link_faults: BTreeMap<(SiteId, SiteId), LinkFault>,
+}
+
+/// What a daemon's transport does to the datagrams one link carries to
+/// it (the sites file's `delay_ms` and `loss`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkFault {
+    pub delay: std::time::Duration,
+    pub loss: f64,
 }
 
 impl SitesPlan {
@@ -249,8 +274,26 @@ impl SitesPlan {
             return Err(SitesConfigError::IdsNotDense { count, missing });
         }
         let mut pairs = BTreeSet::new();
+        let mut link_faults = BTreeMap::new();
         for l in &file.links {
-            topo.links.push(link(l, &index, &mut pairs)?);
+            let w = link(l, &index, &mut pairs)?;
+            if l.delay_ms.is_some() || l.loss.is_some() {
+                let delay = l.delay_ms.unwrap_or(0.0);
+                let loss = l.loss.unwrap_or(0.0);
+                if !(delay >= 0.0 && delay.is_finite() && (0.0..1.0).contains(&loss)) {
+                    return Err(SitesConfigError::BadLinkFault {
+                        a: l.a.clone(),
+                        b: l.b.clone(),
+                    });
+                }
+                let f = LinkFault {
+                    delay: std::time::Duration::from_secs_f64(delay / 1e3),
+                    loss,
+                };
+                link_faults.insert((w.a, w.b), f);
+                link_faults.insert((w.b, w.a), f);
+            }
+            topo.links.push(w);
         }
         let auth = match &file.auth {
             Some(a) => {
@@ -284,6 +327,7 @@ impl SitesPlan {
             addrs: by_id.into_values().collect(),
             engine: file.engine,
             auth,
+            link_faults,
         })
     }
 
@@ -323,7 +367,10 @@ impl SitesPlan {
             1,
             now,
         )?;
-        Ok(SiteEngine::new(daemon, &self.topology))
+        let mut engine = SiteEngine::new(daemon, &self.topology);
+        engine.link_faults = self.link_faults.clone();
+        engine.seed_link_faults(u64::from(id));
+        Ok(engine)
     }
 }
 
@@ -382,6 +429,14 @@ pub struct SiteEngineStats {
     pub unknown_sender: u64,
     /// Ring multicasts sent as unicast copies to the site's other daemons.
     pub lan_fan_out: u64,
+    /// Datagrams dropped by a link's injected loss (`loss`).
+    pub link_dropped: u64,
+    /// Datagrams held for a link's injected delay (`delay_ms`), and how
+    /// late, in microseconds summed, the runtime's timer handed them over
+    /// after they were due (the emulated link's delay is `delay_ms` plus
+    /// this lateness on average).
+    pub link_held: u64,
+    pub link_late_us: u64,
 }
 
 /// One site daemon as a `shoal_core::Engine`, for a [`Node`](crate::Node).
@@ -394,6 +449,11 @@ pub struct SiteEngine {
     site_of: Vec<SiteId>,
     pending: VecDeque<Transmit>,
     stats: SiteEngineStats,
+    /// The sites file's per-link delay and loss, by (sending site,
+    /// receiving site), and the fault layer of each link into this
+    /// daemon's site, by sending site.
+    link_faults: BTreeMap<(SiteId, SiteId), LinkFault>,
+    link_layers: BTreeMap<SiteId, crate::Faults>,
 }
 
 impl SiteEngine {
@@ -425,7 +485,32 @@ impl SiteEngine {
             site_of,
             pending: VecDeque::new(),
             stats: SiteEngineStats::default(),
+            link_faults: BTreeMap::new(),
+            link_layers: BTreeMap::new(),
         }
+    }
+
+    /// Starts the per-link fault layers (the sites file's `delay_ms` and
+    /// `loss`) from `seed`, one generator per link into this daemon's
+    /// site. Call before any datagram arrives.
+    pub fn seed_link_faults(&mut self, seed: u64) {
+        let mine = self.daemon.site();
+        self.link_layers = self
+            .link_faults
+            .iter()
+            .filter(|((_, to), _)| *to == mine)
+            .map(|(&(from, _), f)| {
+                let config = crate::FaultConfig {
+                    drop_probability: f.loss,
+                    delay: f.delay,
+                    seed: seed
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        .wrapping_add(u64::from(from.0)),
+                    ..crate::FaultConfig::default()
+                };
+                (from, crate::Faults::new(config))
+            })
+            .collect();
     }
 
     /// The daemon: its counters and state.
@@ -455,12 +540,37 @@ impl Engine for SiteEngine {
     fn handle_datagram(&mut self, now: Instant, from: NodeId, datagram: &[u8]) {
         match self.site_of.get(from.0 as usize) {
             Some(&s) if s == self.daemon.site() => self.daemon.handle_lan(now, from, datagram),
-            Some(&s) if s.0 != u16::MAX => self.daemon.handle_wan(now, from, datagram),
+            Some(&s) if s.0 != u16::MAX => {
+                if let Some(layer) = self.link_layers.get_mut(&s) {
+                    match layer.judge(now) {
+                        crate::Verdict::Drop => {
+                            self.stats.link_dropped += 1;
+                            return;
+                        }
+                        crate::Verdict::DelayUntil(due) => {
+                            layer.hold(due, from, datagram);
+                            return;
+                        }
+                        crate::Verdict::Deliver => {}
+                    }
+                }
+                self.daemon.handle_wan(now, from, datagram)
+            }
             _ => self.stats.unknown_sender += 1,
         }
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        for layer in self.link_layers.values_mut() {
+            while let Some(due) = layer.next_due().filter(|due| *due <= now) {
+                let Some((from, datagram)) = layer.pop_due(now) else {
+                    break;
+                };
+                self.stats.link_held += 1;
+                self.stats.link_late_us += now.saturating_duration_since(due).as_micros() as u64;
+                self.daemon.handle_wan(now, from, &datagram);
+            }
+        }
         self.daemon.handle_timeout(now);
     }
 
@@ -505,7 +615,11 @@ impl Engine for SiteEngine {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.daemon.poll_timeout()
+        self.link_layers
+            .values()
+            .filter_map(crate::Faults::next_due)
+            .chain(self.daemon.poll_timeout())
+            .min()
     }
 }
 

@@ -110,7 +110,9 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     }
     let addr = plan.addr(args.id)?;
     let clock = Clock::new();
-    let engine = plan.engine(args.id, clock.now())?;
+    let mut engine = plan.engine(args.id, clock.now())?;
+    // The sites file's per-link delay and loss draw from --fault-seed too.
+    engine.seed_link_faults(args.fault_seed ^ (u64::from(args.id) << 32));
     let endpoint = Endpoint::bind(addr, &SocketOptions::default())
         .with_context(|| format!("daemon {} at {addr}", args.id))?;
     let epoch = std::time::SystemTime::now()
@@ -176,7 +178,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     workload.flush().context("writing the history")?;
     let d = engine.daemon();
     println!(
-        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {}, tokens {}, ring gathers {}",
+        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {} (left to hop {}), tokens {}, ring gathers {}",
         args.id,
         d.is_gateway(),
         d.is_live(),
@@ -193,6 +195,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         stats.auth_dropped,
         d.stats().bad_datagrams,
         d.stats().resent,
+        d.stats().resend_skipped,
         d.ring_stats().tokens,
         d.ring_stats().gathers,
     );
@@ -201,6 +204,16 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         "site daemon {} hop links: data sent {}, retransmissions {}, received {}, duplicates {}, recovered {}, nacks sent {}, nacks received {}",
         args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
     );
+    let a = engine.stats();
+    if a.link_held > 0 || a.link_dropped > 0 {
+        println!(
+            "site daemon {} link faults: dropped {}, held {}, handed over late by {:.0} us on average",
+            args.id,
+            a.link_dropped,
+            a.link_held,
+            a.link_late_us as f64 / a.link_held.max(1) as f64
+        );
+    }
     if let Some(s) = server_stats {
         println!(
             "site daemon {} clients: connections {}, messages in {}, frames out {}, orphaned {}, slow {}, queue-full waits {}",

@@ -184,6 +184,22 @@ impl Hop {
         self.next_seq - 1 - self.acked
     }
 
+    /// Messages [`LinkProtocol::send`] accepted so far. Every message
+    /// becomes one data packet, numbered in the order accepted, so the
+    /// last message accepted travels as link sequence number
+    /// `accepted()`: a ticket the layer above can hold against
+    /// [`Hop::acknowledged`].
+    pub fn accepted(&self) -> u64 {
+        self.next_seq - 1 + self.queue.len() as u64
+    }
+
+    /// The peer's cumulative ACK: every message up to this link sequence
+    /// number was handed up at the peer. A message above it is still in
+    /// this end's custody: queued, in flight or being recovered.
+    pub fn acknowledged(&self) -> u64 {
+        self.acked
+    }
+
     /// Sequence numbers this end is waiting for.
     pub fn missing(&self) -> usize {
         self.missing.len()

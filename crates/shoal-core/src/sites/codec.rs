@@ -493,6 +493,10 @@ impl WanMsg {
 pub const WAN_HOP: u8 = 0;
 /// Outer WAN datagram kind: a beacon (nothing follows the header).
 pub const WAN_BEACON: u8 = 1;
+/// Outer WAN datagram kind: a status to a neighbouring site's gateway,
+/// outside the link's Hop queue (a `WanMsg::Status` follows the header).
+/// Not reliable: statuses repeat every `status_interval`.
+pub const WAN_STATUS: u8 = 2;
 
 /// The outer WAN header: kind, the link's epoch, the sender's site.
 pub fn wan_header(kind: u8, epoch: u32, site: SiteId) -> Vec<u8> {

@@ -229,6 +229,10 @@ pub struct Stats {
     pub bad_datagrams: u64,
     /// Elements resent after a status showed them missing.
     pub resent: u64,
+    /// Elements a status showed missing and not resent, because the live
+    /// Hop link toward that site still had them in its custody (queued,
+    /// in flight or being recovered): Hop delivers them.
+    pub resend_skipped: u64,
     /// Elements of a departed site dropped because no member site held them.
     pub truncated: u64,
     pub markers: u64,
@@ -322,6 +326,10 @@ struct Pending {
 struct Link {
     peer: NodeId,
     hop: Hop,
+    /// Which link this is: a link started afresh (new peer gateway, new
+    /// configuration) gets a new number, and tickets of the old one mean
+    /// nothing on it.
+    instance: u64,
 }
 
 /// A request of a local client waiting for the ring.
@@ -358,6 +366,11 @@ pub struct SiteDaemon {
     inject_early: BTreeMap<(u32, SiteId, u64), Bytes>,
     marker_in_flight: bool,
     sent_upto: BTreeMap<(SiteId, u32, SiteId), u64>,
+    /// This site's elements handed to a Hop link: (epoch, seq, the
+    /// link's site) to (link instance, Hop ticket). While the ticket is
+    /// above the link's acknowledged point, Hop still carries the element.
+    custody: BTreeMap<(u32, u64, SiteId), (u64, u64)>,
+    links_made: u64,
     /// What each site last said it holds, per configuration, and since when.
     last_status: BTreeMap<(SiteId, u32), Vec<(u64, Instant)>>,
     last_clear: Instant,
@@ -455,6 +468,8 @@ impl SiteDaemon {
             inject_early: BTreeMap::new(),
             marker_in_flight: false,
             sent_upto: BTreeMap::new(),
+            custody: BTreeMap::new(),
+            links_made: 0,
             last_status: BTreeMap::new(),
             last_clear: now,
             status_at: now,
@@ -673,6 +688,7 @@ impl SiteDaemon {
         self.routes = routes_for(&self.topo, &sites);
         self.links.clear();
         self.sent_upto.clear();
+        self.custody.clear();
         // Elements held for a gap were received on the old links; what
         // the site will hold is what it holds now plus what is resent.
         self.inject_early.clear();
@@ -711,6 +727,11 @@ impl SiteDaemon {
         if kind == codec::WAN_HOP {
             if let Some(l) = self.links.get_mut(&site) {
                 l.hop.handle_datagram(now, rest);
+            }
+        } else if kind == codec::WAN_STATUS {
+            match WanMsg::decode(rest) {
+                Ok(WanMsg::Status { dest, .. }) if dest == self.site.0 => self.on_wan_msg(rest),
+                _ => self.stats.bad_datagrams += 1,
             }
         }
         self.pump();
@@ -1412,8 +1433,18 @@ impl SiteDaemon {
 
     fn new_link(&mut self, site: SiteId, peer: NodeId) {
         let hop = Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation");
-        self.links.insert(site, Link { peer, hop });
+        self.links_made += 1;
+        let instance = self.links_made;
+        self.links.insert(
+            site,
+            Link {
+                peer,
+                hop,
+                instance,
+            },
+        );
         self.sent_upto.retain(|(t, _, _), _| *t != site);
+        self.custody.retain(|(_, _, s), _| *s != site);
     }
 
     /// A datagram from `node` of `site`: if it is a new gateway there,
@@ -1444,21 +1475,55 @@ impl SiteDaemon {
             element: bytes.clone(),
         }
         .encode();
+        let own = e.origin == self.site;
         if dest == TREE {
             let children = self.routes.children(e.origin, self.site).to_vec();
             for c in children {
-                self.link_send(c, msg.clone());
+                let ticket = self.link_send(c, msg.clone());
+                if own {
+                    self.take_custody(e.epoch, e.seq, c, ticket);
+                }
             }
         } else if let Some(next) = self.routes.next_hop(self.site, SiteId(dest)) {
-            self.link_send(next, msg);
+            let ticket = self.link_send(next, msg);
+            if own {
+                self.take_custody(e.epoch, e.seq, next, ticket);
+            }
         }
     }
 
-    fn link_send(&mut self, site: SiteId, msg: Bytes) {
-        if let Some(l) = self.links.get_mut(&site) {
-            // A full link queue drops; the status exchange resends.
-            let _ = l.hop.send(self.now, msg);
+    /// Sends `msg` on the link to `site`; returns the link instance and
+    /// Hop's ticket for it if the link took it.
+    fn link_send(&mut self, site: SiteId, msg: Bytes) -> Option<(u64, u64)> {
+        let l = self.links.get_mut(&site)?;
+        // A full link queue drops; the status exchange resends.
+        l.hop.send(self.now, msg).ok()?;
+        Some((l.instance, l.hop.accepted()))
+    }
+
+    /// Notes that the link to `site` carries this site's element `seq`
+    /// (or, if it refused it, forgets an earlier note).
+    fn take_custody(&mut self, epoch: u32, seq: u64, site: SiteId, ticket: Option<(u64, u64)>) {
+        match ticket {
+            Some(t) => {
+                self.custody.insert((epoch, seq, site), t);
+            }
+            None => {
+                self.custody.remove(&(epoch, seq, site));
+            }
         }
+    }
+
+    /// Whether this site's element `seq` of `epoch` is still carried by
+    /// the live Hop link to `site`: handed to this very link (not one
+    /// since started afresh) and not yet acknowledged by its peer.
+    fn in_custody(&self, epoch: u32, seq: u64, site: SiteId) -> bool {
+        let (Some(&(instance, ticket)), Some(l)) =
+            (self.custody.get(&(epoch, seq, site)), self.links.get(&site))
+        else {
+            return false;
+        };
+        l.instance == instance && ticket > l.hop.acknowledged()
     }
 
     /// Whether `site` names a site of the topology (WAN messages name
@@ -1594,7 +1659,21 @@ impl SiteDaemon {
                 epoch,
                 holds: holds.clone(),
             };
-            if let Some(next) = self.routes.next_hop(self.site, t) {
+            // A neighbour's gateway gets it at once, outside the link's
+            // queue: behind a second of queued data on a saturated link it
+            // would report counts a second old, and the neighbour would
+            // resend its own elements as stalled although the link had
+            // long delivered them. A status repeats every
+            // `status_interval`, so it needs no Hop reliability. Sites
+            // further away get it through the links.
+            if let Some(l) = self.links.get(&t) {
+                let mut buf = codec::wan_header(codec::WAN_STATUS, self.link_epoch, self.site);
+                buf.extend_from_slice(&msg.encode());
+                self.out.push_back(Out {
+                    target: Target::Wan(l.peer),
+                    payload: Bytes::from(buf),
+                });
+            } else if let Some(next) = self.routes.next_hop(self.site, t) {
                 self.link_send(next, msg.encode());
             }
         }
@@ -1640,11 +1719,26 @@ impl SiteDaemon {
             let sent = self.sent_upto.get(&(t, epoch, *x)).copied().unwrap_or(0);
             let from = holds[i].max(sent).saturating_add(1);
             if from <= mine {
-                sends.push((*x, from, mine.min(from + RESEND_MAX - 1)));
+                sends.push((*x, holds[i] + 1, from, mine.min(from + RESEND_MAX - 1)));
             }
         }
-        for (x, from, to) in sends {
+        let next = self.routes.next_hop(self.site, t);
+        for (x, head, from, to) in sends {
             for seq in from..=to {
+                // What the live link still carries arrives without a
+                // copy (a copy would cost the link's rate, and under loss
+                // the far site's count stalls on one slow packet while
+                // the link carries hundreds behind it). The element the
+                // count waits on is resent all the same: Hop may be slow
+                // to recover it (at 20% loss each way a NACK round fails
+                // with probability 0.36), and a copy races it.
+                if x == self.site
+                    && seq != head
+                    && next.is_some_and(|n| self.in_custody(epoch, seq, n))
+                {
+                    self.stats.resend_skipped += 1;
+                    continue;
+                }
                 if let Some(b) = self.store.get(&(epoch, x, seq)).cloned() {
                     self.stats.resent += 1;
                     let msg = WanMsg::Elem {
@@ -1652,8 +1746,11 @@ impl SiteDaemon {
                         element: b,
                     }
                     .encode();
-                    if let Some(next) = self.routes.next_hop(self.site, t) {
-                        self.link_send(next, msg);
+                    if let Some(n) = next {
+                        let ticket = self.link_send(n, msg);
+                        if x == self.site {
+                            self.take_custody(epoch, seq, n, ticket);
+                        }
                     }
                 }
             }
@@ -1675,6 +1772,11 @@ impl SiteDaemon {
         self.store.retain(|(e, x, seq), _| {
             *e != epoch || sites.binary_search(x).map_or(true, |i| *seq > floor[i])
         });
+        // Links are started afresh at a change of configuration: notes of
+        // an older one mean nothing.
+        let own = conf.index(self.site).map_or(u64::MAX, |i| floor[i]);
+        self.custody
+            .retain(|(e, seq, _), _| *e == epoch && *seq > own);
     }
 }
 

@@ -72,6 +72,8 @@ fn every_bad_file_is_refused_with_what_is_wrong() {
         (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\n"), "carries nothing"),
         (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\na_to_b = 0\n"), "at least 1"),
         (format!("{two}[engine]\nglobal_window = 0\n"), "global_window must be positive"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nloss = 1.0\n"), "loss at least 0 and below 1"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\ndelay_ms = -1\n"), "delay_ms must be at least 0"),
         (format!("{two}[engine]\nwindow = 5\n"), "unknown field `window`"),
     ];
     for (text, want) in cases {
@@ -151,6 +153,51 @@ fn the_adapter_fans_ring_multicast_out_to_its_site_only() {
     assert!(!to.contains(&Destination::Node(NodeId(0))));
     e[0].handle_datagram(now, NodeId(7), b"junk");
     assert_eq!(e[0].stats().unknown_sender, 1);
+}
+
+/// A link's `delay_ms` and `loss` act on the datagrams that cross it into
+/// a daemon, in either direction, and on nothing else: held datagrams
+/// reach the engine when due (the timeout says when), a loss of 0.5 drops
+/// about half.
+#[test]
+fn a_links_delay_and_loss_act_on_what_crosses_it() {
+    let text = GOOD.replace("weight = 10", "weight = 10\ndelay_ms = 30\nloss = 0.5");
+    let plan = SitesPlan::from_toml(&text).unwrap();
+    let f = plan.link_faults[&(SiteId(0), SiteId(1))];
+    assert_eq!((f.delay, f.loss), (Duration::from_millis(30), 0.5));
+    assert_eq!(plan.link_faults[&(SiteId(1), SiteId(0))], f);
+    assert!(SitesPlan::from_toml(GOOD).unwrap().link_faults.is_empty());
+    let t0 = Instant::ZERO + Duration::from_millis(1);
+    // Daemon 2 (site west) hears daemon 0 across the link.
+    let mut west = plan.engine(2, Instant::ZERO).unwrap();
+    let idle = west.poll_timeout();
+    for _ in 0..1000 {
+        west.handle_datagram(t0, NodeId(0), b"junk");
+    }
+    let (dropped, held) = (
+        west.stats().link_dropped,
+        west.link_layers[&SiteId(0)].held(),
+    );
+    assert_eq!(dropped + held as u64, 1000);
+    assert!((400..600).contains(&dropped), "{dropped} of 1000 dropped");
+    let due = t0 + Duration::from_millis(30);
+    assert_eq!(west.poll_timeout(), Some(idle.map_or(due, |i| i.min(due))));
+    assert_eq!(
+        west.daemon().stats().bad_datagrams,
+        0,
+        "nothing reached the daemon before it was due"
+    );
+    west.handle_timeout(due);
+    assert_eq!(west.stats().link_held, held as u64);
+    assert_eq!(
+        west.daemon().stats().bad_datagrams,
+        held as u64,
+        "handed over when due"
+    );
+    // Daemon 1 (site east) hears daemon 0 on its LAN: untouched.
+    let mut east = plan.engine(1, Instant::ZERO).unwrap();
+    east.handle_datagram(t0, NodeId(0), b"junk");
+    assert_eq!((east.stats().link_dropped, east.stats().link_held), (0, 0));
 }
 
 /// Two sites (two daemons and one) on loopback, each daemon a `Node` on
