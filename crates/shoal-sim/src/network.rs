@@ -125,6 +125,34 @@ impl Topology {
             links: (1..n).map(|i| (i - 1, i, spec)).collect(),
         }
     }
+
+    /// Each node's parent when the topology, a tree, hangs from `root`
+    /// (`None` for the root); `None` if the topology is not a tree
+    /// (a cycle, a link twice, or a node cut off).
+    pub fn tree_parents(&self, root: usize) -> Option<Vec<Option<usize>>> {
+        if root >= self.nodes || self.links.len() + 1 != self.nodes {
+            return None;
+        }
+        let mut adjacent: Vec<Vec<usize>> = vec![Vec::new(); self.nodes];
+        for &(a, b, _) in &self.links {
+            adjacent[a].push(b);
+            adjacent[b].push(a);
+        }
+        let mut parent = vec![None; self.nodes];
+        let mut seen = vec![false; self.nodes];
+        seen[root] = true;
+        let mut queue = VecDeque::from([root]);
+        while let Some(v) = queue.pop_front() {
+            for &w in &adjacent[v] {
+                if !seen[w] {
+                    seen[w] = true;
+                    parent[w] = Some(v);
+                    queue.push_back(w);
+                }
+            }
+        }
+        seen.iter().all(|s| *s).then_some(parent)
+    }
 }
 
 /// The sizes of levels 0..=depth of [`Topology::tree_of`]: 1, r, r², ...

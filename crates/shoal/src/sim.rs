@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use shoal_sim::scenarios::{
-    figure, pbcast_star, pbcast_tree, swept, Figure, Inputs, Scale, Sizes, FIGURES, NAMES, SWEPT,
+    figure, pbcast_star, pbcast_tree, swept, Figure, Inputs, Protocol, Scale, Sizes, FIGURES,
+    NAMES, SWEPT,
 };
 use shoal_sim::Report;
 
@@ -53,6 +54,10 @@ pub struct SimArgs {
     /// pbcast-tree: link bandwidth in Mbit/s [default: 1.5, as in P001].
     #[arg(long)]
     pub bandwidth_mbps: Option<f64>,
+    /// pbcast-tree: the pbcast variant, e.g. `pbcast-hier` (gossip weighted
+    /// 1/k^d by hop distance, P001 §D) [default: pbcast].
+    #[arg(long)]
+    pub protocol: Option<String>,
     /// swarm: the seeds to run, `A..B` (B excluded) [default: 1..101].
     #[arg(long)]
     pub range: Option<String>,
@@ -126,6 +131,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         let mut figure_only = input_options(&args).to_vec();
         figure_only.push(("--debug", args.debug));
         figure_only.push(("--sizes", args.sizes.is_some()));
+        figure_only.push(("--protocol", args.protocol.is_some()));
         refuse(&args, &figure_only)?;
         return run_swarm(&args);
     }
@@ -146,6 +152,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                     ("--depth", args.depth.is_some()),
                     ("--branching", args.branching.is_some()),
                     ("--duration", args.duration.is_some()),
+                    ("--protocol", args.protocol.is_some()),
                 ],
             )?;
             let d = pbcast_star::Options::default();
@@ -167,7 +174,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 ],
             )?;
             let d = pbcast_tree::Options::default();
+            let protocol = match &args.protocol {
+                None => d.protocol,
+                Some(name) => {
+                    let p: Protocol = name.parse().map_err(anyhow::Error::msg)?;
+                    if p.is_srm() {
+                        bail!("--protocol: pbcast-tree runs the pbcast variants, not {name}");
+                    }
+                    p
+                }
+            };
             pbcast_tree::run(&pbcast_tree::Options {
+                protocol,
                 depth: args.depth.unwrap_or(d.depth),
                 branching: args.branching.unwrap_or(d.branching),
                 loss: args.loss.unwrap_or(d.loss),
@@ -290,6 +308,7 @@ fn run_figures(args: &SimArgs) -> anyhow::Result<()> {
         ("--rate", args.rate.is_some()),
         ("--duration", args.duration.is_some()),
         ("--bandwidth-mbps", args.bandwidth_mbps.is_some()),
+        ("--protocol", args.protocol.is_some()),
     ];
     refuse(args, &single_run_options)?;
     let mut scale = if args.quick {

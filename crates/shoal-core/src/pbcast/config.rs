@@ -224,6 +224,8 @@ pub enum ConfigError {
     NotAMember(u32),
     #[error("gossip weight for {0} must be finite and non-negative")]
     BadWeight(u32),
+    #[error("gossip tree: {0}")]
+    BadTree(String),
 }
 
 /// Smallest datagram that still holds a header, a data packet's sequence

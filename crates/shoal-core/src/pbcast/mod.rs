@@ -31,11 +31,13 @@
 //! stall the group.
 
 mod config;
+mod hierarchy;
 mod log;
 mod outbox;
 mod sources;
 
 pub use config::{Config, ConfigError, Delivery, GossipMode, MulticastRepair, MIN_DATAGRAM_SIZE};
+pub use hierarchy::{GossipTree, TreeTargets};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -128,9 +130,9 @@ pub struct Pbcast {
     next_round: Instant,
     next_status: Instant,
     retransmit_budget: u32,
-    /// Cumulative gossip-target weights by member index (hierarchical
-    /// gossip); `None` picks uniformly.
-    gossip_weights: Option<Vec<f64>>,
+    /// How gossip targets are chosen: uniformly, or weighted (hierarchical
+    /// gossip).
+    targets: Targets,
     /// Solicitations received in the current window, per message, and when
     /// the first came (pbcast-IPMC).
     solicitations: BTreeMap<Key, (u32, Instant)>,
@@ -174,6 +176,17 @@ impl RoundTrip {
 
 /// (source index, sequence number).
 type Key = (usize, u64);
+
+/// How a member chooses whom to gossip to.
+enum Targets {
+    /// Uniformly among the other members.
+    Uniform,
+    /// Cumulative weights by member index ([`Pbcast::set_gossip_weights`]).
+    PerMember(Vec<f64>),
+    /// Weights per distance class in a shared tree
+    /// ([`Pbcast::set_gossip_tree`]).
+    Tree(Box<TreeTargets>),
+}
 
 /// How a message reached this member.
 #[derive(Clone, Copy)]
@@ -294,7 +307,7 @@ impl Pbcast {
             retransmit_budget: config.retransmits_per_round_max,
             repair_rtt: RoundTrip::default(),
             push_rtt: RoundTrip::default(),
-            gossip_weights: None,
+            targets: Targets::Uniform,
             solicitations: BTreeMap::new(),
             multicast_recently: BTreeMap::new(),
             repair_bits: BTreeMap::new(),
@@ -366,7 +379,7 @@ impl Pbcast {
             moved.is_some()
         });
         self.my_index = my_index;
-        self.gossip_weights = None;
+        self.targets = Targets::Uniform;
         self.retrack_all();
         Ok(())
     }
@@ -429,7 +442,30 @@ impl Pbcast {
                 total
             })
             .collect();
-        self.gossip_weights = Some(cumulative);
+        self.targets = Targets::PerMember(cumulative);
+        Ok(())
+    }
+
+    /// Hierarchical gossip (P001 §D) held per distance class: a member at
+    /// hop distance `d` in `tree` weighs `base^-d` (`base`: the tree's
+    /// branching factor, P001's `k`), as with [`hierarchical_weights`],
+    /// but this member keeps one weight per distance, not per member, and
+    /// the tree is shared by the whole group (see [`GossipTree`]). The
+    /// tree's members must be this group's members; reset to uniform by
+    /// [`Pbcast::set_members`].
+    pub fn set_gossip_tree(
+        &mut self,
+        tree: std::sync::Arc<GossipTree>,
+        base: f64,
+    ) -> Result<(), ConfigError> {
+        if tree.len() != self.members.len() {
+            return Err(ConfigError::BadTree(format!(
+                "{} members in the tree, {} in the group",
+                tree.len(),
+                self.members.len()
+            )));
+        }
+        self.targets = Targets::Tree(Box::new(TreeTargets::new(tree, self.me, base)?));
         Ok(())
     }
 
@@ -1131,12 +1167,20 @@ impl Pbcast {
         if n < 2 {
             return None;
         }
-        if let Some(cumulative) = &self.gossip_weights {
-            let total = *cumulative.last()?;
-            if total > 0.0 {
-                let x = self.rng.random::<f64>() * total;
-                let index = cumulative.partition_point(|c| *c <= x).min(n - 1);
-                return Some(self.members[index]);
+        match &self.targets {
+            Targets::Uniform => {}
+            Targets::PerMember(cumulative) => {
+                let total = *cumulative.last()?;
+                if total > 0.0 {
+                    let x = self.rng.random::<f64>() * total;
+                    let index = cumulative.partition_point(|c| *c <= x).min(n - 1);
+                    return Some(self.members[index]);
+                }
+            }
+            Targets::Tree(targets) => {
+                if let Some(target) = targets.pick(&mut self.rng) {
+                    return Some(target);
+                }
             }
         }
         let pick = self.rng.random_range(0..n - 1);

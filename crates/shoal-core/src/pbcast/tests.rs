@@ -622,6 +622,56 @@ fn gossip_weights_steer_the_choice_of_target() {
     );
 }
 
+/// A gossip tree steers the choice of target like per-member weights: with
+/// a steep base nearly every digest goes to the one member next door, and
+/// the tree must hold the group's members.
+#[test]
+fn a_gossip_tree_steers_the_choice_of_target() {
+    let members: Vec<NodeId> = (0..5).map(NodeId).collect();
+    // A chain 0 - 1 - 2 with members 0 and 1 at nodes 0 and 1, the others
+    // at node 2 (two hops from member 0).
+    let parents = [None, Some(0), Some(1)];
+    let at = [0, 1, 2, 2, 2];
+    let placed: Vec<(NodeId, usize)> = members.iter().copied().zip(at).collect();
+    let tree = std::sync::Arc::new(GossipTree::new(&parents, &placed).unwrap());
+    let mut e = Pbcast::new(NodeId(0), &members, paper_config(), 1, Instant::ZERO).unwrap();
+    e.set_gossip_tree(tree.clone(), 1e9).unwrap();
+    let mut to = Vec::new();
+    for _ in 0..50 {
+        let now = e.poll_timeout().unwrap();
+        e.handle_timeout(now);
+        while let Some(t) = e.poll_transmit(now) {
+            to.push(t.destination);
+        }
+    }
+    assert!(to.len() >= 40, "{to:?}");
+    assert!(
+        to.iter().all(|d| *d == Destination::Node(NodeId(1))),
+        "{to:?}"
+    );
+    // A member two hops away with base 1 (uniform) reaches everyone.
+    let mut far = Pbcast::new(NodeId(3), &members, paper_config(), 2, Instant::ZERO).unwrap();
+    far.set_gossip_tree(tree, 1.0).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let now = far.poll_timeout().unwrap();
+        far.handle_timeout(now);
+        while let Some(t) = far.poll_transmit(now) {
+            match t.destination {
+                Destination::Node(n) => seen.insert(n.0),
+                other => panic!("gossip to {other:?}"),
+            };
+        }
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 4]);
+    // The tree must hold the group's members.
+    let small = std::sync::Arc::new(GossipTree::new(&parents, &placed[..2]).unwrap());
+    assert!(matches!(
+        e.set_gossip_tree(small, 3.0),
+        Err(ConfigError::BadTree(_))
+    ));
+}
+
 #[test]
 fn hierarchical_weights_fall_off_with_tree_distance() {
     let weights = hierarchical_weights(&[(NodeId(1), 1), (NodeId(2), 2), (NodeId(3), 0)], 3.0);

@@ -322,20 +322,13 @@ pub(crate) struct Setup {
 }
 
 impl Setup {
-    /// Hierarchical gossip over the topology: member j's level from member
-    /// i is the hop count between their nodes, weights `base`^-hops (P001
-    /// §B: 1/k^d over a tree derived from the topology).
+    /// Hierarchical gossip over the topology, which must be a tree: member
+    /// j's weight from member i is `base`^-hops, hops the path length
+    /// between their nodes (P001 §B: 1/k^d over a tree derived from the
+    /// topology). The tree is held once (O(nodes)), each engine keeps a
+    /// weight per distance.
     pub fn with_hop_hierarchy(mut self, base: f64) -> Setup {
-        let network = crate::network::Network::new(&self.topology, &self.hosts);
-        let levels = self
-            .hosts
-            .iter()
-            .map(|&from| {
-                let hops = network.hops_from(from);
-                self.hosts.iter().map(|&to| hops[to]).collect()
-            })
-            .collect();
-        self.hierarchy = Some(Hierarchy { levels, base });
+        self.hierarchy = Some(hop_hierarchy(&self.topology, &self.hosts, base));
         self
     }
 
@@ -350,6 +343,25 @@ impl Setup {
             watch: Vec::new(),
             receive_loss: 0.0,
         }
+    }
+}
+
+/// Hierarchical gossip over a tree topology, member i on node `hosts[i]`
+/// (member i is `NodeId(i)`, as `Sim::with_members` numbers them), rooted
+/// at node 0: weights `base`^-hops.
+pub(crate) fn hop_hierarchy(topology: &Topology, hosts: &[usize], base: f64) -> Hierarchy {
+    let parents = topology
+        .tree_parents(0)
+        .expect("hierarchical gossip over the hop count needs a tree topology");
+    let members: Vec<(shoal_core::NodeId, usize)> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &node)| (shoal_core::NodeId(i as u32), node))
+        .collect();
+    let tree = shoal_core::pbcast::GossipTree::new(&parents, &members).expect("a valid tree");
+    Hierarchy {
+        tree: std::sync::Arc::new(tree),
+        base,
     }
 }
 
@@ -544,4 +556,70 @@ pub(crate) fn pick_distinct(rng: &mut impl Rng, n: usize, k: usize) -> Vec<usize
     }
     all.truncate(k);
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_xoshiro::Xoshiro256PlusPlus;
+    use shoal_core::pbcast::TreeTargets;
+    use shoal_core::NodeId;
+
+    /// The shared tree gives each member the same weights as the per-pair
+    /// hop counts the hierarchy held before (`Network::hops_from`): for
+    /// every member, the number of members at each hop distance agrees,
+    /// in dense trees, a sparse group in a ternary tree and the two
+    /// clusters of Fig 9.
+    #[test]
+    fn the_hop_hierarchy_counts_members_by_network_hops() {
+        let spec = LinkSpec::paper(0.0);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        let sparse = Topology::tree(5, 3, spec);
+        let cases: Vec<(Topology, Vec<usize>)> = vec![
+            (Topology::tree_of(60, 4, spec), (0..60).collect()),
+            (Topology::tree_breadth_first(40, 3, spec), (0..40).collect()),
+            (sparse.clone(), pick_distinct(&mut rng, sparse.nodes, 50)),
+            (Topology::two_clusters(8, 5, spec, spec), (2..15).collect()),
+        ];
+        for (topology, hosts) in cases {
+            let hierarchy = hop_hierarchy(&topology, &hosts, 3.0);
+            let network = crate::network::Network::new(&topology, &hosts);
+            for (i, &from) in hosts.iter().enumerate() {
+                let hops = network.hops_from(from);
+                let mut expected: Vec<u64> = Vec::new();
+                for (j, &to) in hosts.iter().enumerate() {
+                    if j == i {
+                        continue;
+                    }
+                    let d = hops[to] as usize;
+                    if expected.len() <= d {
+                        expected.resize(d + 1, 0);
+                    }
+                    expected[d] += 1;
+                }
+                let targets =
+                    TreeTargets::new(hierarchy.tree.clone(), NodeId(i as u32), 3.0).unwrap();
+                assert_eq!(targets.class_sizes(), &expected[..], "member {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_trees_have_tree_parents() {
+        let spec = LinkSpec::paper(0.0);
+        let parents = Topology::tree(2, 2, spec).tree_parents(0).unwrap();
+        assert_eq!(
+            parents,
+            vec![None, Some(0), Some(0), Some(1), Some(1), Some(2), Some(2)]
+        );
+        let mut ring = Topology::chain(4, spec);
+        ring.links.push((3, 0, spec));
+        assert_eq!(ring.tree_parents(0), None);
+        let cut = Topology {
+            nodes: 4,
+            links: vec![(0, 1, spec), (1, 0, spec), (2, 3, spec)],
+        };
+        assert_eq!(cut.tree_parents(0), None);
+    }
 }

@@ -20,7 +20,7 @@
 use shoal_core::pbcast::Delivery;
 use shoal_wire::Kind;
 
-use super::p001::{head, lan, Finished, Run};
+use super::p001::{head, hop_hierarchy, lan, Finished, Run};
 use super::{run_parallel, Figure, Hierarchy, Protocol, Scale};
 use crate::Topology;
 
@@ -38,21 +38,14 @@ fn split(n: usize) -> (usize, usize) {
     (a, n - a)
 }
 
-fn hierarchy(a: usize, b: usize) -> Hierarchy {
-    let cluster = |i: usize| usize::from(i >= a);
-    let n = a + b;
-    let levels = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| u32::from(cluster(i) != cluster(j)))
-                .collect()
-        })
-        .collect();
-    // One base for everyone: the mean cluster size.
-    Hierarchy {
-        levels,
-        base: n as f64 / 2.0,
-    }
+/// The two-level hierarchy over the two LANs (a tree: switch A, its
+/// hosts, and switch B below it with its hosts): a member is 2 hops from
+/// its own cluster's members and 3 from the other's, so with one base for
+/// everyone, the mean cluster size, the other cluster weighs `1/base` of
+/// its own per member, the levels 0 and 1 of the module's note.
+fn hierarchy(topology: &Topology, hosts: &[usize]) -> Hierarchy {
+    let base = hosts.len() as f64 / 2.0;
+    hop_hierarchy(topology, hosts, base)
 }
 
 /// The LAN links' loss of each reading: the paper's none, and 1%.
@@ -93,7 +86,7 @@ pub fn run_at(scale: Scale, tag: &str, loss: f64) -> Figure {
                     protocol,
                     delivery: Delivery::Fifo,
                     messages: (100.0 * seconds) as u64,
-                    hierarchy: Some(hierarchy(a, b)),
+                    hierarchy: Some(hierarchy(&topology, &hosts)),
                     watch: vec![(0, 1), (1, 0)],
                     head: head(NAME, protocol, n, seed, loss),
                     inputs: scale.inputs,

@@ -3,11 +3,12 @@
 //! runs every comparison.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_core::engine::{MemberList, SendError};
-use shoal_core::pbcast::{self, hierarchical_weights, Delivery, MulticastRepair, Pbcast};
+use shoal_core::pbcast::{self, Delivery, GossipTree, MulticastRepair, Pbcast};
 use shoal_core::srm::{self, Srm};
 use shoal_core::{Engine, Instant, NodeId, Transmit};
 
@@ -148,11 +149,13 @@ impl std::str::FromStr for Protocol {
     }
 }
 
-/// Hierarchy for weighted gossip: `levels[i][j]` is member j's distance
-/// from member i in the hierarchy, weights are `base`^-level.
+/// Hierarchy for weighted gossip: member j's weight from member i is
+/// `base`^-d, d their hop distance in `tree` (one tree for the whole group,
+/// shared by every member's engine; each engine keeps a weight per
+/// distance, not per member: `Pbcast::set_gossip_tree`).
 #[derive(Debug, Clone)]
 pub struct Hierarchy {
-    pub levels: Vec<Vec<u32>>,
+    pub tree: Arc<GossipTree>,
     pub base: f64,
 }
 
@@ -183,13 +186,9 @@ impl AnyEngine {
             .expect("valid pbcast config");
         if protocol.is_hierarchical() {
             let h = hierarchy.expect("hierarchical gossip needs a hierarchy");
-            let distances: Vec<(NodeId, u32)> = members
-                .iter()
-                .map(|&m| (m, h.levels[me.0 as usize][m.0 as usize]))
-                .collect();
             engine
-                .set_gossip_weights(&hierarchical_weights(&distances, h.base))
-                .expect("finite weights");
+                .set_gossip_tree(h.tree.clone(), h.base)
+                .expect("a tree of the group's members");
         }
         AnyEngine::Pbcast(Box::new(engine))
     }
