@@ -1611,4 +1611,29 @@ mod tests {
     fn a_member_ignores_another_groups_proposals() {
         assert_ok(9475);
     }
+
+    /// d1 left its group and rejoined under a new incarnation while the
+    /// primary still held a request of its earlier one; the primary's
+    /// Gseq Ack for it, routed by slot, reached the new incarnation, whose
+    /// own multicast had the same local id (ids restarted at 0): it took
+    /// that gseq for its message and disseminated it there, and the
+    /// committee sequenced the message again when its own request came
+    /// (`duplicate`, then FIFO, causal, total order). Local ids now start
+    /// at the member's id in the high half. (Seed 3608 had the same cause
+    /// and now fails `safe` only, not traced.)
+    #[test]
+    fn a_sequence_ack_for_an_earlier_incarnation_is_not_taken() {
+        assert_ok(5773);
+    }
+
+    /// d0, asleep, admitted d1 on a JOIN d1 had sent before it founded a
+    /// group of its own; d1 filed the welcome in its own group's order at
+    /// that gseq and installed the other group's view there while, still
+    /// its own group's primary, it gave the same gseq to a client's `safe`
+    /// message, which no daemon delivered (`own-delivery`, `silent-loss`).
+    /// A member now ignores views from outside its view.
+    #[test]
+    fn a_member_ignores_another_groups_welcome() {
+        assert_ok(7518);
+    }
 }

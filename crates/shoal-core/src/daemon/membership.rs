@@ -185,6 +185,11 @@ pub struct Stats {
     /// this daemon's view, ignored: another group's primary asking an
     /// earlier incarnation of this slot.
     pub foreign_proposals_ignored: u64,
+    /// Views (a Newview in an ENTRY: a joiner's welcome, or a repair) from
+    /// a daemon outside this daemon's view while it is a member, ignored:
+    /// another group's primary admitting this daemon on a JOIN it sent
+    /// before it founded or joined a group of its own.
+    pub foreign_views_ignored: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -707,22 +712,39 @@ fn is_proposal(packet: &Packet<'_>) -> bool {
     )
 }
 
-/// `datagram` without the proposals packed in it ([`is_proposal`]), and
-/// how many there were; `None` when it holds none (or does not decode:
-/// vsync counts that).
-fn without_proposals(datagram: &[u8]) -> Option<(Vec<u8>, u64)> {
+/// Whether a vsync packet carries a view (a Newview in an ENTRY: a
+/// joiner's welcome, or a repair).
+fn is_view_entry(packet: &Packet<'_>) -> bool {
+    use shoal_wire::vsync::{Entry, Message};
+    matches!(
+        packet,
+        Packet::Vsync { body } if matches!(
+            shoal_wire::vsync::decode(body),
+            Ok(Message::Entry { entry: Entry::Newview(_), .. })
+        )
+    )
+}
+
+/// `datagram` without the proposals ([`is_proposal`]) and views
+/// ([`is_view_entry`]) packed in it, and how many of each there were;
+/// `None` when it holds neither (or does not decode: vsync counts that).
+fn without_foreign(datagram: &[u8]) -> Option<(Vec<u8>, u64, u64)> {
     let packets: Vec<_> = shoal_wire::packets(datagram)
         .collect::<Result<_, _>>()
         .ok()?;
     let proposals = packets.iter().filter(|(_, p)| is_proposal(p)).count() as u64;
-    if proposals == 0 {
+    let views = packets.iter().filter(|(_, p)| is_view_entry(p)).count() as u64;
+    if proposals + views == 0 {
         return None;
     }
     let mut rest = Vec::new();
-    for (header, packet) in packets.iter().filter(|(_, p)| !is_proposal(p)) {
+    for (header, packet) in packets
+        .iter()
+        .filter(|(_, p)| !is_proposal(p) && !is_view_entry(p))
+    {
         packet.encode(header.sender, &mut rest).ok()?;
     }
-    Some((rest, proposals))
+    Some((rest, proposals, views))
 }
 
 impl Engine for Membership {
@@ -765,9 +787,21 @@ impl Engine for Membership {
         // install no view again and be taken as lost. (A proposer of this
         // daemon's own group is always in its view, unless this daemon
         // lags a view behind; it then answers once it has caught up.)
+        //
+        // Nor does a member take a view from outside its view: a primary
+        // that admits this daemon on a JOIN it sent before it founded a
+        // group of its own (the primary was asleep, say) sends it a
+        // welcome, which it would file in its own group's order at that
+        // gseq, as if its group had installed that view, while its own
+        // primary gives the same gseqs to its messages (swarm seed 7518:
+        // a message sent just after was delivered nowhere). The other
+        // group drops it as failed, and the groups merge as any two do. A
+        // member a view behind takes its views from its own committee.
         let foreign = self.is_member() && !self.inner.members().contains(&from);
-        if let Some((rest, proposals)) = foreign.then(|| without_proposals(datagram)).flatten() {
+        if let Some((rest, proposals, views)) = foreign.then(|| without_foreign(datagram)).flatten()
+        {
             self.stats.foreign_proposals_ignored += proposals;
+            self.stats.foreign_views_ignored += views;
             if !rest.is_empty() {
                 self.inner.handle_datagram(now, from, &rest);
                 self.drain_inner(now);

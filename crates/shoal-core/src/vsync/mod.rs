@@ -33,6 +33,7 @@ pub(crate) mod harness;
 mod tests;
 
 pub use config::{Config, ConfigError};
+pub use sender::first_local_id;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -335,7 +336,7 @@ impl Vsync {
                 committee: contacts,
             },
             member: member::MemberState::new(now),
-            sender: sender::SenderState::new(now),
+            sender: sender::SenderState::new(me, now),
             committee: None,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
@@ -703,7 +704,11 @@ impl Vsync {
         }
         self.committee = None;
         self.unsequenced_at_removal = self.awaiting_ids();
-        self.sender = sender::SenderState::new(self.last_now);
+        // Local ids go on from where they were (acks still on their way
+        // name none of those to come).
+        let next_local = self.sender.next_local;
+        self.sender = sender::SenderState::new(self.me, self.last_now);
+        self.sender.next_local = next_local;
         self.member.pending.clear();
         self.events.push_back(Event::Removed { view, reason });
     }

@@ -12,7 +12,7 @@ use crate::engine::{Engine, NodeId};
 use crate::time::Instant;
 
 pub(super) struct SenderState {
-    next_local: u64,
+    pub next_local: u64,
     /// Messages waiting for their Gseq ack, by local id (bounded by
     /// `gseq_window`).
     pub awaiting: BTreeMap<u64, Awaiting>,
@@ -35,10 +35,26 @@ pub(super) struct Awaiting {
     tries: u32,
 }
 
+/// The local id of member `me`'s first multicast: its node id in the high
+/// half, so that no two members' ids meet (one would have to send 2^32
+/// multicasts first). Datagrams to a member are routed by its daemon's
+/// slot, so a Gseq Ack the committee sends to an earlier incarnation of the
+/// slot (a request of its previous life, sequenced late) reaches the
+/// incarnation running now. With ids counted from 0 in every incarnation
+/// the ack named one of the new incarnation's own multicasts, which took
+/// the other's gseq for its own and disseminated its payload under it;
+/// members then disagreed on what that gseq carried, and the committee
+/// sequenced the message again when its own request came (the swarm's
+/// `duplicate` seeds 3608 and 5773). A Gseq Ack names no member, only a
+/// local id: distinct ids make one meant for another member name nothing.
+pub fn first_local_id(me: NodeId) -> u64 {
+    u64::from(me.0) << 32
+}
+
 impl SenderState {
-    pub fn new(now: Instant) -> SenderState {
+    pub fn new(me: NodeId, now: Instant) -> SenderState {
         SenderState {
-            next_local: 0,
+            next_local: first_local_id(me),
             awaiting: BTreeMap::new(),
             sequenced: BTreeMap::new(),
             target: 0,

@@ -630,3 +630,104 @@ fn a_member_ignores_another_groups_proposals() {
     );
     assert_eq!(h.daemon(1).stats().foreign_proposals_ignored, 1);
 }
+
+#[test]
+fn a_sequence_ack_meant_for_an_earlier_incarnation_names_no_message_of_this_one() {
+    use shoal_wire::vsync::Message;
+    let mut h = Harness::new(2);
+    h.start(0, 1);
+    h.start(1, 2);
+    h.run_until(4_000);
+    h.assert_one_group_of(&[0, 1]);
+    let primary = h.daemon(1).vsync().committee()[0];
+    assert_eq!(primary, h.daemon(0).node_id());
+    let view = h.daemon(1).vsync().view_id();
+    let now = Instant::from_nanos(h.now);
+    let d1 = h.daemons[1].as_mut().unwrap();
+    let local = d1.multicast(now, Bytes::from_static(b"mine")).unwrap();
+    // Slot 1's earlier life (incarnation 1) asked for a sequence number
+    // for its first multicast, and the committee answers only now: routed
+    // by slot, the ack reaches incarnation 2, whose first multicast is
+    // still waiting for its own.
+    let earlier = daemon_id(1, 1);
+    let ack = Message::GseqAck {
+        local_id: vsync::first_local_id(earlier),
+        gseq: 1_000,
+        view,
+    };
+    let body = ack.to_vec().unwrap();
+    let mut datagram = Vec::new();
+    Packet::Vsync { body: &body }
+        .encode(primary.0, &mut datagram)
+        .unwrap();
+    d1.handle_datagram(now, primary, &datagram);
+    assert!(
+        d1.vsync().awaits_sequence(local),
+        "incarnation 2 took the ack for its own multicast {local}"
+    );
+    h.drain(1);
+    h.run_until(6_000);
+    for slot in [0, 1] {
+        let mine: Vec<u64> = h.events[slot]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deliver { payload, gseq, .. } if &payload[..] == b"mine" => Some(*gseq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(mine.len(), 1, "slot {slot} delivered it at {mine:?}");
+    }
+}
+
+#[test]
+fn a_member_ignores_a_view_from_another_group() {
+    use shoal_wire::vsync::{Entry, Message, NewView};
+    let mut h = Harness::new(3);
+    h.start(0, 1);
+    h.start(1, 1);
+    h.run_until(4_000);
+    h.assert_one_group_of(&[0, 1]);
+    let members = h.daemon(1).vsync().members().to_vec();
+    // Another group's primary (slot 2) admits slot 1 on a JOIN it sent
+    // before it joined this group: the welcome names the gseq slot 1's own
+    // group comes to next.
+    let foreign = daemon_id(2, 1);
+    let me = h.daemon(1).node_id();
+    let mut list = vec![foreign.0, me.0];
+    list.sort_unstable();
+    let welcome = Message::Entry {
+        gseq: h.daemon(1).vsync().next_gseq(),
+        entry: Entry::Newview(NewView {
+            view: h.daemon(1).vsync().view_id() + 1,
+            epoch: 0,
+            members: list,
+            committee: vec![foreign.0],
+            left: Vec::new(),
+            reasons: shoal_wire::vsync::REASON_JOIN,
+        }),
+    };
+    let body = welcome.to_vec().unwrap();
+    let mut datagram = Vec::new();
+    Packet::Vsync { body: &body }
+        .encode(foreign.0, &mut datagram)
+        .unwrap();
+    let now = Instant::from_nanos(h.now);
+    h.daemons[1]
+        .as_mut()
+        .unwrap()
+        .handle_datagram(now, foreign, &datagram);
+    h.drain(1);
+    assert_eq!(h.daemon(1).stats().foreign_views_ignored, 1);
+    h.run_until(12_000);
+    h.assert_one_group_of(&[0, 1]);
+    assert_eq!(h.daemon(1).vsync().members(), members.as_slice());
+    for slot in [0, 1] {
+        assert_eq!(h.daemon(slot).stats().rejoins, 0, "slot {slot}");
+        assert_eq!(h.daemon(slot).stats().partitions, 0, "slot {slot}");
+    }
+    let foreign_views = h.events[1]
+        .iter()
+        .filter(|e| matches!(e, Event::View(v) if v.members.contains(&foreign)))
+        .count();
+    assert_eq!(foreign_views, 0, "slot 1 installed the other group's view");
+}
