@@ -1567,4 +1567,28 @@ mod tests {
     fn a_member_ignores_another_groups_proposals() {
         assert_ok(9475);
     }
+
+    /// Three daemons: d0, the primary, stops while d1 sleeps and d2, which
+    /// took over across a cut, decides view 4 as {d0, d2} from its round's
+    /// acknowledgements. Nobody accepts it (d2's own member side and d0
+    /// promised d0's higher epoch), d0 goes, d1 wakes; d2 outranks and
+    /// asks again, and d1's acceptance installed {d0, d2}: d1 dropped, d2
+    /// alone with a dead member, waiting `view_period + partition_grace`.
+    /// A decided Newview nobody accepted is now decided again at the new
+    /// epoch (`vsync::viewchange`, `set_aside_unchosen`).
+    #[test]
+    fn a_view_decided_before_a_new_epoch_does_not_keep_a_dead_member() {
+        assert_ok(3125);
+    }
+
+    /// Two daemons; the primary stops gracefully. The Newview that lets it
+    /// go, naming the other as successor, was withheld once its daemon
+    /// turned inert, so the successor waited out `view_period +
+    /// partition_grace` for a majority of two (`Membership`, the leaving
+    /// daemon now sends what vsync still holds).
+    #[test]
+    fn of_two_daemons_a_stopping_primary_hands_over_at_once() {
+        assert_ok(4607);
+        assert_ok(7910);
+    }
 }
