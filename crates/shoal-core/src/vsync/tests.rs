@@ -1175,3 +1175,81 @@ fn a_decided_newview_nobody_accepted_is_decided_again_at_the_new_epoch() {
         &[NodeId(0), NodeId(1)]
     );
 }
+
+/// Repair answers from outside the view that the member never asked for
+/// are another group's: ignored (swarm seed 3350, where a restarted daemon
+/// took the answers to its previous process's requests, delivered 42 of
+/// another group's records in its own gseqs, and so dropped its own group's
+/// records at those gseqs). A member of {0, 1} gets entries at its next
+/// gseqs, the frontier and `Removed` from node 2, outside its view: it
+/// delivers none, stays a member, and goes on delivering its own group's
+/// messages (this test fails without `Vsync::foreign_answer`).
+#[test]
+fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
+    let config = fast_config(2);
+    let mut sim = group(2, 3, 5, &config);
+    sim.run_until(200);
+    sim.multicast(0, b"before").unwrap();
+    sim.run_until(400);
+    let next = sim.nodes[1].as_ref().unwrap().next_gseq();
+    assert!(next > 0);
+    let mut datagram = Vec::new();
+    let foreign = [
+        Message::Entry {
+            gseq: next,
+            entry: shoal_wire::vsync::Entry::Data {
+                sender: 2,
+                local_id: 0,
+                payload: b"another group's",
+            },
+        },
+        Message::Entry {
+            gseq: next + 1,
+            entry: shoal_wire::vsync::Entry::Data {
+                sender: 2,
+                local_id: 1,
+                payload: b"another group's",
+            },
+        },
+        Message::RepairDone {
+            committed: next + 2,
+            view: 0,
+        },
+        Message::Removed { view: 0 },
+    ];
+    for message in &foreign {
+        let body = message.to_vec().unwrap();
+        shoal_wire::Packet::Vsync { body: &body }
+            .encode(2, &mut datagram)
+            .unwrap();
+    }
+    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+    sim.run_until(600);
+    let member = sim.nodes[1].as_ref().unwrap();
+    assert_eq!(member.members(), &[NodeId(0), NodeId(1)]);
+    assert!(
+        !sim.events[1].iter().any(|(_, e)| matches!(
+            e,
+            Event::Deliver { sender, .. } if *sender == NodeId(2)
+        ) || matches!(e, Event::Removed { .. })),
+        "{:?}",
+        sim.events[1]
+    );
+    // Its own group's next messages take those gseqs, and are delivered.
+    sim.multicast(0, b"after").unwrap();
+    sim.run_until(1_000);
+    let got: Vec<&[u8]> = sim.events[1]
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Deliver { payload, .. } => Some(payload.as_ref()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, [b"before".as_slice(), b"after".as_slice()]);
+    let ignored = sim.nodes[1]
+        .as_ref()
+        .unwrap()
+        .stats()
+        .foreign_answers_ignored;
+    assert_eq!(ignored, 4);
+}
