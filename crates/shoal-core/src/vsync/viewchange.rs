@@ -727,9 +727,16 @@ impl Vsync {
             gseq,
             entry: Entry::Newview(v.clone()),
         };
-        for joiner in nodes(&v.members) {
-            if !super::contains(&self.view.members, joiner) {
-                self.send(joiner, &welcome);
+        // A primary that lets itself go sends it to every member too: it
+        // goes quiet now, and a member that missed the pbcast (its successor
+        // above all) would otherwise learn the view from no committee member
+        // that had installed it (swarm seed 184 with QSM: the successor
+        // missed it, the other backup installed it, and the group was left
+        // with no committee).
+        let leaving = v.left.contains(&self.me.0);
+        for member in nodes(&v.members) {
+            if leaving || !super::contains(&self.view.members, member) {
+                self.send(member, &welcome);
             }
         }
         let (me, period, delay) = (self.me, self.config.view_period, self.config.change_delay);
