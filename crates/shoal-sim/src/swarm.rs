@@ -1593,4 +1593,13 @@ mod tests {
         assert_ok(4607);
         assert_ok(7910);
     }
+
+    /// With QSM, under loss: the Newview that lets a stopping primary go
+    /// reached one backup by pbcast and not its named successor, and the
+    /// group was left with no committee (found once the leaving daemon's
+    /// last datagrams were sent; the primary now also unicasts it).
+    #[test]
+    fn qsm_a_stopping_primarys_successor_learns_the_view_that_names_it() {
+        assert_ok_qsm(184);
+    }
 }
