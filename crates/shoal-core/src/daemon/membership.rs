@@ -625,7 +625,22 @@ impl Membership {
                 Event::Removed {
                     reason: RemovedReason::Left,
                     ..
-                } => self.phase = Phase::Left,
+                } => {
+                    // What vsync still has to send goes before the phase
+                    // turns inert (`poll_transmit` then sends only the
+                    // outbox): a primary that let itself go has just handed
+                    // pbcast the Newview that removes it, naming its
+                    // successor, and nobody else can send it. Withheld, the
+                    // successor never installed that view; it took over
+                    // with the Newview as an uncommitted candidate and asked
+                    // the old view, whose majority the leaver was part of,
+                    // for ever (a two-daemon view waited out
+                    // `view_period + partition_grace`).
+                    while let Some(t) = self.inner.poll_transmit(now) {
+                        self.outbox.push_back(t);
+                    }
+                    self.phase = Phase::Left;
+                }
                 _ => {}
             }
             self.events.push_back(MembershipEvent { me, event });

@@ -1215,14 +1215,15 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
             c.founded, c.rejoins, c.merges, c.partitions, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
-            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}",
+            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}",
             s.delivered,
             s.views_installed,
             s.takeovers,
             s.newviews_abandoned,
             s.repairs_sent,
             s.repair_requests_sent,
-            s.malformed
+            s.malformed,
+            s.foreign_answers_ignored
         ),
     ];
     if let Some(p) = v.pbcast_stats() {

@@ -125,6 +125,10 @@ pub(super) struct Candidate {
     pub gseq: u64,
     pub newview: NewView,
     pub epoch: u64,
+    /// This primary's own decision, set aside at a new epoch
+    /// (`set_aside_unchosen`): its store holds the log before it, and these
+    /// joins and leaves go into another Newview if one is decided instead.
+    pub taken: Option<super::viewchange::Taken>,
 }
 
 impl Committee {
@@ -187,7 +191,9 @@ impl Committee {
     /// this one yielded too, nobody would finish the view (cut seeds 674,
     /// k = 3, and 670, k = 2). It outranks the rival after a backoff.
     pub(super) fn finishing_view(&self) -> Option<u64> {
-        self.view_change().filter(|vc| vc.decided).map(|vc| vc.view)
+        self.view_change()
+            .filter(|vc| vc.decided || vc.set_aside)
+            .map(|vc| vc.view)
     }
 
     /// The view change this member runs as primary, if any.
@@ -1174,6 +1180,7 @@ impl Vsync {
                         gseq,
                         newview,
                         epoch,
+                        taken: None,
                     })
                 }
             }

@@ -57,6 +57,12 @@ pub(super) struct MemberState {
     /// view is stale): it asks any member of its view, who passes the
     /// request on to its own primary (`Message::RepairFor`).
     unanswered: u32,
+    /// A request went to a member outside the committee because this
+    /// member's view may be stale (`unanswered`): the answer may come from
+    /// a primary it does not know, outside its view. Until then, repair
+    /// answers from outside the view are another group's
+    /// (`Vsync::foreign_answer`). Cleared by the next answer.
+    pub(super) asked_outside: bool,
     repair_paused_until: Instant,
     /// The highest committed frontier a repair answer reported. Below it,
     /// a member that makes no progress for a repair timeout asks again;
@@ -112,6 +118,7 @@ impl MemberState {
             answered_by: None,
             next_at_request: 0,
             unanswered: 0,
+            asked_outside: false,
             repair_paused_until: now,
             committed_known: 0,
             probed: false,
@@ -308,6 +315,7 @@ impl Vsync {
         let timeout = self.repair_timeout();
         let m = &mut self.member;
         m.unanswered = 0;
+        m.asked_outside = false;
         m.answered_by = (m.next > m.next_at_request).then_some(from);
         m.committed_known = m.committed_known.max(committed);
         // A gap left after the answer (it was cut at `repair_batch_max`), or
@@ -553,6 +561,7 @@ impl Vsync {
         let Some(target) = self.repair_target(stale, answered) else {
             return;
         };
+        self.member.asked_outside |= stale;
         self.stats.repair_requests_sent += 1;
         self.send(target, &message);
     }

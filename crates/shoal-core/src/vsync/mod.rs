@@ -142,6 +142,9 @@ pub struct Stats {
     /// chosen for that view, one this primary cannot complete.
     pub newviews_abandoned: u64,
     pub vsync_datagrams_sent: u64,
+    /// Repair answers from outside the view that this member did not ask
+    /// for, ignored (`Vsync::foreign_answer`).
+    pub foreign_answers_ignored: u64,
 }
 
 /// What a member holds in its buffers ([`Vsync::buffered`]).
@@ -603,7 +606,33 @@ impl Vsync {
         self.flush_replica_ack(now);
     }
 
+    /// A repair answer (entries, the frontier, or `Removed`) from outside
+    /// this member's view that it did not ask for: another group's
+    /// committee member answering a request an earlier process of this
+    /// member's slot sent (the runtime routes datagrams by slot; a daemon
+    /// that restarts or rejoins takes the slot's traffic under a new id).
+    /// Taken in, its records took this member's next gseqs, so its own
+    /// group's records at those gseqs were dropped as duplicates and never
+    /// delivered here (swarm seed 3350: 42 foreign records, and a
+    /// restarted daemon's clients' messages held until a view change, then
+    /// delivered out of FIFO order), and a `Removed` would have evicted it.
+    /// An answer from outside the view is legitimate only after this member
+    /// asked outside its committee (`MemberState::asked_outside`).
+    fn foreign_answer(&self, from: NodeId, message: &Message<'_>) -> bool {
+        self.status == Status::Member
+            && matches!(
+                message,
+                Message::Entry { .. } | Message::RepairDone { .. } | Message::Removed { .. }
+            )
+            && !contains(&self.view.members, from)
+            && !self.member.asked_outside
+    }
+
     fn on_message(&mut self, now: Instant, from: NodeId, message: Message<'_>) {
+        if self.foreign_answer(from, &message) {
+            self.stats.foreign_answers_ignored += 1;
+            return;
+        }
         match message {
             Message::GseqReq {
                 sender,

@@ -1089,3 +1089,167 @@ fn guarantees_hold_when_the_whole_group_is_the_committee() {
         failures.join("\n")
     );
 }
+
+/// A decided Newview that nobody accepted is decided again at the new
+/// epoch (swarm seed 3125, reduced). View 0 is {0, 1, 2}, committee
+/// [0, 1, 2]. Member 1 sleeps; the primary drops it from the committee and
+/// changes the view: 0 and 2 acknowledge, and before the decision both
+/// promise a rival's higher epoch for that view (a backup that took over
+/// across a cut, here a forged Prefreshview). The primary decides {0, 2}
+/// from its round's acks, but neither accepts: its own member side
+/// promised the rival, and 2 answers OUTRANKED. Then 2 crashes. The primary
+/// outranks the rival and asks again; only the sleeper, once awake, can
+/// complete its majority. Without setting the unaccepted decision aside
+/// (`set_aside_unchosen`), that majority accepted {0, 2}: the live member
+/// was dropped and the primary was left in a view of two with a dead
+/// member, whose majority (both) it could never gather again. Paxos allows
+/// the fresh decision: nobody of the new majority accepted the old one.
+#[test]
+fn a_decided_newview_nobody_accepted_is_decided_again_at_the_new_epoch() {
+    let config = fast_config(3);
+    let mut sim = group(3, 3, 11, &config);
+    sim.run_until(500);
+    sim.sleep(1, 3_000);
+    // A rival proposer's Prefreshview for view 1 at an epoch above any the
+    // primary takes before it is outranked.
+    let rival = |view: u64, from: u32| {
+        let epoch = (40 << 20) | u64::from(from);
+        let body = Message::Prefreshview { view, epoch }.to_vec().unwrap();
+        shoal_wire::Packet::Vsync { body: &body }
+            .to_vec(from)
+            .unwrap()
+    };
+    let mut injected = false;
+    let mut crashed = false;
+    for t in 501..2_500u64 {
+        sim.run_until(t);
+        let primary = sim.nodes[0].as_ref().unwrap();
+        let vc = primary.committee.as_ref().and_then(|c| c.view_change());
+        if !injected {
+            // Both acknowledged, not decided yet.
+            if let Some(vc) = vc.filter(|vc| vc.acks.len() == 2 && !vc.decided) {
+                assert!(vc.acks.contains_key(&NodeId(2)));
+                let view = vc.view;
+                let to_0 = rival(view, 2);
+                let to_2 = rival(view, 0);
+                sim.with(0, |e, now| e.handle_datagram(now, NodeId(2), &to_0));
+                sim.with(2, |e, now| e.handle_datagram(now, NodeId(0), &to_2));
+                injected = true;
+            }
+        } else if !crashed && vc.is_some_and(|vc| vc.outranked.is_some()) {
+            // The decision was refused by both; 2 goes.
+            let vc = vc.unwrap();
+            assert!(vc.accepts.is_empty(), "accepted by {:?}", vc.accepts);
+            assert_eq!(primary.view.members.len(), 3);
+            sim.crash(2);
+            crashed = true;
+        }
+    }
+    assert!(
+        injected && crashed,
+        "the scenario ran: {injected} {crashed}"
+    );
+    sim.run_until(8_000);
+    let views: Vec<Vec<NodeId>> = sim.events[0]
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::View(v) => Some(v.members.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !views.iter().any(|m| m.contains(&NodeId(2)) && m.len() == 2),
+        "a view of two named the crashed member: {views:?}"
+    );
+    let removed = sim.events[1]
+        .iter()
+        .any(|(_, e)| matches!(e, Event::Removed { .. }));
+    assert!(!removed, "the live member was dropped: {views:?}");
+    assert_eq!(
+        sim.nodes[1].as_ref().unwrap().members(),
+        &[NodeId(0), NodeId(1)],
+        "views at 0: {views:?}"
+    );
+    assert_eq!(
+        sim.nodes[0].as_ref().unwrap().members(),
+        &[NodeId(0), NodeId(1)]
+    );
+}
+
+/// Repair answers from outside the view that the member never asked for
+/// are another group's: ignored (swarm seed 3350, where a restarted daemon
+/// took the answers to its previous process's requests, delivered 42 of
+/// another group's records in its own gseqs, and so dropped its own group's
+/// records at those gseqs). A member of {0, 1} gets entries at its next
+/// gseqs, the frontier and `Removed` from node 2, outside its view: it
+/// delivers none, stays a member, and goes on delivering its own group's
+/// messages (this test fails without `Vsync::foreign_answer`).
+#[test]
+fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
+    let config = fast_config(2);
+    let mut sim = group(2, 3, 5, &config);
+    sim.run_until(200);
+    sim.multicast(0, b"before").unwrap();
+    sim.run_until(400);
+    let next = sim.nodes[1].as_ref().unwrap().next_gseq();
+    assert!(next > 0);
+    let mut datagram = Vec::new();
+    let foreign = [
+        Message::Entry {
+            gseq: next,
+            entry: shoal_wire::vsync::Entry::Data {
+                sender: 2,
+                local_id: 0,
+                payload: b"another group's",
+            },
+        },
+        Message::Entry {
+            gseq: next + 1,
+            entry: shoal_wire::vsync::Entry::Data {
+                sender: 2,
+                local_id: 1,
+                payload: b"another group's",
+            },
+        },
+        Message::RepairDone {
+            committed: next + 2,
+            view: 0,
+        },
+        Message::Removed { view: 0 },
+    ];
+    for message in &foreign {
+        let body = message.to_vec().unwrap();
+        shoal_wire::Packet::Vsync { body: &body }
+            .encode(2, &mut datagram)
+            .unwrap();
+    }
+    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+    sim.run_until(600);
+    let member = sim.nodes[1].as_ref().unwrap();
+    assert_eq!(member.members(), &[NodeId(0), NodeId(1)]);
+    assert!(
+        !sim.events[1].iter().any(|(_, e)| matches!(
+            e,
+            Event::Deliver { sender, .. } if *sender == NodeId(2)
+        ) || matches!(e, Event::Removed { .. })),
+        "{:?}",
+        sim.events[1]
+    );
+    // Its own group's next messages take those gseqs, and are delivered.
+    sim.multicast(0, b"after").unwrap();
+    sim.run_until(1_000);
+    let got: Vec<&[u8]> = sim.events[1]
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Deliver { payload, .. } => Some(payload.as_ref()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, [b"before".as_slice(), b"after".as_slice()]);
+    let ignored = sim.nodes[1]
+        .as_ref()
+        .unwrap()
+        .stats()
+        .foreign_answers_ignored;
+    assert_eq!(ignored, 4);
+}

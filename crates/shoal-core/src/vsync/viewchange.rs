@@ -26,7 +26,7 @@ use rand::Rng;
 
 use shoal_wire::vsync::{self as wire, Carried, Entry, Message, NewView, Report};
 
-use super::committee::Role;
+use super::committee::{Candidate, Role};
 use super::{nodes, Record, Vsync};
 use crate::engine::NodeId;
 use crate::time::Instant;
@@ -49,6 +49,29 @@ pub(super) struct ViewChange {
     /// A member promised this epoch to a rival proposer; this primary
     /// outranks it when `deadline` comes (`on_outranked`).
     pub outranked: Option<u64>,
+    /// What `decide_view` replaced, so that a decided Newview nobody is
+    /// known to have accepted can be set aside at a new epoch
+    /// (`set_aside_unchosen`).
+    pub prior: Option<Prior>,
+    /// This primary's decided Newview was set aside at a new epoch: it
+    /// is finishing the view as if it were still decided
+    /// (`Committee::finishing_view`).
+    pub set_aside: bool,
+}
+
+/// The primary's state before `decide_view` took its decision.
+pub(super) struct Prior {
+    pub cview: NewView,
+    pub cview_gseq: u64,
+    pub taken: Taken,
+}
+
+/// The joins and leaves a decided Newview took in; given back if another
+/// Newview is decided instead (`Candidate::taken`).
+pub(super) struct Taken {
+    pub joins: BTreeSet<NodeId>,
+    pub leaves: BTreeSet<NodeId>,
+    pub grow_for_leave: bool,
 }
 
 /// What a majority's reports allow the primary to propose.
@@ -139,6 +162,8 @@ impl Vsync {
             accepting: false,
             accepts: BTreeSet::new(),
             outranked: None,
+            prior: None,
+            set_aside: false,
         });
         let prefresh = Carried::Prefreshview {
             view,
@@ -271,6 +296,15 @@ impl Vsync {
                     // The Newview must not commit before a majority accepted it.
                     if let Some(p) = self.primary_mut() {
                         p.fence = Some(p.fence.unwrap_or(u64::MAX).min(p.next_gseq));
+                        // A Newview of its own set aside and reported by
+                        // nobody: the joins and leaves it took in go into
+                        // the one decided now.
+                        if let Some(taken) = p.candidate.take_if(|c| c.taken.is_some()) {
+                            let taken = taken.taken.expect("filtered");
+                            p.joins.extend(taken.joins);
+                            p.leaves.extend(taken.leaves);
+                            p.grow_for_leave |= taken.grow_for_leave;
+                        }
                     }
                     self.decide_view(now);
                 }
@@ -308,7 +342,7 @@ impl Vsync {
             p.candidate.as_ref().is_some_and(|cand| {
                 cand.gseq == highest.gseq
                     && cand.newview == highest.newview
-                    && c.holds_log_of(cand.gseq, cand.epoch)
+                    && (cand.taken.is_some() || c.holds_log_of(cand.gseq, cand.epoch))
             })
         };
         if held {
@@ -455,8 +489,10 @@ impl Vsync {
         p.contested = true;
         let (list, base) = (c.list.clone(), c.base);
         p.reset_backups(&list, base, now);
-        self.send_heartbeats();
+        // Phase 1 first: it may set the decided Newview aside, which must
+        // not be replicated at the new epoch (`set_aside_unchosen`).
         self.restart_view_change(now);
+        self.send_heartbeats();
     }
 
     /// A majority of the old view accepted: the Newview is chosen, and
@@ -517,10 +553,67 @@ impl Vsync {
         }
     }
 
+    /// A new epoch (backups dropped, or a rival outranked) starts phase 1
+    /// again. If this primary's decided Newview is in phase 2 and not
+    /// accepted by a majority, and its own member side accepted nothing for
+    /// that view, it is set aside as the candidate, as a takeover sets aside
+    /// the Newview its store ends with: the new phase 1 decides (Paxos,
+    /// docs/vsync.md "Newviews chosen by a majority"). If a member reports
+    /// it, it is proposed again, unchanged; if nobody of the new majority
+    /// accepted it, it cannot have been chosen, and the view is decided
+    /// afresh from this round's acknowledgements. Before, the old decision
+    /// went on to phase 2 with the members of the round that made it: in a
+    /// view of three, a Newview decided while one member slept named the
+    /// other, which crashed before accepting; once the sleeper woke and
+    /// accepted, the view of two installed named the dead member and
+    /// dropped the live one, and with a majority of two needing both it
+    /// installed nothing more (swarm seed 3125).
+    fn set_aside_unchosen(&mut self) {
+        let own_accepted = self.member.accepted.as_ref().map(|a| a.newview.view);
+        let Some(c) = self.committee.as_mut() else {
+            return;
+        };
+        let committed = c.committed;
+        let Role::Primary(p) = &mut c.role else {
+            return;
+        };
+        let Some(vc) = p.vc.as_mut() else {
+            return;
+        };
+        let unchosen = vc.decided && vc.accepting && own_accepted != Some(vc.view);
+        let gseq = p.cview_gseq;
+        let stored = c.store.get(&gseq).map(|s| (&s.record, s.epoch));
+        let Some((Record::Newview(newview), epoch)) = stored else {
+            return;
+        };
+        if !unchosen
+            || vc.prior.is_none()
+            || newview.view != vc.view
+            || p.next_gseq != gseq + 1
+            || committed > gseq
+        {
+            return;
+        }
+        let (newview, prior) = (newview.clone(), vc.prior.take().expect("checked"));
+        c.store.remove(&gseq);
+        p.next_gseq = gseq;
+        p.cview = prior.cview;
+        p.cview_gseq = prior.cview_gseq;
+        p.candidate = Some(Candidate {
+            gseq,
+            newview,
+            epoch,
+            taken: Some(prior.taken),
+        });
+        vc.decided = false;
+        vc.set_aside = true;
+    }
+
     /// After dropping backups (a new epoch), a view change under way asks
     /// again at the new epoch: acknowledgements of the old one do not count
     /// towards lifting the fence (`Primary::fence`).
     pub(super) fn restart_view_change(&mut self, now: Instant) {
+        self.set_aside_unchosen();
         let (me, wait) = (self.me, self.config.ack_wait);
         let Some((view, epoch)) = self
             .primary_mut()
@@ -562,6 +655,8 @@ impl Vsync {
             return;
         };
         vc.decided = true;
+        vc.set_aside = false;
+        let grow_for_leave = p.grow_for_leave;
         // A committee of one whose primary asked to leave takes a backup in.
         let k = if p.grow_for_leave { k.max(2) } else { k };
         let old = nodes(&p.cview.members);
@@ -608,6 +703,15 @@ impl Vsync {
             left: leaves.iter().map(|m| m.0).collect(),
             reasons,
         };
+        vc.prior = Some(Prior {
+            cview: p.cview.clone(),
+            cview_gseq: p.cview_gseq,
+            taken: Taken {
+                joins,
+                leaves,
+                grow_for_leave,
+            },
+        });
         self.assign(now, Record::Newview(newview));
     }
 
@@ -623,9 +727,16 @@ impl Vsync {
             gseq,
             entry: Entry::Newview(v.clone()),
         };
-        for joiner in nodes(&v.members) {
-            if !super::contains(&self.view.members, joiner) {
-                self.send(joiner, &welcome);
+        // A primary that lets itself go sends it to every member too: it
+        // goes quiet now, and a member that missed the pbcast (its successor
+        // above all) would otherwise learn the view from no committee member
+        // that had installed it (swarm seed 184 with QSM: the successor
+        // missed it, the other backup installed it, and the group was left
+        // with no committee).
+        let leaving = v.left.contains(&self.me.0);
+        for member in nodes(&v.members) {
+            if leaving || !super::contains(&self.view.members, member) {
+                self.send(member, &welcome);
             }
         }
         let (me, period, delay) = (self.me, self.config.view_period, self.config.change_delay);

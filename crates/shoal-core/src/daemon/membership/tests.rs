@@ -731,3 +731,47 @@ fn a_member_ignores_a_view_from_another_group() {
         .count();
     assert_eq!(foreign_views, 0, "slot 1 installed the other group's view");
 }
+
+/// Two daemons, the primary stops gracefully: the Newview that lets it go
+/// names the other as its successor, and only the leaving primary can send
+/// it. It must leave before the daemon turns inert: withheld, the successor
+/// never installed that view, took over with it as an uncommitted
+/// candidate and asked the old two-member view, whose majority needs the
+/// daemon that left, until `view_period + partition_grace` ran out (swarm
+/// seeds 4607 and 7910; this test fails so without the fix).
+#[test]
+fn of_two_daemons_the_primary_stopping_hands_the_group_to_the_other_at_once() {
+    let mut h = Harness::new(2);
+    h.start(0, 1);
+    h.start(1, 1);
+    h.run_until(6_000);
+    h.assert_one_group_of(&[0, 1]);
+    assert!(h.daemon(0).vsync().is_primary());
+    let survivor = h.daemon(1).node_id();
+    let now = Instant::from_nanos(h.now);
+    h.daemons[0].as_mut().unwrap().leave(now);
+    h.drain(0);
+    let left_at = h.now;
+    // The leave's view change takes `change_delay` and an `ack_wait` (1 s),
+    // phase 2 a few ms; well within 2 s, and far from 2 s + 5 s.
+    h.run_until(left_at / MS + 2_000);
+    let left = h.events[0].iter().any(|e| {
+        matches!(
+            e,
+            Event::Removed {
+                reason: RemovedReason::Left,
+                ..
+            }
+        )
+    });
+    assert!(left, "the primary left: {:?}", h.events[0]);
+    h.crash(0);
+    assert_eq!(h.daemon(1).vsync().members(), &[survivor]);
+    assert!(h.daemon(1).vsync().is_primary());
+    // And it goes on: views keep coming, no partition is declared.
+    h.run_until(left_at / MS + 12_000);
+    assert!(h.daemon(1).is_member());
+    assert_eq!(h.daemon(1).node_id(), survivor);
+    assert_eq!(h.daemon(1).stats().partitions, 0);
+    assert_eq!(h.daemon(1).stats().rejoins, 0);
+}
