@@ -372,10 +372,11 @@ fn lost_region_datagrams_are_recovered() {
     }
 }
 
-#[test]
-fn a_join_is_announced_after_the_same_messages_everywhere() {
-    let mut net = three_in_g(true);
-    // Sender keeps sending while a fourth client joins at daemon 2.
+/// Client 1 of daemon 0 sends 100 fifo messages to `g` while a client of
+/// daemon 2 joins it after the 50th; run until `end_ms`. Every member of the
+/// first view sees the same messages before the join's view (V4), and the
+/// late client exactly what came after it.
+fn join_while_sending(net: &mut Net, end_ms: u64) {
     for k in 0..100 {
         net.send(0, 1, Service::Fifo, "g", format!("c0:{k:04}"));
         if k == 50 {
@@ -387,8 +388,7 @@ fn a_join_is_announced_after_the_same_messages_everywhere() {
             net.run_until(t);
         }
     }
-    net.run_until(8_000);
-    // Every member of the first view sees the same messages before V4.
+    net.run_until(end_ms);
     let cut = |h: &[String]| {
         let at = h.iter().position(|x| x == "V4").expect("saw the join");
         h[..at]
@@ -401,7 +401,6 @@ fn a_join_is_announced_after_the_same_messages_everywhere() {
     for slot in 1..3 {
         assert_eq!(cut(&net.history(slot, 1, "g")), cut(&h0), "daemon {slot}");
     }
-    // The late client gets exactly what came after its view.
     let late = net.history(2, 2, "g");
     assert_eq!(late.first().map(String::as_str), Some("V4"), "{late:?}");
     let after: Vec<String> = h0[h0.iter().position(|x| x == "V4").unwrap() + 1..]
@@ -410,6 +409,13 @@ fn a_join_is_announced_after_the_same_messages_everywhere() {
         .cloned()
         .collect();
     assert_eq!(&late[1..], &after[..]);
+}
+
+#[test]
+fn a_join_is_announced_after_the_same_messages_everywhere() {
+    let mut net = three_in_g(true);
+    // Sender keeps sending while a fourth client joins at daemon 2.
+    join_while_sending(&mut net, 8_000);
     assert_eq!(of(&net.got(1, 1), "c0:").len(), 100);
     assert!(net.d(0).regions().stats().flushes >= 1);
 }
@@ -955,38 +961,7 @@ fn fifo_holds_across_a_region_and_a_hybrid_instance() {
 #[test]
 fn a_join_to_a_hybrid_group_is_announced_after_the_same_messages_everywhere() {
     let mut net = hybrid_g(["o0", "o1", "o2"]);
-    for k in 0..100 {
-        net.send(0, 1, Service::Fifo, "g", format!("c0:{k:04}"));
-        if k == 50 {
-            net.client(2, 2, "late");
-            net.frame(2, 2, Frame::Join { group: "g".into() });
-        }
-        if k % 10 == 0 {
-            let t = net.now / MS + 1;
-            net.run_until(t);
-        }
-    }
-    net.run_until(9_000);
-    let cut = |h: &[String]| {
-        let at = h.iter().position(|x| x == "V4").expect("saw the join");
-        h[..at]
-            .iter()
-            .filter(|x| !x.starts_with('V'))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    let h0 = net.history(0, 1, "g");
-    for slot in 1..3 {
-        assert_eq!(cut(&net.history(slot, 1, "g")), cut(&h0), "daemon {slot}");
-    }
-    let late = net.history(2, 2, "g");
-    assert_eq!(late.first().map(String::as_str), Some("V4"), "{late:?}");
-    let after: Vec<String> = h0[h0.iter().position(|x| x == "V4").unwrap() + 1..]
-        .iter()
-        .filter(|x| !x.starts_with('V'))
-        .cloned()
-        .collect();
-    assert_eq!(&late[1..], &after[..]);
+    join_while_sending(&mut net, 9_000);
     for slot in 0..3 {
         assert_eq!(of(&net.got(slot, 1), "c0:").len(), 100, "at {slot}");
     }
