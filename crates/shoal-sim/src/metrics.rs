@@ -76,7 +76,8 @@ impl SimEvent for traditional::Event {
 
 impl SimEvent for vsync::Event {
     /// Vsync delivers in gseq order, which keeps each sender's local ids in
-    /// order: the FIFO checker applies per sender.
+    /// order: the FIFO checker applies per sender. A member's local ids
+    /// start at [`vsync::first_local_id`]; counted from 0 here.
     fn observed(&self) -> Observed<'_> {
         match self {
             vsync::Event::Deliver {
@@ -86,7 +87,7 @@ impl SimEvent for vsync::Event {
                 ..
             } => Observed::Deliver {
                 source: sender.0,
-                seq: *local_id,
+                seq: local_id.wrapping_sub(vsync::first_local_id(*sender)),
                 payload,
                 recovered: false,
             },
