@@ -829,6 +829,37 @@ impl Netns {
             .arg(env!("CARGO_BIN_EXE_shoal"));
         c
     }
+
+    /// `shoal site` daemon `id` of the sites file `config`, in host
+    /// `id + 1`, serving clients at `socket`, stopping after `run_for`
+    /// seconds, its injected faults drawn from `fault_seed`; `extra` are
+    /// further arguments (the transport's `--loss`, `--delay-ms`).
+    fn spawn_site(
+        &self,
+        config: &Path,
+        id: usize,
+        run_for: f64,
+        fault_seed: u64,
+        socket: &Path,
+        extra: &[&str],
+    ) -> Proc {
+        let child = self
+            .shoal(id + 1)
+            .args(["site", "--config"])
+            .arg(config)
+            .args(["--id", &id.to_string()])
+            .args(["--run-for", &format!("{run_for}")])
+            .args(["--fault-seed", &fault_seed.to_string()])
+            .args(extra)
+            .arg("--socket")
+            .arg(socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal site starts");
+        Proc(Some(child))
+    }
 }
 
 impl Drop for Netns {
@@ -871,24 +902,17 @@ fn table3_point(net: &Netns, dir: &Path, loss: f64, warm: f64, measure: f64) -> 
     .unwrap();
     let socket = |id: u32| dir.join(format!("t3-{id}.sock"));
     let run_for = 3.0 + warm + measure + 3.0;
+    let faults = ["--loss", &format!("{loss}"), "--delay-ms", "52"];
     let mut procs: Vec<Proc> = (0..2u32)
         .map(|id| {
-            let child = net
-                .shoal(id as usize + 1)
-                .args(["site", "--config"])
-                .arg(&config)
-                .args(["--id", &id.to_string()])
-                .args(["--run-for", &format!("{run_for}")])
-                .args(["--loss", &format!("{loss}"), "--delay-ms", "52"])
-                .args(["--fault-seed", &format!("{}", 11 + id)])
-                .arg("--socket")
-                .arg(socket(id))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("shoal site starts");
-            Proc(Some(child))
+            net.spawn_site(
+                &config,
+                id as usize,
+                run_for,
+                11 + u64::from(id),
+                &socket(id),
+                &faults,
+            )
         })
         .collect();
     let epoch = Instant::now();
@@ -1054,23 +1078,7 @@ fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64
     let socket = |id: usize| dir.join(format!("ch-{id}.sock"));
     let run_for = 8.0 + measure + 4.0;
     let mut procs: Vec<Proc> = (0..CHAIN.len())
-        .map(|id| {
-            let child = net
-                .shoal(id + 1)
-                .args(["site", "--config"])
-                .arg(&config)
-                .args(["--id", &id.to_string()])
-                .args(["--run-for", &format!("{run_for}")])
-                .args(["--fault-seed", &format!("{}", 21 + id)])
-                .arg("--socket")
-                .arg(socket(id))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("shoal site starts");
-            Proc(Some(child))
-        })
+        .map(|id| net.spawn_site(&config, id, run_for, 21 + id as u64, &socket(id), &[]))
         .collect();
     let epoch = Instant::now();
     let mut tx = App::connect(&socket(0), "tx", epoch);
