@@ -41,8 +41,10 @@
 //! a = "east"
 //! b = "west"
 //! weight = 10            # both directions; or a_to_b / b_to_a
-//! # delay_ms = 52        # experiments: delay and loss injected per link
-//! # loss = 0.01          # and direction by the receiving daemon
+//! # protocol = "tcp"     # the TCP-model baseline instead of Hop
+//! # delay_ms = 52        # experiments: delay, loss and a bandwidth
+//! # loss = 0.01          # injected per link and direction by the
+//! # rate_kbps = 1500     # receiving daemon
 //!
 //! [engine]               # shoal_core::sites::Config, every field optional
 //! global_window = 200
@@ -64,7 +66,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shoal_core::engine::SendError;
 use shoal_core::overlay::{LinkWeights, Site, SiteId, Topology};
-use shoal_core::sites::{self, SiteDaemon, SitesError, Target};
+use shoal_core::sites::{self, LinkKind, SiteDaemon, SitesError, Target};
 use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
 
 use crate::daemon::config::AuthConfig;
@@ -135,6 +137,22 @@ pub struct LinkEntry {
     /// crossing this link in each direction that the receiving daemon
     /// drops. Default 0.
     pub loss: Option<f64>,
+    /// The link protocol both gateways run on this link: `"hop"` (the
+    /// default, P-Spread §3.2) or `"tcp"` (the TCP model, the paper's
+    /// baseline; `[engine.tcp]` holds its settings).
+    #[serde(default)]
+    pub protocol: LinkKind,
+    /// For experiments: the link's capacity in each direction, in
+    /// Kbit/s (1000 bit/s). The receiving daemon serialises the
+    /// datagrams that cross the link into it at this rate (each
+    /// datagram's bytes as its engine gets them, without the cluster
+    /// key's envelope, plus 28 of IP and UDP), behind a drop-tail queue
+    /// of `queue_packets`, before `loss` and `delay_ms` (the simulator's
+    /// link model: a lost datagram used the link). Default: no limit.
+    pub rate_kbps: Option<f64>,
+    /// Datagrams waiting for the link (`rate_kbps`), at most; one more is
+    /// dropped. Default 100, the simulator's queue.
+    pub queue_packets: Option<usize>,
 }
 
 /// Why a sites file was refused. Nothing was started.
@@ -175,7 +193,7 @@ pub enum SitesConfigError {
     #[error("link {a:?}-{b:?}: weights are at least 1")]
     ZeroWeight { a: String, b: String },
     #[error(
-        "link {a:?}-{b:?}: delay_ms must be at least 0 and finite, loss at least 0 and below 1"
+        "link {a:?}-{b:?}: delay_ms must be at least 0 and finite, loss at least 0 and below 1, rate_kbps above 0 and finite, queue_packets at least 1"
     )]
     BadLinkFault { a: String, b: String },
     #[error("engine settings: {0}")]
@@ -199,17 +217,55 @@ pub struct SitesPlan {
     pub engine: sites::Config,
     /// The cluster key and whether payloads are encrypted.
     pub auth: Option<(ClusterKey, Mode)>,
-    /// Delay and loss injected per link, by (sending site, receiving
-    /// site); links without `delay_ms` or `loss` are not listed.
+    /// Delay, loss and capacity injected per link, by (sending site,
+    /// receiving site); links without `delay_ms`, `loss` or `rate_kbps`
+    /// are not listed.
     pub link_faults: BTreeMap<(SiteId, SiteId), LinkFault>,
+    /// Links that do not run Hop, both directions listed.
+    pub link_kinds: BTreeMap<(SiteId, SiteId), LinkKind>,
 }
 
 /// What a daemon's transport does to the datagrams one link carries to
-/// it (the sites file's `delay_ms` and `loss`).
+/// it (the sites file's `delay_ms`, `loss`, `rate_kbps` and
+/// `queue_packets`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkFault {
     pub delay: std::time::Duration,
     pub loss: f64,
+    /// Bits per second, if limited.
+    pub rate_bps: Option<f64>,
+    pub queue_packets: usize,
+}
+
+/// The link's capacity (`rate_kbps`) as the receiving daemon emulates it:
+/// datagrams leave a drop-tail queue one after another at the rate.
+#[derive(Debug, Clone)]
+struct LinkQueue {
+    rate_bps: f64,
+    capacity: usize,
+    /// When each datagram still in the queue (or on the wire) is through.
+    departures: VecDeque<Instant>,
+}
+
+/// IP and UDP header bytes a datagram adds on the wire.
+const IP_UDP_BYTES: usize = 28;
+
+impl LinkQueue {
+    /// When a datagram of `len` bytes that arrived at `now` is through
+    /// the link, or `None` if the queue is full (dropped).
+    fn admit(&mut self, now: Instant, len: usize) -> Option<Instant> {
+        while self.departures.front().is_some_and(|d| *d <= now) {
+            self.departures.pop_front();
+        }
+        if self.departures.len() >= self.capacity {
+            return None;
+        }
+        let start = self.departures.back().copied().unwrap_or(now).max(now);
+        let bits = ((len + IP_UDP_BYTES) * 8) as f64;
+        let done = start + std::time::Duration::from_secs_f64(bits / self.rate_bps);
+        self.departures.push_back(done);
+        Some(done)
+    }
 }
 
 impl SitesPlan {
@@ -275,23 +331,16 @@ impl SitesPlan {
         }
         let mut pairs = BTreeSet::new();
         let mut link_faults = BTreeMap::new();
+        let mut link_kinds = BTreeMap::new();
         for l in &file.links {
             let w = link(l, &index, &mut pairs)?;
-            if l.delay_ms.is_some() || l.loss.is_some() {
-                let delay = l.delay_ms.unwrap_or(0.0);
-                let loss = l.loss.unwrap_or(0.0);
-                if !(delay >= 0.0 && delay.is_finite() && (0.0..1.0).contains(&loss)) {
-                    return Err(SitesConfigError::BadLinkFault {
-                        a: l.a.clone(),
-                        b: l.b.clone(),
-                    });
-                }
-                let f = LinkFault {
-                    delay: std::time::Duration::from_secs_f64(delay / 1e3),
-                    loss,
-                };
+            if let Some(f) = link_fault(l)? {
                 link_faults.insert((w.a, w.b), f);
                 link_faults.insert((w.b, w.a), f);
+            }
+            if l.protocol != LinkKind::Hop {
+                link_kinds.insert((w.a, w.b), l.protocol);
+                link_kinds.insert((w.b, w.a), l.protocol);
             }
             topo.links.push(w);
         }
@@ -328,6 +377,7 @@ impl SitesPlan {
             engine: file.engine,
             auth,
             link_faults,
+            link_kinds,
         })
     }
 
@@ -367,11 +417,52 @@ impl SitesPlan {
             1,
             now,
         )?;
+        let mut daemon = daemon;
+        let mine = daemon.site();
+        for (&(_, to), &kind) in self
+            .link_kinds
+            .iter()
+            .filter(|((from, _), _)| *from == mine)
+        {
+            daemon.set_link_kind(to, kind);
+        }
         let mut engine = SiteEngine::new(daemon, &self.topology);
         engine.link_faults = self.link_faults.clone();
         engine.seed_link_faults(u64::from(id));
         Ok(engine)
     }
+}
+
+/// A link's injected faults, if it has any; refused when out of range.
+fn link_fault(l: &LinkEntry) -> Result<Option<LinkFault>, SitesConfigError> {
+    if l.delay_ms.is_none()
+        && l.loss.is_none()
+        && l.rate_kbps.is_none()
+        && l.queue_packets.is_none()
+    {
+        return Ok(None);
+    }
+    let delay = l.delay_ms.unwrap_or(0.0);
+    let loss = l.loss.unwrap_or(0.0);
+    let rate_ok = l.rate_kbps.is_none_or(|r| r > 0.0 && r.is_finite());
+    let queue_packets = l.queue_packets.unwrap_or(100);
+    if !(delay >= 0.0
+        && delay.is_finite()
+        && (0.0..1.0).contains(&loss)
+        && rate_ok
+        && queue_packets > 0)
+    {
+        return Err(SitesConfigError::BadLinkFault {
+            a: l.a.clone(),
+            b: l.b.clone(),
+        });
+    }
+    Ok(Some(LinkFault {
+        delay: std::time::Duration::from_secs_f64(delay / 1e3),
+        loss,
+        rate_bps: l.rate_kbps.map(|r| r * 1e3),
+        queue_packets,
+    }))
 }
 
 fn link(
@@ -431,6 +522,9 @@ pub struct SiteEngineStats {
     pub lan_fan_out: u64,
     /// Datagrams dropped by a link's injected loss (`loss`).
     pub link_dropped: u64,
+    /// Datagrams dropped at a full link queue (`rate_kbps`,
+    /// `queue_packets`).
+    pub link_queue_dropped: u64,
     /// Datagrams held for a link's injected delay (`delay_ms`), and how
     /// late, in microseconds summed, the runtime's timer handed them over
     /// after they were due (the emulated link's delay is `delay_ms` plus
@@ -454,6 +548,8 @@ pub struct SiteEngine {
     /// daemon's site, by sending site.
     link_faults: BTreeMap<(SiteId, SiteId), LinkFault>,
     link_layers: BTreeMap<SiteId, crate::Faults>,
+    /// The capacity of each link into this daemon's site that has one.
+    link_queues: BTreeMap<SiteId, LinkQueue>,
 }
 
 impl SiteEngine {
@@ -487,6 +583,7 @@ impl SiteEngine {
             stats: SiteEngineStats::default(),
             link_faults: BTreeMap::new(),
             link_layers: BTreeMap::new(),
+            link_queues: BTreeMap::new(),
         }
     }
 
@@ -509,6 +606,22 @@ impl SiteEngine {
                     ..crate::FaultConfig::default()
                 };
                 (from, crate::Faults::new(config))
+            })
+            .collect();
+        self.link_queues = self
+            .link_faults
+            .iter()
+            .filter(|((_, to), _)| *to == mine)
+            .filter_map(|(&(from, _), f)| {
+                let rate_bps = f.rate_bps?;
+                Some((
+                    from,
+                    LinkQueue {
+                        rate_bps,
+                        capacity: f.queue_packets,
+                        departures: VecDeque::new(),
+                    },
+                ))
             })
             .collect();
     }
@@ -542,13 +655,30 @@ impl Engine for SiteEngine {
             Some(&s) if s == self.daemon.site() => self.daemon.handle_lan(now, from, datagram),
             Some(&s) if s.0 != u16::MAX => {
                 if let Some(layer) = self.link_layers.get_mut(&s) {
+                    // Through the link's queue first (a datagram lost
+                    // after it used the link), then loss and delay.
+                    let through = match self.link_queues.get_mut(&s) {
+                        Some(q) => match q.admit(now, datagram.len()) {
+                            Some(t) => t,
+                            None => {
+                                self.stats.link_queue_dropped += 1;
+                                return;
+                            }
+                        },
+                        None => now,
+                    };
+                    let queued = through.saturating_duration_since(now);
                     match layer.judge(now) {
                         crate::Verdict::Drop => {
                             self.stats.link_dropped += 1;
                             return;
                         }
                         crate::Verdict::DelayUntil(due) => {
-                            layer.hold(due, from, datagram);
+                            layer.hold(due + queued, from, datagram);
+                            return;
+                        }
+                        crate::Verdict::Deliver if !queued.is_zero() => {
+                            layer.hold(through, from, datagram);
                             return;
                         }
                         crate::Verdict::Deliver => {}

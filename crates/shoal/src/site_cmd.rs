@@ -205,11 +205,12 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
     );
     let a = engine.stats();
-    if a.link_held > 0 || a.link_dropped > 0 {
+    if a.link_held > 0 || a.link_dropped > 0 || a.link_queue_dropped > 0 {
         println!(
-            "site daemon {} link faults: dropped {}, held {}, handed over late by {:.0} us on average",
+            "site daemon {} link faults: dropped {}, queue full {}, held {}, handed over late by {:.0} us on average",
             args.id,
             a.link_dropped,
+            a.link_queue_dropped,
             a.link_held,
             a.link_late_us as f64 / a.link_held.max(1) as f64
         );

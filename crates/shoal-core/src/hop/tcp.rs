@@ -23,7 +23,10 @@
 //! Not modelled: SACK, timestamps, window scaling, path MTU discovery,
 //! slow-start restart after idle. A segment's encoding is this model's own
 //! (tag, seq, ack, length, bytes: 19 bytes standing in for TCP's 20-byte
-//! header); it never leaves a simulation.
+//! header). In the simulator it never leaves a simulation; between real
+//! site daemons (`sites`, a link set to TCP) it travels in UDP datagrams
+//! like Hop's, so the decoder drops malformed segments without panicking
+//! (the fuzz target `hop_handle_datagram` feeds it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -161,6 +164,20 @@ impl TcpLink {
     /// The congestion window, in segments.
     pub fn cwnd(&self) -> f64 {
         self.cwnd
+    }
+
+    /// The stream offset where the last message [`LinkProtocol::send`]
+    /// accepted ends: a ticket the layer above can hold against
+    /// [`TcpLink::acknowledged`] (as Hop's `accepted`).
+    pub fn accepted(&self) -> u64 {
+        self.snd_una + self.buffer.len() as u64
+    }
+
+    /// The peer's cumulative ACK, a stream offset: every message ending
+    /// at or below it arrived there. A message ending above it is still
+    /// in this end's custody.
+    pub fn acknowledged(&self) -> u64 {
+        self.snd_una
     }
 
     fn advance(&mut self, now: Instant) {

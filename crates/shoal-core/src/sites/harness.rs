@@ -18,7 +18,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::{Config, Event, Out, Service, SiteDaemon, Target};
+use super::{Config, Event, LinkKind, Out, Service, SiteDaemon, Target};
 use crate::overlay::{LinkWeights, Site, SiteId, Topology};
 use crate::{Destination, Instant, NodeId};
 
@@ -47,6 +47,8 @@ pub struct WorldConfig {
     pub wan_queue: Duration,
     /// IP and UDP header bytes added to every WAN datagram.
     pub wan_overhead: usize,
+    /// The protocol every gateway link runs (Hop, or the TCP model).
+    pub link_kind: LinkKind,
     pub seed: u64,
 }
 
@@ -58,6 +60,7 @@ impl Default for WorldConfig {
             lan_loss: 0.0,
             wan_queue: Duration::from_millis(500),
             wan_overhead: 28,
+            link_kind: LinkKind::Hop,
             seed: 1,
         }
     }
@@ -248,6 +251,15 @@ pub fn records(history: &[Rec]) -> Vec<shoal_check::Record> {
 }
 
 /// The client's name as the checker wants it: its private-group name.
+/// `d` with every link to another site set to `kind`.
+fn with_link_kind(mut d: SiteDaemon, kind: LinkKind, sites: usize) -> SiteDaemon {
+    let own = d.site();
+    for s in (0..sites as u16).map(SiteId).filter(|s| *s != own) {
+        d.set_link_kind(s, kind);
+    }
+    d
+}
+
 pub fn client_name(client: u32, node: NodeId) -> String {
     format!("#c{client}#d{}", node.0)
 }
@@ -285,6 +297,7 @@ impl World {
                     Instant::ZERO,
                 )
                 .ok()
+                .map(|d| with_link_kind(d, config.link_kind, topo.sites.len()))
             })
             .collect();
         let mut w = World {
@@ -429,7 +442,9 @@ impl World {
             1,
             self.now,
         );
-        self.daemons[i] = d.ok();
+        self.daemons[i] = d
+            .ok()
+            .map(|d| with_link_kind(d, self.config.link_kind, self.topo.sites.len()));
         self.wake[i] = None;
         self.after(i);
     }

@@ -11,7 +11,9 @@
 //! of the site's first ring, then, when it leaves, the lowest of those
 //! holding the site's state) forwards its site's elements over Hop links
 //! ([`crate::hop`]) down the site's source tree ([`crate::overlay`]) and
-//! passes other sites' elements on, on arrival.
+//! passes other sites' elements on, on arrival. A link may run the TCP
+//! model instead ([`crate::hop::tcp`], P-Spread's baseline:
+//! [`SiteDaemon::set_link_kind`]).
 //!
 //! Delivery, the same decision at every daemon of a configuration:
 //! - unreliable: when the element enters the stream;
@@ -45,6 +47,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::hop::tcp::{TcpConfig, TcpLink};
 use crate::hop::{self, Hop, LinkProtocol};
 use crate::overlay::{Membership, Routes, SiteId, Topology};
 use crate::ring::{self, Ring, RingId};
@@ -97,6 +100,10 @@ pub struct Config {
     pub ring: ring::Config,
     /// Every Hop link of the gateway.
     pub hop: hop::Config,
+    /// Every link of the gateway set to the TCP model
+    /// ([`LinkKind::Tcp`]; P-Spread's baseline, §3.1, §4.3), the model's
+    /// defaults (`hop::tcp::TcpConfig`).
+    pub tcp: TcpConfig,
     /// Messages a daemon originated that are not yet known held at every
     /// site, at most; more wait at the daemon (P-Spread §2.1's global
     /// window; the paper gives no size). 200: at the paper's largest
@@ -127,6 +134,7 @@ impl Default for Config {
         Config {
             ring: ring::Config::default(),
             hop: hop::Config::default(),
+            tcp: TcpConfig::default(),
             global_window: 200,
             status_interval: Duration::from_millis(100),
             beacon_interval: Duration::from_millis(100),
@@ -210,6 +218,8 @@ pub enum SitesError {
     Hop(#[from] hop::ConfigError),
     #[error("global_window must be positive")]
     ZeroWindow,
+    #[error("tcp: {0}")]
+    Tcp(&'static str),
 }
 
 /// Why a client request was refused. Nothing changed.
@@ -321,11 +331,79 @@ struct Pending {
     sites: Vec<SiteId>,
 }
 
-/// One end of a Hop link to a neighbouring site's gateway.
+/// Which protocol a gateway's link to a neighbouring site runs. Both
+/// ends must run the same (a sites file sets both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// The Hop link protocol (P-Spread §3.2): non-blocking forwarding,
+    /// lazy selective NACKs, a leaky bucket (`Config::hop`).
+    #[default]
+    Hop,
+    /// The TCP model (`hop::tcp`, `Config::tcp`): in order only,
+    /// Reno/NewReno congestion control, no rate setting. The paper's
+    /// baseline; its segments go in UDP datagrams like Hop's.
+    Tcp,
+}
+
+/// One end of a gateway's link: Hop or the TCP model.
+#[derive(Debug)]
+enum LinkEnd {
+    Hop(Hop),
+    Tcp(TcpLink),
+}
+
+impl LinkEnd {
+    fn protocol(&mut self) -> &mut dyn LinkProtocol {
+        match self {
+            LinkEnd::Hop(h) => h,
+            LinkEnd::Tcp(t) => t,
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            LinkEnd::Hop(h) => h.poll_timeout(),
+            LinkEnd::Tcp(t) => t.poll_timeout(),
+        }
+    }
+
+    /// The ticket of the last message accepted: Hop's link sequence
+    /// number, TCP's stream offset of the message's end.
+    fn accepted(&self) -> u64 {
+        match self {
+            LinkEnd::Hop(h) => h.accepted(),
+            LinkEnd::Tcp(t) => t.accepted(),
+        }
+    }
+
+    /// Every ticket up to this one was handed up at the peer (Hop) or
+    /// arrived there (TCP's cumulative ACK).
+    fn acknowledged(&self) -> u64 {
+        match self {
+            LinkEnd::Hop(h) => h.acknowledged(),
+            LinkEnd::Tcp(t) => t.acknowledged(),
+        }
+    }
+
+    /// Hop's counters; a TCP-model link counts only retransmissions.
+    fn stats(&self) -> hop::Stats {
+        match self {
+            LinkEnd::Hop(h) => h.stats(),
+            LinkEnd::Tcp(t) => hop::Stats {
+                retransmissions: t.retransmissions,
+                ..hop::Stats::default()
+            },
+        }
+    }
+}
+
+/// One end of a link (Hop or the TCP model) to a neighbouring site's
+/// gateway.
 #[derive(Debug)]
 struct Link {
     peer: NodeId,
-    hop: Hop,
+    end: LinkEnd,
     /// Which link this is: a link started afresh (new peer gateway, new
     /// configuration) gets a new number, and tickets of the old one mean
     /// nothing on it.
@@ -359,6 +437,8 @@ pub struct SiteDaemon {
     gateway: bool,
     // WAN: gateway only.
     links: BTreeMap<SiteId, Link>,
+    /// Neighbouring sites whose link is not Hop.
+    link_kinds: BTreeMap<SiteId, LinkKind>,
     link_epoch: u32,
     view_sites: Vec<SiteId>,
     routes: Routes,
@@ -411,6 +491,25 @@ fn view_id(epoch: u32, n: u64) -> u64 {
 
 const REGULAR: u64 = 1 << 31;
 
+/// The TCP model's settings a link can run with: a segment's length is
+/// 16 bits, and the timeout's floor is not above its ceiling.
+fn validate_tcp(tcp: &TcpConfig) -> Result<(), SitesError> {
+    if tcp.mss == 0 || tcp.mss > usize::from(u16::MAX) {
+        return Err(SitesError::Tcp("mss must be 1..=65535"));
+    }
+    if tcp.rto_min > tcp.rto_max || tcp.rto_min.is_zero() {
+        return Err(SitesError::Tcp(
+            "rto_min must be positive and at most rto_max",
+        ));
+    }
+    if tcp.send_queue_max == 0 || tcp.receive_window_bytes == 0 {
+        return Err(SitesError::Tcp(
+            "send_queue_max and receive_window_bytes must be positive",
+        ));
+    }
+    Ok(())
+}
+
 /// Elements resent to one site for one source per status, at most.
 const RESEND_MAX: u64 = 256;
 
@@ -428,6 +527,7 @@ impl SiteDaemon {
             return Err(SitesError::ZeroWindow);
         }
         config.hop.validate()?;
+        validate_tcp(&config.tcp)?;
         let site = topology.site_of(me).ok_or(SitesError::NoSite)?;
         let daemons = topology.sites[usize::from(site.0)].daemons.clone();
         // A daemon never assumes its site's ring: it may be starting into
@@ -461,6 +561,7 @@ impl SiteDaemon {
             site_gateway: None,
             gateway: false,
             links: BTreeMap::new(),
+            link_kinds: BTreeMap::new(),
             link_epoch: epoch,
             view_sites: all.clone(),
             routes,
@@ -566,12 +667,31 @@ impl SiteDaemon {
         self.store.len()
     }
 
-    /// The counters of this gateway's Hop links now, summed (links reset
-    /// by a gateway or configuration change start again from zero).
+    /// Sets the protocol of the link to neighbouring site `site` (Hop by
+    /// default). A link already running starts afresh with it.
+    pub fn set_link_kind(&mut self, site: SiteId, kind: LinkKind) {
+        if kind == LinkKind::Hop {
+            self.link_kinds.remove(&site);
+        } else {
+            self.link_kinds.insert(site, kind);
+        }
+        if let Some(peer) = self.links.get(&site).map(|l| l.peer) {
+            self.new_link(site, peer);
+        }
+    }
+
+    /// The protocol of the link to neighbouring site `site`.
+    pub fn link_kind(&self, site: SiteId) -> LinkKind {
+        self.link_kinds.get(&site).copied().unwrap_or_default()
+    }
+
+    /// The counters of this gateway's links now, summed (links reset
+    /// by a gateway or configuration change start again from zero);
+    /// TCP-model links add only their retransmissions.
     pub fn hop_stats(&self) -> hop::Stats {
         let mut t = hop::Stats::default();
         for l in self.links.values() {
-            let s = l.hop.stats();
+            let s = l.end.stats();
             t.data_sent += s.data_sent;
             t.retransmissions += s.retransmissions;
             t.data_received += s.data_received;
@@ -726,7 +846,7 @@ impl SiteDaemon {
         self.peer_seen(site, from);
         if kind == codec::WAN_HOP {
             if let Some(l) = self.links.get_mut(&site) {
-                l.hop.handle_datagram(now, rest);
+                l.end.protocol().handle_datagram(now, rest);
             }
         } else if kind == codec::WAN_STATUS {
             match WanMsg::decode(rest) {
@@ -742,7 +862,7 @@ impl SiteDaemon {
         self.now = self.now.max(now);
         self.ring.handle_timeout(now);
         for l in self.links.values_mut() {
-            l.hop.handle_timeout(now);
+            l.end.protocol().handle_timeout(now);
         }
         if self.gateway && self.now >= self.beacon_at {
             self.send_beacons();
@@ -777,7 +897,7 @@ impl SiteDaemon {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.ring.poll_timeout();
         for l in self.links.values() {
-            t = min_opt(t, l.hop.poll_timeout());
+            t = min_opt(t, l.end.poll_timeout());
         }
         if self.gateway {
             t = min_opt(t, Some(self.beacon_at));
@@ -817,7 +937,11 @@ impl SiteDaemon {
         let mut progressed = false;
         let sites: Vec<SiteId> = self.links.keys().copied().collect();
         for site in sites {
-            while let Some(ev) = self.links.get_mut(&site).and_then(|l| l.hop.poll_event()) {
+            while let Some(ev) = self
+                .links
+                .get_mut(&site)
+                .and_then(|l| l.end.protocol().poll_event())
+            {
                 progressed = true;
                 if let hop::Event::Deliver { payload, .. } = ev {
                     self.on_wan_msg(&payload);
@@ -827,7 +951,7 @@ impl SiteDaemon {
                 continue;
             };
             let header = codec::wan_header(codec::WAN_HOP, self.link_epoch, self.site);
-            while let Some(d) = l.hop.poll_transmit(self.now) {
+            while let Some(d) = l.end.protocol().poll_transmit(self.now) {
                 progressed = true;
                 let mut buf = header.clone();
                 buf.extend_from_slice(&d);
@@ -1432,14 +1556,19 @@ impl SiteDaemon {
     }
 
     fn new_link(&mut self, site: SiteId, peer: NodeId) {
-        let hop = Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation");
+        let end = match self.link_kind(site) {
+            LinkKind::Hop => LinkEnd::Hop(
+                Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation"),
+            ),
+            LinkKind::Tcp => LinkEnd::Tcp(TcpLink::new(self.config.tcp.clone(), self.now)),
+        };
         self.links_made += 1;
         let instance = self.links_made;
         self.links.insert(
             site,
             Link {
                 peer,
-                hop,
+                end,
                 instance,
             },
         );
@@ -1497,8 +1626,8 @@ impl SiteDaemon {
     fn link_send(&mut self, site: SiteId, msg: Bytes) -> Option<(u64, u64)> {
         let l = self.links.get_mut(&site)?;
         // A full link queue drops; the status exchange resends.
-        l.hop.send(self.now, msg).ok()?;
-        Some((l.instance, l.hop.accepted()))
+        l.end.protocol().send(self.now, msg).ok()?;
+        Some((l.instance, l.end.accepted()))
     }
 
     /// Notes that the link to `site` carries this site's element `seq`
@@ -1523,7 +1652,7 @@ impl SiteDaemon {
         else {
             return false;
         };
-        l.instance == instance && ticket > l.hop.acknowledged()
+        l.instance == instance && ticket > l.end.acknowledged()
     }
 
     /// Whether `site` names a site of the topology (WAN messages name

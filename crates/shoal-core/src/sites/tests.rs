@@ -853,6 +853,61 @@ fn a_saturated_lossy_link_delivers_everything() {
     }
 }
 
+/// A link running the TCP model (P-Spread's baseline) instead of Hop
+/// carries the sites engine's elements: 300 reliable messages over one
+/// lossy link (5% each way, 52 ms, 1.5 Mbit/s) all arrive, in order, and
+/// the checker finds nothing; the link retransmitted (TCP repaired the
+/// losses, not only the status exchange).
+#[test]
+fn a_tcp_link_carries_every_message_in_order() {
+    for seed in 1..=2 {
+        let (topo, wan) = full_mesh(
+            &[1, 1],
+            |s| format!("site{s}"),
+            |_, _| {
+                let link = WanLink {
+                    delay: Duration::from_millis(52),
+                    bandwidth_bps: 1_500_000,
+                    loss: 0.05,
+                };
+                (1, link)
+            },
+        );
+        let config = WorldConfig {
+            seed,
+            link_kind: LinkKind::Tcp,
+            ..WorldConfig::default()
+        };
+        let mut w = World::new(topo, wan, config);
+        let names = clients(&mut w, 2);
+        let g = vec!["g".to_string()];
+        for i in 0..300 {
+            w.run_until(ms(500 + i * 5));
+            w.send(&names[0], Service::Reliable, &g, 1000)
+                .expect("accepted");
+        }
+        w.run_until(ms(60_000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        let order: Vec<u64> = w
+            .history()
+            .iter()
+            .filter_map(|r| match r {
+                Rec::Deliver { client, seq, .. } if *client == names[1] => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, (1..=300).collect::<Vec<u64>>(), "seed {seed}");
+        let d0 = w.daemon(NodeId(0)).unwrap();
+        assert_eq!(d0.link_kind(SiteId(1)), LinkKind::Tcp);
+        assert!(
+            d0.hop_stats().retransmissions > 0,
+            "seed {seed}: TCP repaired losses"
+        );
+        assert_eq!(d0.hop_stats().nacks_received, 0, "no Hop on the link");
+    }
+}
+
 /// The receiving site's own elements (its markers) are not resent because
 /// the statuses about them are stale. On a link saturated one way the
 /// source's statuses used to travel as Hop data behind about a second of
@@ -876,8 +931,8 @@ fn statuses_to_a_neighbour_do_not_wait_behind_its_data() {
 /// daemon 0 keeping the daemon's queue full of 1024-byte reliable
 /// messages. Client payload delivered at daemon 1 from 5 s to 25 s, in
 /// Kbit/s, and the elements daemon 0 resent by status.
-fn table3_run(seed: u64, loss: f64) -> (f64, u64) {
-    let (w, names) = table3_world(seed, loss, 25_000);
+fn table3_run(seed: u64, loss: f64, kind: LinkKind) -> (f64, u64) {
+    let (w, names) = table3_world(seed, loss, 25_000, kind);
     let (a, b) = (ms(5_000), ms(25_000));
     let n = w
         .history()
@@ -891,13 +946,14 @@ fn table3_run(seed: u64, loss: f64) -> (f64, u64) {
 /// Elements resent by status by daemon 0 (the source) and daemon 1 (the
 /// receiving site) in 10 s of `table3_world`.
 fn table3_resends(seed: u64, loss: f64) -> (u64, u64) {
-    let (w, _) = table3_world(seed, loss, 10_000);
+    let (w, _) = table3_world(seed, loss, 10_000, LinkKind::Hop);
     let r = |d| w.daemon(NodeId(d)).unwrap().stats().resent;
     (r(0), r(1))
 }
 
-/// The world of `table3_run`, run for `to` ms of sending.
-fn table3_world(seed: u64, loss: f64, to: u64) -> (World, Vec<String>) {
+/// The world of `table3_run`, run for `to` ms of sending, its link
+/// running `kind`.
+fn table3_world(seed: u64, loss: f64, to: u64, kind: LinkKind) -> (World, Vec<String>) {
     let (topo, wan) = full_mesh(
         &[1, 1],
         |s| format!("site{s}"),
@@ -912,6 +968,7 @@ fn table3_world(seed: u64, loss: f64, to: u64) -> (World, Vec<String>) {
     );
     let mut config = WorldConfig {
         seed,
+        link_kind: kind,
         ..WorldConfig::default()
     };
     config.daemon.hop.rate_bps = 1_425_000;
@@ -933,11 +990,14 @@ fn table3_world(seed: u64, loss: f64, to: u64) -> (World, Vec<String>) {
 #[test]
 #[ignore = "a measurement: prints Table 3 through the sites engine in virtual time"]
 fn table3_virtual_time() {
-    for seed in 1..=3 {
-        let (base, _) = table3_run(seed, 0.0);
-        let mut line = format!("seed {seed}: 0%: {base:.1} Kbit/s");
+    for (kind, seed) in [LinkKind::Hop, LinkKind::Tcp]
+        .into_iter()
+        .flat_map(|k| (1..=3).map(move |s| (k, s)))
+    {
+        let (base, _) = table3_run(seed, 0.0, kind);
+        let mut line = format!("{kind:?} seed {seed}: 0%: {base:.1} Kbit/s");
         for loss in [0.05, 0.1, 0.2] {
-            let (k, resent) = table3_run(seed, loss);
+            let (k, resent) = table3_run(seed, loss, kind);
             line += &format!(
                 "; {:.0}%: {:.1} ({:.1}%, {resent} resent)",
                 loss * 100.0,

@@ -75,6 +75,10 @@ fn every_bad_file_is_refused_with_what_is_wrong() {
         (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nloss = 1.0\n"), "loss at least 0 and below 1"),
         (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\ndelay_ms = -1\n"), "delay_ms must be at least 0"),
         (format!("{two}[engine]\nwindow = 5\n"), "unknown field `window`"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nrate_kbps = 0\n"), "rate_kbps above 0"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nqueue_packets = 0\n"), "queue_packets at least 1"),
+        (format!("{two}[[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nprotocol = \"udp\"\n"), "unknown variant `udp`"),
+        (format!("{two}[engine.tcp]\nmss = 0\n"), "tcp: mss must be 1..=65535"),
     ];
     for (text, want) in cases {
         let got = err(&text);
@@ -198,6 +202,53 @@ fn a_links_delay_and_loss_act_on_what_crosses_it() {
     let mut east = plan.engine(1, Instant::ZERO).unwrap();
     east.handle_datagram(t0, NodeId(0), b"junk");
     assert_eq!((east.stats().link_dropped, east.stats().link_held), (0, 0));
+}
+
+/// A link's `protocol` sets both gateways' link to the other site, and
+/// nothing else.
+#[test]
+fn a_links_protocol_is_set_at_both_ends() {
+    let plan = SitesPlan::from_toml(GOOD).unwrap();
+    assert!(plan.link_kinds.is_empty(), "Hop by default");
+    let text = GOOD.replace("weight = 10", "weight = 10\nprotocol = \"tcp\"");
+    let plan = SitesPlan::from_toml(&text).unwrap();
+    for (id, other) in [(0, SiteId(1)), (1, SiteId(1)), (2, SiteId(0))] {
+        let e = plan.engine(id, Instant::ZERO).unwrap();
+        assert_eq!(e.daemon().link_kind(other), LinkKind::Tcp, "daemon {id}");
+    }
+}
+
+/// A link's `rate_kbps` serialises what crosses it into a daemon: a burst
+/// of datagrams leaves the queue one every (bytes + 28) × 8 / rate, and
+/// what finds `queue_packets` waiting is dropped.
+#[test]
+fn a_links_rate_queues_and_drops_what_crosses_it() {
+    let text = GOOD.replace(
+        "weight = 10",
+        "weight = 10\nrate_kbps = 1000\nqueue_packets = 10",
+    );
+    let plan = SitesPlan::from_toml(&text).unwrap();
+    let f = plan.link_faults[&(SiteId(0), SiteId(1))];
+    assert_eq!((f.rate_bps, f.queue_packets, f.loss), (Some(1e6), 10, 0.0));
+    let mut west = plan.engine(2, Instant::ZERO).unwrap();
+    let t0 = Instant::ZERO + Duration::from_millis(1);
+    // 97 bytes + 28 = 1000 bits: 1 ms each at 1 Mbit/s.
+    for _ in 0..15 {
+        west.handle_datagram(t0, NodeId(0), &[0u8; 97]);
+    }
+    assert_eq!(west.stats().link_queue_dropped, 5);
+    assert_eq!(west.link_layers[&SiteId(0)].held(), 10);
+    assert_eq!(
+        west.link_layers[&SiteId(0)].next_due(),
+        Some(t0 + Duration::from_millis(1))
+    );
+    west.handle_timeout(t0 + Duration::from_micros(5_500));
+    assert_eq!(west.stats().link_held, 5, "five through after 5.5 ms");
+    // The queue has room again for what left it.
+    west.handle_datagram(t0 + Duration::from_micros(5_500), NodeId(0), &[0u8; 97]);
+    assert_eq!(west.stats().link_queue_dropped, 5);
+    west.handle_timeout(t0 + Duration::from_millis(11));
+    assert_eq!(west.stats().link_held, 11);
 }
 
 /// Two sites (two daemons and one) on loopback, each daemon a `Node` on
