@@ -1107,7 +1107,23 @@ const CHAIN_RTT_MS: [f64; 5] = [104.0, 60.0, 25.0, 8.0, 0.5];
 /// then 10 ms, the receivers in turn. Returns the
 /// round trips by number of links (1 = UCSB ... 5 = Hopkins), in ms, the
 /// echoes that never came, and the daemons' exit lines.
-fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64>>, usize, String) {
+/// With `from_hopkins` the sender is at the chain's other end (Figs 8-9)
+/// and the receivers are 1 (CNDS) ... 5 (Mae East) links from it.
+fn chain_level(
+    net: &Netns,
+    dir: &Path,
+    loss: f64,
+    measure: f64,
+    from_hopkins: bool,
+) -> (Vec<Vec<f64>>, usize, String) {
+    // The daemon `k` links from the sender.
+    let at = |k: usize| {
+        if from_hopkins {
+            CHAIN.len() - 1 - k
+        } else {
+            k
+        }
+    };
     use shoal_client::{Received, Service};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -1136,12 +1152,12 @@ fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64
         .map(|id| net.spawn_site(&config, id, run_for, 21 + id as u64, &socket(id), &[]))
         .collect();
     let epoch = Instant::now();
-    let mut tx = App::connect(&socket(0), "tx", epoch);
+    let mut tx = App::connect(&socket(at(0)), "tx", epoch);
     let back = tx.me.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let echoers: Vec<_> = (1..CHAIN.len())
         .map(|k| {
-            let (path, back, stop) = (socket(k), back.clone(), stop.clone());
+            let (path, back, stop) = (socket(at(k)), back.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut e = App::connect(&path, "echo", epoch);
                 while !stop.load(Ordering::Relaxed) {
@@ -1184,7 +1200,7 @@ fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64
             "echoers never answered: {answered:?}"
         );
         for k in (1..CHAIN.len()).filter(|k| !answered[*k]) {
-            let to = format!("#echo#d{k}");
+            let to = format!("#echo#d{}", at(k));
             tx.client
                 .multicast(Service::Unreliable, &[to.as_str()], &probe(u32::MAX, k))
                 .unwrap();
@@ -1206,7 +1222,7 @@ fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64
         // One echo at a time, each receiver in turn (the paper's method):
         // a probe never waits behind another in its origin's stream.
         for k in 1..CHAIN.len() {
-            let to = format!("#echo#d{k}");
+            let to = format!("#echo#d{}", at(k));
             let sent_at = Instant::now();
             tx.client
                 .multicast(Service::Unreliable, &[to.as_str()], &probe(round, k))
@@ -1253,7 +1269,8 @@ fn chain_level(net: &Netns, dir: &Path, loss: f64, measure: f64) -> (Vec<Vec<f64
 /// 5 minutes, as root, so ignored by default:
 /// `cargo test -p shoal --test sites chain -- --ignored --nocapture`
 /// (`SHOAL_CHAIN_SECONDS` sets the measured seconds per loss level, 50
-/// by default: about 50 echoes per receiver).
+/// by default: about 50 echoes per receiver; `SHOAL_CHAIN_FROM=hopkins`
+/// puts the sender at Hopkins, the chain of Figs 8-9).
 #[test]
 #[ignore]
 fn chain_figs6_7_with_real_daemons() {
@@ -1265,7 +1282,12 @@ fn chain_figs6_7_with_real_daemons() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50.0);
-    let ping: Vec<f64> = CHAIN_RTT_MS
+    let from_hopkins = std::env::var("SHOAL_CHAIN_FROM").is_ok_and(|f| f == "hopkins");
+    let mut rtts_in_order = CHAIN_RTT_MS.to_vec();
+    if from_hopkins {
+        rtts_in_order.reverse();
+    }
+    let ping: Vec<f64> = rtts_in_order
         .iter()
         .scan(0.0, |sum, rtt| {
             *sum += rtt;
@@ -1276,7 +1298,7 @@ fn chain_figs6_7_with_real_daemons() {
         "| loss | links 1..5: mean RTT ms (overhead over ping) | over the emulated ping | echoes per link | max ms | timer lateness per crossing |\n|---|---|---|---|---|---|\n",
     );
     for loss in [0.0, 0.005, 0.01, 0.02] {
-        let (rtts, missing, lines) = chain_level(&net, &dir, loss, measure);
+        let (rtts, missing, lines) = chain_level(&net, &dir, loss, measure, from_hopkins);
         eprint!("loss {loss}:\n{lines}");
         assert_eq!(
             missing, 0,
