@@ -886,7 +886,8 @@ struct LinkRun {
 /// `loss`, `delay_ms`): 1.5 Mbit/s each way behind a 100-datagram
 /// drop-tail queue (the simulator's link), then `loss` dropped, then 52 ms
 /// of delay (a 104 ms round trip, Mae East-UCSB). Hop's bucket runs at
-/// 1,425,000 bit/s (95% of the link, as in the simulator); the TCP model
+/// 1,425,000 bit/s (95% of the link, as in the simulator;
+/// `SHOAL_TABLE3_HOP_RATE` sets another); the TCP model
 /// has no rate setting (its congestion control finds the link's). A
 /// client at daemon 0 (Rust library, over the daemon's socket) sends
 /// 1024-byte reliable messages as fast as the daemon takes them; a client
@@ -902,6 +903,11 @@ fn table3_point(
 ) -> LinkRun {
     use shoal_client::{Received, Service};
     let config = dir.join("sites.toml");
+    // Hop's bucket, bit/s: 95% of the link unless `SHOAL_TABLE3_HOP_RATE`.
+    let hop_rate: u64 = std::env::var("SHOAL_TABLE3_HOP_RATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_425_000);
     std::fs::write(
         &config,
         format!(
@@ -909,7 +915,7 @@ fn table3_point(
              [[site]]\nname = \"b\"\ndaemons = [{{ id = 1, addr = \"10.77.0.2:4810\" }}]\n\n\
              [[link]]\na = \"a\"\nb = \"b\"\nweight = 1\nprotocol = \"{protocol}\"\n\
              rate_kbps = 1500\nloss = {loss}\ndelay_ms = 52\n\n\
-             [engine]\nmax_payload = 1024\n\n[engine.hop]\nrate_bps = 1425000\n\n\
+             [engine]\nmax_payload = 1024\n\n[engine.hop]\nrate_bps = {hop_rate}\n\n\
              [auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n"
         ),
     )
