@@ -883,6 +883,7 @@ impl Regions {
         if self.removed {
             return true;
         }
+        self.expect_waited(now, gate);
         let since = match gate {
             Gate::Change { since } | Gate::Cut { since, .. } => since,
         };
@@ -900,6 +901,43 @@ impl Regions {
             } => self
                 .instance(instance)
                 .is_none_or(|i| i.delivered.get(&source).copied().unwrap_or(0) >= upto),
+        }
+    }
+
+    /// Tells the engines what a gate waits for: a CUT's messages, a
+    /// flush's bounds. The engine pulls them from their source at once
+    /// instead of learning of them from token rounds, which need every
+    /// member of the instance on the route: a daemon waiting at a CUT has
+    /// not applied the view that drops a gone member from it (swarm seed
+    /// 199 with `--qsm --qsm-hybrid`). Cheap to repeat: an engine ignores
+    /// what it was told already.
+    fn expect_waited(&mut self, now: Instant, gate: Gate) {
+        match gate {
+            Gate::Cut {
+                instance,
+                source,
+                upto,
+                ..
+            } => {
+                if let Some(inst) = self
+                    .current
+                    .iter_mut()
+                    .chain(self.retired.iter_mut())
+                    .find(|i| i.id == instance)
+                {
+                    inst.engine.expect(now, NodeId(source), upto);
+                }
+            }
+            Gate::Change { .. } => {
+                for inst in &mut self.retired {
+                    let slots: Vec<u32> = inst.members.keys().copied().collect();
+                    for s in slots {
+                        if let Some(b) = inst.bound(s) {
+                            inst.engine.expect(now, NodeId(s), b);
+                        }
+                    }
+                }
+            }
         }
     }
 
