@@ -740,6 +740,26 @@ impl Qsm {
             return;
         }
         inbound.see(now, seq + 1);
+        if seq == inbound.contig && inbound.held.is_empty() {
+            // The next in order with nothing held, the usual case: delivered
+            // straight, without the held map and the list below (an
+            // allocation each per message).
+            if caches(seq) {
+                inbound.cache.push_back((seq, group, payload.clone()));
+            }
+            inbound.contig += 1;
+            if let Some(g) = self.group_index(group) {
+                self.groups[g].delivered += 1;
+            }
+            self.events.push_back(Event::Deliver {
+                source,
+                group,
+                seq,
+                payload,
+                recovered,
+            });
+            return;
+        }
         inbound.held.insert(seq, (group, payload));
         let mut delivered = Vec::new();
         while let Some((group, payload)) = inbound.held.remove(&inbound.contig) {
