@@ -3,11 +3,13 @@
 # daemons of one `shoal bench --qsm` run, attached from the end of the
 # joins (bench/RESULTS.md, "1 group against 10,000, perf stat").
 # Usage: bench/qsm-groups-stat.sh GROUPS COUNT   (from the repository root)
+# SHOAL=path runs another build than target/release/shoal.
 g=$1; n=$2; out=$(mktemp -d)
+shoal=${SHOAL:-./target/release/shoal}
 cd "$(dirname "$0")/.."
 EV=task-clock,context-switches,cpu-migrations,page-faults,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_writev,syscalls:sys_enter_write,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendto
 l=$(cut -d' ' -f1 /proc/loadavg)
-./target/release/shoal bench --daemons 3 --count $n --groups $g --qsm > $out/bench 2>&1 &
+$shoal bench --daemons 3 --count $n --groups $g --qsm > $out/bench 2>&1 &
 bp=$!
 for i in $(seq 1 600); do
   if [ "$g" = 1 ]; then sleep 1; break; fi

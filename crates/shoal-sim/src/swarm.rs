@@ -1663,6 +1663,41 @@ mod tests {
         assert_ok(7910);
     }
 
+    fn assert_ok_qsm_hybrid(seed: u64) {
+        let mut cfg = SwarmConfig::from_seed(seed);
+        cfg.qsm = true;
+        cfg.qsm_hybrid = true;
+        let o = run(cfg);
+        assert!(o.ok(), "{}", describe(&o));
+    }
+
+    /// With `--qsm --qsm-hybrid` (failed at the hybrid mode's first build,
+    /// 835bbd2; passes at later builds by timing alone): the region leader
+    /// sent one message on an instance, one member missed it and a member
+    /// later on the token's route got it. The leader, as sender, started
+    /// its own record at 0 every round, so the earlier member never learned
+    /// the message existed and waited for it at a CUT, then at the flush,
+    /// until both timed out (virtual-synchrony). The sender now carries
+    /// what others reported seeing, and a daemon waiting at a CUT or a
+    /// flush pulls what it waits for from the source (`qsm/tests.rs`).
+    #[test]
+    fn qsm_hybrid_a_lone_message_of_the_leader_reaches_every_member() {
+        assert_ok_qsm_hybrid(54);
+    }
+
+    /// With `--qsm --qsm-hybrid` (failed at 835bbd2; passes at later builds
+    /// by timing alone): a daemon waited at a CUT for a live sender's
+    /// message in a hybrid instance while the token could not get past a
+    /// member cut off by a partition, and the view dropping that member
+    /// was behind the CUT in the order. 10 s of stalled order at that
+    /// daemon (and of `safe` stability everywhere), then a 10 s flush, and
+    /// a `safe` violation after them (how the sessions came to it was not
+    /// traced). The daemon now pulls what a CUT waits for from the sender.
+    #[test]
+    fn qsm_hybrid_a_cut_is_recovered_from_its_sender_while_the_token_is_stuck() {
+        assert_ok_qsm_hybrid(199);
+    }
+
     /// With QSM, under loss: the Newview that lets a stopping primary go
     /// reached one backup by pbcast and not its named successor, and the
     /// group was left with no committee (found once the leaving daemon's

@@ -217,6 +217,10 @@ struct Outbound {
     paused: bool,
     /// No multicast retransmission of the tail before then.
     tail_retry_at: Instant,
+    /// One past the highest own number another member reported seeing (the
+    /// latest ACK's `seen`, kept across rounds; reset by a new view). What
+    /// the sender puts in its own token record: see [`Qsm::visit`].
+    seen: u64,
 }
 
 impl Outbound {
@@ -377,6 +381,12 @@ pub struct Qsm {
     last_hop: Option<(u64, u32)>,
     /// Region leader: (round, start) of rounds under way.
     rounds: VecDeque<(u64, Instant)>,
+    /// Per source: one past the last number the owner said must be
+    /// delivered here ([`Qsm::expect`]); pulled from the source itself
+    /// until delivered.
+    expected: BTreeMap<u32, u64>,
+    /// When the next pull of `expected` goes.
+    expect_pull_at: Option<Instant>,
     last_now: Instant,
     pub stats: Stats,
 }
@@ -428,6 +438,8 @@ impl Qsm {
             gc_for: BTreeMap::new(),
             rounds: VecDeque::new(),
             last_hop: None,
+            expected: BTreeMap::new(),
+            expect_pull_at: None,
             last_now: now,
             stats: Stats::default(),
         })
@@ -491,9 +503,71 @@ impl Qsm {
             return;
         };
         self.layout = layout;
+        // Who saw what may have left with the old view.
+        self.out.seen = 0;
         self.rounds.clear();
         self.last_hop = None;
         self.next_token_at = (self.layout.me == 0).then(|| now + self.config.token_interval);
+    }
+
+    /// The owner knows (from elsewhere: the daemon's total order) that
+    /// `source` sent every number below `upto`, and waits for them here.
+    /// The numbers become known at once (as a token's `max_seen` would make
+    /// them), and what is missing is pulled from the source itself now and
+    /// every `loss_suspicion` until delivered, without waiting for token
+    /// rounds: a round needs every member on the route, and the change that
+    /// drops a gone one may be what the owner is waiting to apply (swarm
+    /// seed 199 with `--qsm --qsm-hybrid`: a daemon waited at a CUT for a
+    /// message of a live sender while the token stalled at a partitioned
+    /// member, until the CUT timed out 10 s later).
+    pub fn expect(&mut self, now: Instant, source: NodeId, upto: u64) {
+        let now = self.clock(now);
+        if source == self.me || self.layout.members.binary_search(&source).is_err() {
+            return;
+        }
+        let inbound = self.inbound(source);
+        if inbound.contig >= upto {
+            return;
+        }
+        inbound.see(now, upto);
+        let e = self.expected.entry(source.0).or_default();
+        if *e >= upto {
+            return;
+        }
+        *e = upto;
+        self.expect_pull_at = Some(now);
+    }
+
+    /// Pulls from each expected source what is still missing below the
+    /// number expected.
+    fn pull_expected(&mut self, now: Instant) {
+        let mut due = Vec::new();
+        let max = self.config.pull_ranges_max;
+        let inbound = &self.inbound;
+        self.expected.retain(|&source, &mut upto| {
+            let Some(i) = inbound.get(source as usize).and_then(Option::as_ref) else {
+                return false;
+            };
+            if i.contig >= upto {
+                return false;
+            }
+            due.push((source, i.missing(upto, max)));
+            true
+        });
+        for (source, ranges) in due {
+            if ranges.is_empty() {
+                continue;
+            }
+            let message = Message::Pull {
+                region: self.layout.region.0,
+                source,
+                rate: self.config.recovery_rate.get(),
+                ranges,
+            };
+            self.stats.pulls_sent += 1;
+            self.send_control(Destination::Node(NodeId(source)), &message);
+        }
+        self.expect_pull_at = (!self.expected.is_empty()).then(|| now + self.config.loss_suspicion);
     }
 
     /// Whether the send window takes a message now.
@@ -666,6 +740,26 @@ impl Qsm {
             return;
         }
         inbound.see(now, seq + 1);
+        if seq == inbound.contig && inbound.held.is_empty() {
+            // The next in order with nothing held, the usual case: delivered
+            // straight, without the held map and the list below (an
+            // allocation each per message).
+            if caches(seq) {
+                inbound.cache.push_back((seq, group, payload.clone()));
+            }
+            inbound.contig += 1;
+            if let Some(g) = self.group_index(group) {
+                self.groups[g].delivered += 1;
+            }
+            self.events.push_back(Event::Deliver {
+                source,
+                group,
+                seq,
+                payload,
+                recovered,
+            });
+            return;
+        }
         inbound.held.insert(seq, (group, payload));
         let mut delivered = Vec::new();
         while let Some((group, payload)) = inbound.held.remove(&inbound.contig) {
@@ -815,11 +909,22 @@ impl Qsm {
                 // the others saw: `max_seen` stays theirs, so the ACK tells
                 // the sender when the whole region missed its tail.
                 // (Alone in the region, the sender is the region.)
+                //
+                // What other members reported seeing in earlier rounds it
+                // does carry: members visited before the first holder learn
+                // of a number only from the record, and when the sender
+                // leads the region its visit starts the record. A lone
+                // message the leader sent, missed by member 1 and held by
+                // member 2, was otherwise never known to member 1 (no
+                // later number revealed the gap, and the sender does not
+                // resend what another holds): the daemon waited for it at
+                // a CUT until the flush timed out (swarm seed 54 with
+                // `--qsm --qsm-hybrid`).
                 let sent = self.out.next_sent;
                 let seen = if self.layout.members.len() == 1 {
                     sent
                 } else {
-                    0
+                    self.out.seen.min(sent)
                 };
                 (sent, seen, Vec::new(), sent + u64::from(k))
             } else {
@@ -981,6 +1086,7 @@ impl Qsm {
 
     fn on_ack(&mut self, now: Instant, next: u64, seen: u64) {
         self.stats.acks_received += 1;
+        self.out.seen = self.out.seen.max(seen.min(self.out.next_sent));
         let next = next.min(self.out.next_sent);
         while self.out.base < next {
             self.out.pending.pop_front();
@@ -1222,6 +1328,9 @@ impl Engine for Qsm {
 
     fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock(now);
+        if self.expect_pull_at.is_some_and(|at| now >= at) {
+            self.pull_expected(now);
+        }
         if let Some(at) = self.next_token_at {
             if now >= at {
                 let next = at + self.config.token_interval;
@@ -1281,7 +1390,7 @@ impl Engine for Qsm {
                 self.data_refilled + Duration::from_secs_f64(secs) + Duration::from_micros(1)
             })
         });
-        [self.next_token_at, repair, data]
+        [self.next_token_at, repair, data, self.expect_pull_at]
             .into_iter()
             .flatten()
             .min()

@@ -184,6 +184,54 @@ fn a_tail_only_members_after_the_leader_got_reaches_the_leader() {
 }
 
 #[test]
+fn a_lone_message_of_the_leader_that_only_a_later_member_got_reaches_the_earlier_ones() {
+    // The region leader (member 0) sends one message and nothing more;
+    // member 1 misses it, member 2 gets it. The sender does not vouch for
+    // what the others saw, so its own visit started the record at 0, and
+    // member 1 visits before member 2: no round ever told member 1 the
+    // message exists, and the sender did not resend it (member 2 holds
+    // it). (The daemon's CUT and then its flush waited for it until they
+    // timed out: swarm seed 54 with `--qsm --qsm-hybrid`.)
+    for n in [3, 4, 7] {
+        let mut net = net(n, 21, &Config::default());
+        net.filter = Some(Box::new(|from, to, bytes| {
+            !(from == 0 && to == 1 && data_seq(bytes) == Some(0))
+        }));
+        send(&mut net, 0, 1);
+        net.run_until(6_000);
+        assert_everyone_has_all(&net, &[(0, 1)]);
+        assert_memory_freed(&net);
+    }
+}
+
+#[test]
+fn an_expected_message_is_pulled_from_its_source_while_the_token_is_stuck() {
+    // Member 1 is cut off from the start, so no token round gets past it.
+    // Sender 3's second message misses member 2. Told that sender 3 sent
+    // 2 (the daemon learns it from a CUT in its total order), member 2
+    // pulls it from the sender; without being told, it never learns of it.
+    for told in [false, true] {
+        let mut net = net(4, 5, &Config::default());
+        net.filter = Some(Box::new(|from, to, bytes| {
+            from != 1 && to != 1 && !(from == 3 && to == 2 && data_seq(bytes) == Some(1))
+        }));
+        send(&mut net, 3, 2);
+        net.run_until(500);
+        assert_eq!(delivered(&net, 2, 3), vec![0]);
+        if told {
+            net.with(2, |e, now| e.expect(now, NodeId(3), 2));
+        }
+        net.run_until(3_000);
+        let want: Vec<u64> = if told { vec![0, 1] } else { vec![0] };
+        assert_eq!(delivered(&net, 2, 3), want, "told {told}");
+        assert_eq!(delivered(&net, 0, 3), vec![0, 1]);
+        if told {
+            assert!(net.engines[2].stats.pulls_sent >= 1);
+        }
+    }
+}
+
+#[test]
 fn a_partition_that_missed_its_share_naks_the_sender() {
     // 10 members, r = 5: partitions {0..4} and {5..9}. Message 5 of sender
     // 9 is cached by partition (5 + 9) mod 2 = 0, and no member of

@@ -534,11 +534,12 @@ fn per_group_state_of_ten_thousand_region_groups_stays_under_512_bytes() {
         let (_, members, groups) = r.region().expect("a region");
         assert_eq!((members.len(), groups), (3, 10_001));
         let per_group = r.bytes_per_group().unwrap();
-        // Measured: 8 (the group hash) + 13 (its index slots: 32,768 of
-        // 4 B for 10,001 groups) + 4 (the offset of its local recipients)
-        // + 8 (one local member's session) + 24 (the engine's record).
+        // Measured: 8 (the group hash) + 26 (its index slots: 16,384 of
+        // 16 B for 10,001 groups, each with the hash) + 4 (the offset of
+        // its local recipients) + 8 (one local member's session) + 24 (the
+        // engine's record).
         assert!(per_group <= 512, "{per_group} bytes per group");
-        assert_eq!(per_group, 57, "the measured figure changed");
+        assert_eq!(per_group, 70, "the measured figure changed");
     }
     // Sending (daemon 0) and receiving (1, 2) daemons after traffic.
     for k in 0..100 {
@@ -726,34 +727,33 @@ fn the_group_index_finds_every_group_and_nothing_else() {
         groups.dedup();
         let index = GroupIndex::new(&groups);
         for (i, &h) in groups.iter().enumerate() {
-            assert_eq!(index.find(&groups, h), Some(i), "n {n}");
+            assert_eq!(index.find(h), Some(i), "n {n}");
         }
         for _ in 0..1_000 {
             let h: u64 = rng.random();
-            assert_eq!(
-                index.find(&groups, h),
-                groups.binary_search(&h).ok(),
-                "n {n}"
-            );
+            assert_eq!(index.find(h), groups.binary_search(&h).ok(), "n {n}");
         }
-        assert!(index.slots.len() >= 2 * groups.len());
+        assert!(2 * index.slots.len() >= 3 * groups.len());
     }
     // Names that differ only in their last characters (as a bench's or an
     // application's numbered groups do) must not cluster: on average
-    // about one slot per lookup, and no long runs. (Indexed by FNV-1a's
-    // own top bits these names took 53.6 probes on average and up to 248:
-    // the lookup cost 560 instructions per message at 10,000 groups, more
-    // than the binary search it replaced. Mixed: 1.22 and 11.)
+    // under two slots per lookup (linear probing at this load, 0.61, gives
+    // 1.78 for keys spread at random; four slots share a cache line), and
+    // no long runs. (Indexed by FNV-1a's own top bits these names took
+    // 53.6 probes on average and up to 248: the lookup cost 560
+    // instructions per message at 10,000 groups, more than the binary
+    // search it replaced. Mixed, at twice as many slots as groups: 1.22
+    // and 11.)
     let mut groups: Vec<u64> = (0..10_001)
         .map(|g| group_hash(&format!("g{g:05}")))
         .collect();
     groups.sort_unstable();
     let index = GroupIndex::new(&groups);
-    let probes: Vec<usize> = groups.iter().map(|&h| index.probes(&groups, h)).collect();
+    let probes: Vec<usize> = groups.iter().map(|&h| index.probes(h)).collect();
     let mean = probes.iter().sum::<usize>() as f64 / probes.len() as f64;
     let longest = probes.iter().max().copied().unwrap_or(0);
-    assert!(mean < 1.5, "mean probes {mean}");
-    assert!(longest <= 16, "longest probe run {longest}");
+    assert!(mean < 2.0, "mean probes {mean}");
+    assert!(longest <= 64, "longest probe run {longest}");
 }
 
 #[test]
