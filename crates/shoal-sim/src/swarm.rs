@@ -1594,6 +1594,19 @@ mod tests {
         assert_ok_qsm(183);
     }
 
+    /// With `[qsm]` on: a daemon rejoined while the others held a `safe`
+    /// batch whose RECEIVED a crashed committee member owed, its snapshot
+    /// held behind it, and views of the same daemons no longer released
+    /// held batches; the joiner, once it had its table, delivered what
+    /// followed the table's point at once, the others only after the next
+    /// view's transitional views (virtual-synchrony). A view of the same
+    /// daemons still releases them while a daemon that joined has not had
+    /// its table.
+    #[test]
+    fn qsm_a_joiner_and_the_daemons_holding_its_snapshot_agree_at_the_next_view() {
+        assert_ok_qsm(62);
+    }
+
     /// A daemon that stopped and restarted founded a group of its own and
     /// never merged with the others.
     #[test]

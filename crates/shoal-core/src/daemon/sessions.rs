@@ -2136,17 +2136,36 @@ impl Sessions {
             .copied()
             .filter(|d| !view.members.contains(d))
             .collect();
-        // Every daemon moving into this view delivered the old view's
-        // batches: what was held for `safe` is stable among them, but not
+        // A view that changes the daemons: those that move into it
+        // deliver the old view's batches before it, so what was held for
+        // `safe` goes now (a joiner never gets those batches, and what
+        // follows must be held alike everywhere), but it is not stable
         // among the old view's daemons when some left without saying they
         // held it. Their clients' groups first go into a transitional view
         // (EVS: a safe message delivered there reaches the members that
         // move on together, not every member of the old regular view).
+        //
+        // A view of the same daemons (periodic, or a committee change)
+        // releases nothing: a daemon listed in it may never install it
+        // (vsync keeps a committee member that did not acknowledge the
+        // change, and one that did may still lack batches before it and be
+        // cut off before they come), so a held batch still waits for every
+        // daemon's RECEIVED, or for a view that drops the silent ones.
+        // Except while a daemon that joined has not had its table: it
+        // skips what came before the table's point and applies what
+        // follows at once, while the others may still hold it (its
+        // snapshot among it) and would deliver it after a later view's
+        // transitional views, apart from the joiner's clients (`--qsm`
+        // seed 62 found it).
+        let joined = view.members.iter().any(|d| !self.daemons.contains(d));
+        let table_awaited = self.daemons.iter().any(|d| !self.settled.contains(d));
         if !gone.is_empty() && self.held_unstable_safe() {
             self.transitional_gone = gone.clone();
         }
-        while !self.held.is_empty() {
-            self.apply_held();
+        if !gone.is_empty() || joined || table_awaited {
+            while !self.held.is_empty() {
+                self.apply_held();
+            }
         }
         // The gone members' removal below installs the regular views.
         self.transitional_gone.clear();
@@ -2971,7 +2990,8 @@ impl Sessions {
     }
 
     /// Whether a batch held for `safe` carries an item `changes` selects
-    /// (a view applies every held batch).
+    /// (a view that adds or drops daemons applies every held batch; for a
+    /// view of the same daemons this overstates).
     pub fn held_may_change_table(&self, changes: impl Fn(&Item<'_>) -> bool) -> bool {
         self.held.iter().any(|batch| {
             groups::decode(&batch.payload).is_ok_and(|items| items.iter().any(&changes))

@@ -361,6 +361,35 @@ fn a_view_without_a_silent_daemon_releases_what_it_never_acknowledged() {
     assert_eq!(messages(&c.take(1, 1)), expect);
 }
 
+/// A view that drops nobody is no proof that its daemons hold what was
+/// ordered before it: vsync keeps a committee member that did not
+/// acknowledge the change, and one that did may lack batches before the
+/// view and be cut off before they come. The long schedule across network
+/// namespaces found it: with a killed daemon still in the committee, every
+/// periodic view released the held `safe` batches, and a daemon cut off
+/// just then never had them (its clients installed their next view without
+/// them).
+#[test]
+fn a_view_that_drops_nobody_releases_no_safe_message_before_every_daemon_holds_it() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    assert!(c.order_to(0, &[0, 1]));
+    // Daemons 0 and 1 say they hold it; daemon 2 never got it.
+    assert!(c.order_to(0, &[0, 1]));
+    assert!(c.order_to(1, &[0, 1]));
+    c.install(&[0, 1, 2], &[]);
+    assert!(messages(&c.take(0, 1)).is_empty());
+    assert!(messages(&c.take(1, 1)).is_empty());
+    // Daemon 2 is dropped at the next change: delivered then (in a
+    // transitional view of the daemons moving on).
+    c.install(&[0, 1], &[]);
+    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
+    assert_eq!(messages(&c.take(0, 1)), expect);
+    assert_eq!(messages(&c.take(1, 1)), expect);
+}
+
 #[test]
 fn safe_in_a_cluster_of_one_is_delivered_at_once() {
     let mut c = Cluster::new(1);
