@@ -74,9 +74,6 @@ struct Session {
     /// client received from [`Sessions::announce`]: a delta goes to it
     /// only when the group's last announcement is that one.
     seen: BTreeMap<String, u64>,
-    /// Groups of which this client has been shown a regular view listing
-    /// it (`Sessions::misses_own_message`).
-    was_member: BTreeSet<String>,
 }
 
 /// The last view [`Sessions::announce`] told a group's local members,
@@ -160,6 +157,74 @@ struct CutOff {
 struct HeldChanges {
     joined: Vec<(String, String, usize)>,
     left: Vec<(String, String)>,
+}
+
+/// Per group, the members a cut-off daemon's own joins and leaves in flight
+/// are applied to, in order ([`Sessions::cut_off_in_flight`]), and the local
+/// clients that were shown a view of the group listing them: those of the
+/// views its clients were last shown ([`CutOff::groups`], a client that left
+/// at a held leave it was not shown among them) and those shown one at a
+/// join. The member lists come from the table as it stood at the cut or,
+/// cut off before it held one, from those local clients.
+struct InFlightMembers {
+    table: Option<BTreeMap<String, BTreeSet<Member>>>,
+    shown: BTreeMap<String, BTreeSet<String>>,
+    groups: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl InFlightMembers {
+    fn new(table: Option<BTreeMap<String, BTreeSet<Member>>>, cut: Option<&CutOff>) -> Self {
+        let mut shown: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        if let Some(cut) = cut {
+            for (group, clients) in &cut.groups {
+                shown
+                    .entry(group.clone())
+                    .or_default()
+                    .extend(clients.iter().cloned());
+            }
+            for (group, joiners) in &cut.joiners {
+                let names = joiners.iter().map(|(c, _)| c.clone());
+                shown.entry(group.clone()).or_default().extend(names);
+            }
+        }
+        InFlightMembers {
+            table,
+            shown,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    fn of(&mut self, group: &str) -> &mut BTreeSet<String> {
+        if !self.groups.contains_key(group) {
+            let names = match &self.table {
+                Some(table) => table
+                    .get(group)
+                    .map(|m| m.iter().map(|m| m.client.clone()).collect())
+                    .unwrap_or_default(),
+                None => self.shown.get(group).cloned().unwrap_or_default(),
+            };
+            self.groups.insert(group.to_string(), names);
+        }
+        self.groups.get_mut(group).expect("just inserted")
+    }
+
+    /// Applies a join: whether its client is to be shown a view (it had
+    /// been shown none listing it).
+    fn join(&mut self, group: &str, client: &str) -> bool {
+        self.of(group).insert(client.to_string());
+        let shown = self.shown.entry(group.to_string()).or_default();
+        shown.insert(client.to_string())
+    }
+
+    /// Applies a leave; its client is not told until the daemon is back.
+    fn leave(&mut self, group: &str, client: &str) {
+        self.of(group).remove(client);
+    }
+
+    /// The members' names, sorted, as in the frames.
+    fn names(&mut self, group: &str) -> Vec<String> {
+        self.of(group).iter().cloned().collect()
+    }
 }
 
 /// The clients of one group that were cut off, once the daemon is back.
@@ -445,6 +510,11 @@ pub struct Sessions {
     /// sequenced but not delivered back): their messages go to the local
     /// clients moving on, in their transitional views (EVS), in order.
     cut_off_batches: Vec<(NodeId, Bytes)>,
+    /// The group table as it stood when this daemon was cut off holding
+    /// it, until its own batches in flight then are taken apart
+    /// ([`Sessions::cut_off_in_flight`]), which read the member lists the
+    /// joins among them would have made.
+    table_at_cut: Option<BTreeMap<String, BTreeSet<Member>>>,
     /// While those go: per group, the local clients of its transitional
     /// view, who receive them instead of the table's members.
     transitional_recipients: Option<BTreeMap<String, Vec<String>>>,
@@ -514,6 +584,7 @@ impl Sessions {
             snapshot_epoch: BTreeMap::new(),
             cut_off: None,
             cut_off_batches: Vec::new(),
+            table_at_cut: None,
             transitional_recipients: None,
             withheld: BTreeSet::new(),
             sessions: BTreeMap::new(),
@@ -794,7 +865,6 @@ impl Sessions {
                 groups: BTreeSet::new(),
                 deltas: false,
                 seen: BTreeMap::new(),
-                was_member: BTreeSet::new(),
             },
         );
         self.send(session, Frame::ConnectOk { private_group });
@@ -1825,9 +1895,6 @@ impl Sessions {
                 s.seen.remove(group);
             } else {
                 s.seen.insert(group.to_string(), seq);
-                if !s.was_member.contains(group) {
-                    s.was_member.insert(group.to_string());
-                }
             }
         }
         if let (Some(before), false) = (&before, delta.is_empty()) {
@@ -2002,17 +2069,21 @@ impl Sessions {
     /// (the swarm's `duplicate` class), and where it had not, the two
     /// copies broke virtual synchrony between the daemons' clients.
     ///
-    /// Group changes in those whose gseq it had not heard (`false` beside
-    /// the batch) go again after the rejoin (the snapshot carries them
-    /// too). So does a message in them whose sender is in none of its
-    /// groups' transitional views though it asked to be in one (its join
-    /// was in flight too): at the cut-off it would reach others but not
-    /// its sender; after the rejoin it follows the join. The same client's
-    /// later messages follow it, for FIFO. A batch whose gseq it had heard
-    /// was ordered: nothing of it goes again. The rest of a message begun
-    /// in pieces is taken out of what waits and delivered with its first.
+    /// A local client's join among them is applied here, in order, as
+    /// Spread's daemon delivers its own join in the transitional
+    /// configuration: nothing local tells whether the old order sequenced
+    /// it, so the client is shown a regular view of the daemon's own
+    /// ([`Sessions::show_in_flight_join`]), then, once back, a transitional
+    /// view of its own with the messages in flight after its join (its own
+    /// among them). Group changes of batches whose gseq it had not heard go
+    /// again after the rejoin, where the snapshot has already made them
+    /// (the snapshot lists each client's groups); a batch whose gseq it
+    /// had heard was ordered, and nothing of it goes again. The rest of a
+    /// message begun in pieces is taken out of what waits and delivered
+    /// with its first.
     pub fn cut_off_in_flight(&mut self, sender: NodeId, batches: Vec<(Bytes, bool)>) {
         let waiting = self.take_all_pending();
+        let mut members = InFlightMembers::new(self.table_at_cut.take(), self.cut_off.as_ref());
         // Its own messages begun in the old order and not finished there.
         let mut open: BTreeSet<u64> = self
             .partials
@@ -2020,7 +2091,9 @@ impl Sessions {
             .filter(|(daemon, _)| *daemon == sender)
             .map(|(_, id)| *id)
             .collect();
-        let mut deferred: BTreeSet<String> = BTreeSet::new();
+        // What goes to the transitional views before these, numbered as
+        // `deliver_cut_off_batches` numbers it.
+        let before = self.cut_off_items();
         let mut kept: Vec<Item<'_>> = Vec::new();
         let decoded: Vec<(Vec<Item<'_>>, bool)> = batches
             .iter()
@@ -2031,35 +2104,14 @@ impl Sessions {
             .flat_map(|(items, sequenced)| items.into_iter().map(move |i| (i, sequenced)))
         {
             match &item {
-                _ if sequenced && !matches!(item, Item::Message { .. } | Item::Fragment { .. }) => {
-                }
-                Item::Message { client, groups, .. } => {
-                    let defer = deferred.contains(*client)
-                        || (!sequenced && self.misses_own_message(client, groups));
-                    if defer {
-                        deferred.insert(client.to_string());
-                        self.pending.push(&item, self.batch_max);
-                    } else {
-                        kept.push(item);
-                    }
-                }
+                Item::Message { .. } => kept.push(item),
                 Item::Fragment {
-                    client,
-                    groups,
                     id,
                     total,
                     offset,
                     bytes,
                     ..
                 } => {
-                    let first = *offset == 0;
-                    let defer = deferred.contains(*client)
-                        || (first && !sequenced && self.misses_own_message(client, groups));
-                    if defer && (first || !open.contains(id)) {
-                        deferred.insert(client.to_string());
-                        self.pending.push(&item, self.batch_max);
-                        continue;
-                    }
                     if (*offset as usize) + bytes.len() < *total as usize {
                         open.insert(*id);
                     } else {
@@ -2068,7 +2120,18 @@ impl Sessions {
                     kept.push(item);
                 }
                 Item::Join { .. } | Item::Leave { .. } | Item::Gone { .. } => {
-                    self.pending.push(&item, self.batch_max);
+                    if let Item::Join { client, group } = &item {
+                        if members.join(group, client) && self.by_name.contains_key(*client) {
+                            let names = members.names(group);
+                            let at = before + kept.len();
+                            self.show_in_flight_join(sender, group, client, names, at);
+                        }
+                    } else if let Item::Leave { client, group } = &item {
+                        members.leave(group, client);
+                    }
+                    if !sequenced {
+                        self.pending.push(&item, self.batch_max);
+                    }
                 }
                 _ => {}
             }
@@ -2102,30 +2165,71 @@ impl Sessions {
         }
     }
 
-    /// Whether a local client's message would miss the client at a
-    /// cut-off: it is in none of the message's groups' transitional views
-    /// but asked to be in one of them (its join not ordered yet), and had
-    /// been shown a view of it listing it, so that it may have sent the
-    /// message as a member (a client that left and joined again). A client
-    /// never shown one sent it as a non-member: sending it again would
-    /// duplicate it wherever the old order had delivered it (the swarm
-    /// found that) and owe it nothing.
-    fn misses_own_message(&self, client: &str, groups: &[&str]) -> bool {
-        let Some(session) = self.by_name.get(client).and_then(|s| self.sessions.get(s)) else {
-            return false;
-        };
-        let shown = |g: &&str| {
-            self.cut_off.as_ref().is_some_and(|c| {
-                c.groups.get(*g).is_some_and(|m| m.contains(client))
-                    || c.joiners
-                        .get(*g)
-                        .is_some_and(|j| j.iter().any(|(name, _)| name == client))
-            })
-        };
-        !groups.iter().any(shown)
-            && groups
-                .iter()
-                .any(|g| session.groups.contains(*g) && session.was_member.contains(*g))
+    /// Items of the batches that go to the transitional views.
+    fn cut_off_items(&self) -> usize {
+        self.cut_off_batches
+            .iter()
+            .filter_map(|(_, b)| groups::decode(b).ok())
+            .map(|items| items.len())
+            .sum()
+    }
+
+    /// A local client's join in flight at a cut-off: the client is shown
+    /// the group's view as the join would make it, under an id of this
+    /// daemon's own (the others installed a view with it only if the old
+    /// order sequenced the join, under an id this daemon cannot know), and
+    /// once back, a transitional view of its own under the same id, with
+    /// what was in flight after its join (`at` items before it).
+    fn show_in_flight_join(
+        &mut self,
+        sender: NodeId,
+        group: &str,
+        client: &str,
+        members: Vec<String>,
+        at: usize,
+    ) {
+        let slot = crate::daemon::membership::slot_of(sender);
+        let view_id = self.own_view_id(slot);
+        if let Some(session) = self.by_name.get(client).copied() {
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.seen.remove(group);
+            }
+            let frame = Frame::Membership {
+                group: group.to_string(),
+                view_id,
+                reason: Reason::Join,
+                transitional: false,
+                quorum: false,
+                members,
+            };
+            self.send(session, frame);
+        }
+        if self.cut_off.is_none() {
+            let stay_id = self.own_view_id(slot);
+            let leave_id = self.own_view_id(slot);
+            self.cut_off = Some(CutOff {
+                stay_id,
+                leave_id,
+                groups: BTreeMap::new(),
+                joiners: BTreeMap::new(),
+                joined_at: BTreeMap::new(),
+            });
+        }
+        if let Some(cut) = self.cut_off.as_mut() {
+            cut.joiners
+                .entry(group.to_string())
+                .or_default()
+                .push((client.to_string(), view_id));
+            cut.joined_at
+                .insert((group.to_string(), client.to_string()), at);
+        }
+    }
+
+    /// The id of a view of a cut-off daemon's own: its slot, and a count
+    /// in the upper half that no regular view of the epoch uses.
+    fn own_view_id(&mut self, slot: u32) -> u64 {
+        self.count_change();
+        regular_view_id(self.epoch, REGULAR_CHANGES | self.changes, slot)
     }
 
     fn view(&mut self, me: NodeId, view: View) {
@@ -2582,6 +2686,7 @@ impl Sessions {
         self.in_flight = 0;
         let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
         let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
+        let held_table = self.holds_table();
         let held_changes = if rejoining && self.cut_off.is_none() && self.cut_off_batches.is_empty()
         {
             self.apply_held_group_changes()
@@ -2622,7 +2727,8 @@ impl Sessions {
         self.awaiting_table.clear();
         self.saved_tables.clear();
         self.daemons.clear();
-        self.table.clear();
+        let table = std::mem::take(&mut self.table);
+        self.table_at_cut = (rejoining && held_table).then_some(table);
         if rejoining {
             // Fragments of the old order may complete in what was held.
             let held = std::mem::take(&mut self.held);
@@ -2683,10 +2789,7 @@ impl Sessions {
             // last regular views are those recorded the first time.
             return;
         }
-        let own_id = |sessions: &mut Sessions| {
-            sessions.count_change();
-            regular_view_id(sessions.epoch, REGULAR_CHANGES | sessions.changes, slot)
-        };
+        let own_id = |sessions: &mut Sessions| sessions.own_view_id(slot);
         let stay_id = own_id(self);
         let leave_id = own_id(self);
         let groups = local
@@ -2819,7 +2922,6 @@ impl Sessions {
         };
         if let Some(s) = self.sessions.get_mut(&session) {
             s.seen.remove(group);
-            s.was_member.insert(group.to_string());
         }
         let frame = Frame::Membership {
             group: group.to_string(),

@@ -849,15 +849,16 @@ fn messages_in_flight_at_an_eviction_come_back_in_the_transitional_views_and_not
     assert!(c.cores[0].take_batch().is_none());
 }
 
-/// A client that had been a member, left, and joined again, its join in
-/// flight with its message when its daemon was cut off: at the cut-off
-/// the message would reach the group's other local members and not its
-/// sender, who sent it as a member for all it had been shown; so it goes
-/// again after the rejoin, behind the join, and reaches everyone, the
-/// sender too. A client never shown the group sent as a non-member: its
-/// message goes to the transitional views only, as any other.
+/// Joins in flight with messages when their daemon was cut off: nothing
+/// local tells whether the old order sequenced them. Each joiner (one that
+/// had been a member, left and joined again; one never a member) is shown
+/// the view its join makes under an id of its daemon's own, then, once the
+/// daemon is back, a transitional view of its own with what was in flight
+/// after its join, its own message among them; the group's other local
+/// member gets both in its transitional view. Nothing goes again: where the
+/// old order had delivered a copy, a second one was a duplicate.
 #[test]
-fn a_message_in_flight_behind_its_senders_join_goes_again_after_the_rejoin() {
+fn a_join_in_flight_at_a_cut_off_is_applied_there_and_its_message_not_sent_again() {
     let mut c = two_in_chat();
     c.connect(0, 2, "cat");
     c.connect(0, 3, "dan");
@@ -874,19 +875,74 @@ fn a_message_in_flight_behind_its_senders_join_goes_again_after_the_rejoin() {
         c.take(d, session);
     }
     c.evict(0, in_flight);
+    // At the cut: each joiner is shown the view its join makes.
+    let (alice, bob, cat, dan) = (s("#alice#n0"), s("#bob#n1"), s("#cat#n0"), s("#dan#n0"));
+    let shown = |frames: &[Frame]| -> Vec<(Vec<String>, bool, u64)> {
+        frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Membership {
+                    members,
+                    transitional,
+                    view_id,
+                    ..
+                } => Some((members.clone(), *transitional, *view_id)),
+                _ => None,
+            })
+            .collect()
+    };
+    let cat_at_cut = shown(&c.take(0, 2));
+    let dan_at_cut = shown(&c.take(0, 3));
+    let with_cat = vec![alice.clone(), bob.clone(), cat.clone()];
+    let with_dan = vec![alice.clone(), bob.clone(), cat.clone(), dan.clone()];
+    assert_eq!(
+        cat_at_cut
+            .iter()
+            .map(|v| (v.0.clone(), v.1))
+            .collect::<Vec<_>>(),
+        vec![(with_cat, false)]
+    );
+    assert_eq!(
+        dan_at_cut
+            .iter()
+            .map(|v| (v.0.clone(), v.1))
+            .collect::<Vec<_>>(),
+        vec![(with_dan, false)]
+    );
+    assert_ne!(cat_at_cut[0].2, dan_at_cut[0].2);
+    assert!(c.take(0, 1).is_empty());
     c.install(&[1, 2], &[]);
     c.ids[0] = NodeId(20);
     c.install(&[0, 1, 2], &[0]);
     c.settle();
     assert!(c.cores[0].ready());
-    let hello = (s("#cat#n0"), vec![s("chat")], b"hello".to_vec());
-    let hi = (s("#dan#n0"), vec![s("chat")], b"hi".to_vec());
-    assert_eq!(messages(&c.take(0, 1)), vec![hi, hello.clone()]);
-    for (d, session) in [(0, 2), (0, 3), (1, 1)] {
-        assert_eq!(
-            messages(&c.take(d, session)),
-            vec![hello.clone()],
-            "{d}/{session}"
+    let hello = (cat.clone(), vec![s("chat")], b"hello".to_vec());
+    let hi = (dan.clone(), vec![s("chat")], b"hi".to_vec());
+    let alice_frames = c.take(0, 1);
+    let cat_frames = c.take(0, 2);
+    let dan_frames = c.take(0, 3);
+    assert_eq!(messages(&alice_frames), vec![hello.clone(), hi.clone()]);
+    assert_eq!(messages(&cat_frames), vec![hello, hi.clone()]);
+    assert_eq!(messages(&dan_frames), vec![hi]);
+    // Each joiner's transitional view follows its own view, under its id,
+    // and lists it alone; then the merged view.
+    for (frames, at_cut, me) in [
+        (&cat_frames, &cat_at_cut, &cat),
+        (&dan_frames, &dan_at_cut, &dan),
+    ] {
+        let views = shown(frames);
+        assert_eq!(views.len(), 2, "{frames:?}");
+        assert_eq!(views[0], (vec![me.clone()], true, at_cut[0].2));
+        assert!(!views[1].1 && views[1].2 > at_cut[0].2, "{views:?}");
+        assert!(views[1].0.contains(me));
+    }
+    // Bob's daemon never ordered them, and nothing went again.
+    assert_eq!(messages(&c.take(1, 1)), vec![]);
+    while let Some(batch) = c.cores[0].take_batch() {
+        let items = groups::decode(&batch).expect("a batch");
+        assert!(
+            !items.iter().any(|i| matches!(i, Item::Message { .. })),
+            "{items:?}"
         );
     }
 }
