@@ -108,15 +108,34 @@ pub struct Violation {
 }
 
 /// Counters and latencies of one host.
+///
+/// Laid out in declaration order (`repr(C)`), the counters every datagram
+/// and delivery updates first, together: at 10^4 simulated members no
+/// host's record is in cache when its next datagram comes, and each line
+/// of it touched is a miss. The order decides nothing else.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct HostMetrics {
-    pub packets_sent: [u64; KIND_COUNT],
     pub packets_received: [u64; KIND_COUNT],
-    pub datagrams_sent: u64,
-    pub bytes_sent: u64,
-    pub originated: u64,
     pub delivered: u64,
     pub recovered: u64,
+    /// Sources are members `0..sources`; events of others are not checked.
+    sources: u32,
+    /// When set, deliveries are also counted per bin of this many ns.
+    pub throughput_bin_ns: Option<u64>,
+    /// Per source delivered from: the next sequence number FIFO order
+    /// expects (0 for a source not in it).
+    expected: Expected,
+    /// `None`: FIFO order is checked. `Some`: unordered delivery, checked
+    /// for exactly-once with a bit per (source, sequence number), for the
+    /// sources delivered from.
+    seen: Option<BTreeMap<u32, Vec<u64>>>,
+    /// Delivery latency of others' messages, in microseconds.
+    pub latency_us: Latency,
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    pub packets_sent: [u64; KIND_COUNT],
+    pub originated: u64,
     pub lost: u64,
     pub dropped_asleep: u64,
     /// Datagrams dropped on arrival by `Sim::set_receive_loss`.
@@ -125,21 +144,8 @@ pub struct HostMetrics {
     pub dropped_backlog: u64,
     /// (source, first, last, time ns) of every `Lost` event.
     pub lost_ranges: Vec<(u32, u64, u64, u64)>,
-    /// Delivery latency of others' messages, in microseconds.
-    pub latency_us: Latency,
-    /// When set, deliveries are also counted per bin of this many ns.
-    pub throughput_bin_ns: Option<u64>,
     /// Deliveries per bin (see `throughput_bin_ns`).
     pub deliveries_per_bin: Vec<u32>,
-    /// Sources are members `0..sources`; events of others are not checked.
-    sources: u32,
-    /// Per source delivered from: the next sequence number FIFO order
-    /// expects (0 for a source not in it).
-    expected: Expected,
-    /// `None`: FIFO order is checked. `Some`: unordered delivery, checked
-    /// for exactly-once with a bit per (source, sequence number), for the
-    /// sources delivered from.
-    seen: Option<BTreeMap<u32, Vec<u64>>>,
 }
 
 impl HostMetrics {

@@ -107,29 +107,38 @@ pub struct Stats {
 const LOG_EXTENSION_MAX: u64 = 1 << 20;
 
 /// One pbcast member.
+///
+/// Laid out in declaration order (`repr(C)`), the fields every datagram
+/// and timer reads first: in a simulated group of 10^4 members no
+/// member's engine is in cache when its next datagram comes, and each
+/// cache line of it touched is a miss, so the clock, the member list, the
+/// inline log of the (usually single) source, the busy and gappy sets,
+/// the event queue and the counters sit together at the start rather than
+/// wherever the compiler put them. The order decides nothing else.
+#[repr(C)]
 pub struct Pbcast {
-    me: NodeId,
+    last_now: Instant,
+    next_round: Instant,
+    next_status: Instant,
     my_index: usize,
+    me: NodeId,
+    retransmit_budget: u32,
     /// Sorted, deduplicated (shared with the other engines of the view);
     /// its positions index `logs` and `progress`.
     members: MemberList,
-    config: Config,
-    rng: Xoshiro256PlusPlus,
     /// Logs of the sources this member has heard of.
     logs: Logs,
     /// Sources whose log is not idle, and those with gaps: in a large group
     /// most members never send, and a round or a digest must not cost O(n).
     busy: BTreeSet<usize>,
     gappy: BTreeSet<usize>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    config: Config,
+    rng: Xoshiro256PlusPlus,
     /// Flow-control progress of the members that reported some.
     progress: Progresses,
     outbox: Outbox,
-    events: VecDeque<Event>,
-    stats: Stats,
-    last_now: Instant,
-    next_round: Instant,
-    next_status: Instant,
-    retransmit_budget: u32,
     /// How gossip targets are chosen: uniformly, or weighted (hierarchical
     /// gossip).
     targets: Targets,
