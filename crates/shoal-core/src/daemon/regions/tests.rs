@@ -555,7 +555,7 @@ fn per_group_state_of_ten_thousand_region_groups_stays_under_512_bytes() {
     net.run_until(t);
     assert_eq!(net.got(2, 1).len(), 100);
     for slot in 0..3 {
-        assert_eq!(net.d(slot).regions().bytes_per_group(), Some(57));
+        assert_eq!(net.d(slot).regions().bytes_per_group(), Some(70));
     }
 }
 
