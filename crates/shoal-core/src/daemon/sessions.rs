@@ -2190,20 +2190,7 @@ impl Sessions {
     ) {
         let slot = crate::daemon::membership::slot_of(sender);
         let view_id = self.own_view_id(slot);
-        if let Some(session) = self.by_name.get(client).copied() {
-            if let Some(s) = self.sessions.get_mut(&session) {
-                s.seen.remove(group);
-            }
-            let frame = Frame::Membership {
-                group: group.to_string(),
-                view_id,
-                reason: Reason::Join,
-                transitional: false,
-                quorum: false,
-                members,
-            };
-            self.send(session, frame);
-        }
+        self.show_join_view(group, client, view_id, members, false);
         if self.cut_off.is_none() {
             let stay_id = self.own_view_id(slot);
             let leave_id = self.own_view_id(slot);
@@ -2917,6 +2904,20 @@ impl Sessions {
 
     /// The view the others installed at a held join, to the joiner alone.
     fn show_held_join(&mut self, group: &str, client: &str) {
+        let (view_id, members) = (self.view_id(), self.member_names(group));
+        self.show_join_view(group, client, view_id, members, self.quorum);
+    }
+
+    /// A regular view of `group` at a join, to the joining local client
+    /// alone (the next announcement to it is a whole list, not a delta).
+    fn show_join_view(
+        &mut self,
+        group: &str,
+        client: &str,
+        view_id: u64,
+        members: Vec<String>,
+        quorum: bool,
+    ) {
         let Some(session) = self.by_name.get(client).copied() else {
             return;
         };
@@ -2925,11 +2926,11 @@ impl Sessions {
         }
         let frame = Frame::Membership {
             group: group.to_string(),
-            view_id: self.view_id(),
+            view_id,
             reason: Reason::Join,
             transitional: false,
-            quorum: self.quorum,
-            members: self.member_names(group),
+            quorum,
+            members,
         };
         self.send(session, frame);
     }
