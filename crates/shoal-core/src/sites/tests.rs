@@ -782,6 +782,34 @@ fn a_private_group_reaches_only_its_client() {
     assert_eq!(got, vec![names[3].as_str(); 3]);
 }
 
+/// Two sites of one daemon each over one link of Table 3's shape (52 ms,
+/// 1.5 Mbit/s) losing `loss` of its packets each way.
+fn two_sites_over_a_lossy_link(loss: f64) -> (Topology, BTreeMap<(SiteId, SiteId), WanLink>) {
+    full_mesh(
+        &[1, 1],
+        |s| format!("site{s}"),
+        |_, _| {
+            let link = WanLink {
+                delay: Duration::from_millis(52),
+                bandwidth_bps: 1_500_000,
+                loss,
+            };
+            (1, link)
+        },
+    )
+}
+
+/// The sequence numbers `client` delivered, in order.
+fn delivered_seqs(w: &World, client: &str) -> Vec<u64> {
+    w.history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Deliver { client: c, seq, .. } if c == client => Some(*seq),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One link of 104 ms round trip at 20% loss each way (P-Spread Table 3's
 /// worst case), saturated by a client sending 1000-byte reliable
 /// messages faster than the link's rate: every message arrives, in order,
@@ -799,18 +827,7 @@ fn a_private_group_reaches_only_its_client() {
 #[test]
 fn a_saturated_lossy_link_delivers_everything() {
     for seed in 1..=3 {
-        let (topo, wan) = full_mesh(
-            &[1, 1],
-            |s| format!("site{s}"),
-            |_, _| {
-                let link = WanLink {
-                    delay: Duration::from_millis(52),
-                    bandwidth_bps: 1_500_000,
-                    loss: 0.2,
-                };
-                (1, link)
-            },
-        );
+        let (topo, wan) = two_sites_over_a_lossy_link(0.2);
         let mut config = WorldConfig {
             seed,
             ..WorldConfig::default()
@@ -830,14 +847,7 @@ fn a_saturated_lossy_link_delivers_everything() {
         let report = check(&w);
         assert!(report.is_clean(), "seed {seed}: {report}");
         assert_eq!(report.summary.deliveries, 2 * 2000, "seed {seed}");
-        let order: Vec<u64> = w
-            .history()
-            .iter()
-            .filter_map(|r| match r {
-                Rec::Deliver { client, seq, .. } if *client == names[1] => Some(*seq),
-                _ => None,
-            })
-            .collect();
+        let order = delivered_seqs(&w, &names[1]);
         assert_eq!(order, (1..=2000).collect::<Vec<u64>>(), "seed {seed}");
         for d in [0, 1] {
             let stats = w.daemon(NodeId(d)).unwrap().stats();
@@ -861,18 +871,7 @@ fn a_saturated_lossy_link_delivers_everything() {
 #[test]
 fn a_tcp_link_carries_every_message_in_order() {
     for seed in 1..=2 {
-        let (topo, wan) = full_mesh(
-            &[1, 1],
-            |s| format!("site{s}"),
-            |_, _| {
-                let link = WanLink {
-                    delay: Duration::from_millis(52),
-                    bandwidth_bps: 1_500_000,
-                    loss: 0.05,
-                };
-                (1, link)
-            },
-        );
+        let (topo, wan) = two_sites_over_a_lossy_link(0.05);
         let config = WorldConfig {
             seed,
             link_kind: LinkKind::Tcp,
@@ -889,14 +888,7 @@ fn a_tcp_link_carries_every_message_in_order() {
         w.run_until(ms(60_000));
         let report = check(&w);
         assert!(report.is_clean(), "seed {seed}: {report}");
-        let order: Vec<u64> = w
-            .history()
-            .iter()
-            .filter_map(|r| match r {
-                Rec::Deliver { client, seq, .. } if *client == names[1] => Some(*seq),
-                _ => None,
-            })
-            .collect();
+        let order = delivered_seqs(&w, &names[1]);
         assert_eq!(order, (1..=300).collect::<Vec<u64>>(), "seed {seed}");
         let d0 = w.daemon(NodeId(0)).unwrap();
         assert_eq!(d0.link_kind(SiteId(1)), LinkKind::Tcp);
