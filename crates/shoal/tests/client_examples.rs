@@ -477,7 +477,13 @@ impl shoal_client::state::Replica for Log {
         self.0.join(&b'\n')
     }
     fn restore(&mut self, s: &[u8]) {
-        self.0 = s.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+        // An empty snapshot is an empty log (the join may be ordered before
+        // any entry), not one empty entry.
+        self.0 = if s.is_empty() {
+            Vec::new()
+        } else {
+            s.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect()
+        };
     }
 }
 
