@@ -1353,6 +1353,40 @@ mod tests {
         assert_ok(4069);
     }
 
+    /// A daemon joined while the others held batches behind an unstable
+    /// `safe` one; its table's point fell while they applied those at the
+    /// view that dropped a crashed daemon, in transitional views. The
+    /// joiner applied the rest of the old view's batches as they came, in
+    /// the regular view: one view id, two sets of messages before its
+    /// transitional view (`virtual-synchrony`, seeds 4727 and 5836). The
+    /// table now says so and the joiner applies them at that view too.
+    #[test]
+    fn a_table_made_during_a_release_at_a_view_has_its_joiner_release_alike() {
+        assert_ok(4727);
+        assert_ok(5836);
+    }
+
+    /// A primary installed a view admitting two restarted daemons and
+    /// left; the two members of the old view of four that stayed lacked
+    /// its last records and could never be a majority of it. The backup
+    /// that took over now asks the joiners, one of which installed the
+    /// view, and completes it (not converged before).
+    #[test]
+    fn a_takeover_completes_a_newview_that_joiners_installed() {
+        assert_ok(1888);
+    }
+
+    /// A primary alone with a crashed member of a view of two: the group
+    /// formed meanwhile by the restarted daemons merged into it, and
+    /// everything stood still for 25 s. Such a primary now leaves its
+    /// group once its view change has been under way for the partition
+    /// grace (not converged, own-delivery and silent-loss before).
+    #[test]
+    fn a_primary_without_its_majority_leaves_its_group_after_the_grace() {
+        assert_ok(4166);
+        assert_ok(5316);
+    }
+
     /// A daemon rejoined and its designated table sender (the lowest slot)
     /// slept and was dropped before sending it; another member sent the
     /// table as of the view without it, so the joiner never applied what

@@ -111,13 +111,18 @@ pub enum Item<'a> {
     /// a daemon that joined, with the daemons that hold the whole table
     /// (`settled`). In one or more parts.
     /// `view_ids` are the view-id counters as of that point (epoch,
-    /// changes, owner slot).
+    /// changes, owner slot). `release` is `Some` when the table's point
+    /// fell while its sender applied, at a view change, the batches it had
+    /// held back for `safe`: the rest of the old view's batches after the
+    /// point went out in that release, in a transitional configuration when
+    /// `Some(true)`, and the joiner applies them so too at that view.
     Table {
         joiner: u32,
         as_of: (u64, u32),
         view_ids: (u64, u64, u32),
         first: bool,
         last: bool,
+        release: Option<bool>,
         settled: Vec<u32>,
         entries: Vec<(u32, &'a str, Vec<&'a str>)>,
     },
@@ -420,6 +425,7 @@ impl Item<'_> {
                 view_ids,
                 first,
                 last,
+                release,
                 settled,
                 entries,
             } => {
@@ -430,7 +436,12 @@ impl Item<'_> {
                 w.out.extend_from_slice(&view_ids.0.to_be_bytes());
                 w.out.extend_from_slice(&view_ids.1.to_be_bytes());
                 w.out.extend_from_slice(&view_ids.2.to_be_bytes());
-                w.u8(u8::from(*first) | u8::from(*last) << 1);
+                let release = match release {
+                    None => 0,
+                    Some(false) => 4,
+                    Some(true) => 4 | 8,
+                };
+                w.u8(u8::from(*first) | u8::from(*last) << 1 | release);
                 let too_long = |len| GroupsError::TooLong { what: "table", len };
                 let n = u16::try_from(settled.len()).map_err(|_| too_long(settled.len()))?;
                 w.out.extend_from_slice(&n.to_be_bytes());
@@ -651,7 +662,8 @@ impl<'a> Reader<'a> {
                     self.u32("table owner")?,
                 );
                 let flags = self.u8("table flags")?;
-                if flags > 3 {
+                // Bit 8 (transitional) only with bit 4 (a release).
+                if flags > 15 || flags & 12 == 8 {
                     return Err(GroupsError::BadFlags(flags));
                 }
                 let n = usize::from(self.u16("table settled")?);
@@ -683,6 +695,7 @@ impl<'a> Reader<'a> {
                     view_ids,
                     first: flags & 1 != 0,
                     last: flags & 2 != 0,
+                    release: (flags & 4 != 0).then_some(flags & 8 != 0),
                     settled,
                     entries,
                 }
@@ -830,8 +843,29 @@ mod tests {
                 view_ids: (5, 9, 1),
                 first: true,
                 last: true,
+                release: Some(true),
                 settled: vec![0x100, 0x102],
                 entries: vec![(0x100, "#a#n0", vec!["chat"]), (0x102, "#b#n2", vec![])],
+            },
+            Item::Table {
+                joiner: 0x201,
+                as_of: (78, 0),
+                view_ids: (5, 10, 1),
+                first: false,
+                last: true,
+                release: Some(false),
+                settled: vec![],
+                entries: vec![],
+            },
+            Item::Table {
+                joiner: 0x201,
+                as_of: (78, 0),
+                view_ids: (5, 10, 1),
+                first: true,
+                last: false,
+                release: None,
+                settled: vec![0x100],
+                entries: vec![],
             },
         ]);
         roundtrip(&[]);
@@ -888,6 +922,11 @@ mod tests {
             (
                 vec![0, 1, SNAPSHOT, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0],
                 GroupsError::BadFlags(4),
+            ),
+            (
+                // A transitional release bit without the release bit.
+                [&[0, 1, TABLE][..], &[0; 36], &[8]].concat(),
+                GroupsError::BadFlags(8),
             ),
             (
                 vec![0, 1, RECEIVED, 0, 0, 0],

@@ -108,7 +108,8 @@ pub struct Config {
     pub merge_probe_interval: Duration,
     /// A member that has installed no view for `vsync.view_period` plus
     /// this long takes its group as lost to a partition (its primary
-    /// cannot gather a majority, or is on the other side): it leaves it
+    /// cannot gather a majority, or is on the other side), and so does a
+    /// primary whose view change has been under way this long: it leaves it
     /// and forms a group with the daemons it still reaches, which keeps
     /// serving its clients (extended virtual synchrony: every component
     /// goes on; the quorum flag says which holds a majority). Default 5 s.
@@ -546,10 +547,20 @@ impl Membership {
         self.drop_out(now, members, None);
     }
 
-    /// When a member takes its group as lost ([`Config::partition_grace`]).
+    /// When a member takes its group as lost ([`Config::partition_grace`]):
+    /// no view for a view period and the grace, or, at the primary, a view
+    /// change under way for the grace. A primary without its view's
+    /// majority waits on for ever, and its group, while it stays, ranks as
+    /// many members as its view lists: another group formed meanwhile by
+    /// the daemons it lost merges into it, and blocks too (seed 4166: a
+    /// primary alone with a crashed member of a view of two; the two
+    /// daemons restarted meanwhile left their group for its, 25 s apart).
     fn partition_deadline(&self) -> Option<Instant> {
+        let grace = self.config.partition_grace;
         self.is_member().then(|| {
-            self.last_view_at + self.config.vsync.view_period + self.config.partition_grace
+            let silent = self.last_view_at + self.config.vsync.view_period + grace;
+            let stalled = self.inner.view_change_since().map(|since| since + grace);
+            stalled.map_or(silent, |stalled| stalled.min(silent))
         })
     }
 

@@ -246,6 +246,10 @@ struct HeldBatch {
     gseq: u64,
     payload: Bytes,
     safe: bool,
+    /// Items at the front already applied: a joined daemon's table took
+    /// effect within the batch ([`Sessions::install_table`]). Only there,
+    /// and only until the view its replay comes to.
+    skip: u32,
 }
 
 /// The id of a regular view: the epoch (32 bits), raised each time a
@@ -348,6 +352,8 @@ struct Joining {
     partials: BTreeMap<(NodeId, u64), Partial>,
     settled: Vec<NodeId>,
     view_ids: (u64, u64, u32),
+    /// The table's `release` ([`Item::Table`]).
+    release: Option<bool>,
 }
 
 enum Buffered {
@@ -561,6 +567,13 @@ pub struct Sessions {
     /// Groups in such a transitional view: the id of the regular view it
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
+    /// While a view change applies every held batch: whether in
+    /// transitional views. A table made meanwhile tells its joiner.
+    view_release: Option<bool>,
+    /// A joined daemon whose table was made during such a release: it
+    /// holds the old view's batches after the table's point and applies
+    /// them at the next view as the others did then.
+    release_at_view: Option<bool>,
 }
 
 impl Sessions {
@@ -608,6 +621,8 @@ impl Sessions {
             stats: SessionStats::default(),
             transitional_gone: BTreeSet::new(),
             in_transitional: BTreeMap::new(),
+            view_release: None,
+            release_at_view: None,
         }
     }
 
@@ -1203,6 +1218,7 @@ impl Sessions {
             gseq,
             payload,
             safe,
+            skip: 0,
         });
         self.release_stable();
     }
@@ -1417,7 +1433,7 @@ impl Sessions {
         };
         // Decoded once already on arrival.
         if let Ok(items) = groups::decode(&batch.payload) {
-            self.apply_batch(batch.sender, batch.gseq, items);
+            self.apply_items(batch.sender, batch.gseq, items, batch.skip);
         }
     }
 
@@ -2248,15 +2264,24 @@ impl Sessions {
         // snapshot among it) and would deliver it after a later view's
         // transitional views, apart from the joiner's clients (`--qsm`
         // seed 62 found it).
+        //
+        // A daemon whose table was made during such a release at the
+        // others does as they did (`release_at_view`): it cannot tell from
+        // what it holds (seed 4727).
         let joined = view.members.iter().any(|d| !self.daemons.contains(d));
         let table_awaited = self.daemons.iter().any(|d| !self.settled.contains(d));
-        if !gone.is_empty() && self.held_unstable_safe() {
+        let as_the_others = self.release_at_view.take();
+        let transitional =
+            as_the_others.unwrap_or_else(|| !gone.is_empty() && self.held_unstable_safe());
+        if transitional {
             self.transitional_gone = gone.clone();
         }
-        if !gone.is_empty() || joined || table_awaited {
+        if as_the_others.is_some() || !gone.is_empty() || joined || table_awaited {
+            self.view_release = Some(!self.transitional_gone.is_empty());
             while !self.held.is_empty() {
                 self.apply_held();
             }
+            self.view_release = None;
         }
         // The gone members' removal below installs the regular views.
         self.transitional_gone.clear();
@@ -2394,6 +2419,7 @@ impl Sessions {
             view_ids: (self.epoch, self.changes, self.owner),
             first: true,
             last: true,
+            release: self.view_release,
             settled: settled.clone(),
             entries: Vec::new(),
         };
@@ -2409,6 +2435,7 @@ impl Sessions {
             view_ids: (self.epoch, self.changes, self.owner),
             first,
             last,
+            release: self.view_release,
             settled: settled.clone(),
             entries,
         };
@@ -2480,6 +2507,7 @@ impl Sessions {
                 view_ids,
                 first,
                 last,
+                release,
                 settled,
                 entries,
             } = item
@@ -2495,6 +2523,7 @@ impl Sessions {
                 joining.partials.clear();
                 joining.settled = settled.iter().map(|d| NodeId(*d)).collect();
                 joining.view_ids = *view_ids;
+                joining.release = *release;
             }
             joining.parts.extend(entries.iter().map(|(d, c, g)| {
                 let groups = g.iter().map(|x| x.to_string()).collect();
@@ -2527,6 +2556,7 @@ impl Sessions {
         if alone {
             joining.parts.clear();
             joining.settled.clear();
+            joining.release = None;
             joining.view_ids = (self.epoch + 1, 0, crate::daemon::membership::slot_of(me));
             self.install_table(me, (0, 0));
         }
@@ -2572,11 +2602,26 @@ impl Sessions {
             self.stats.group_changes += 1;
             self.announce(&group, view_id, Reason::Network, None);
         }
+        // The table was made while the others applied, at a view change,
+        // what they had held: the rest of the old view's batches went out
+        // there, at that view, not as they come here.
+        let mut release = joining.release;
         self.replaying = true;
         for event in joining.buffer {
             match event {
-                Buffered::View(view) if (view.gseq, 0) > as_of => self.view(me, view),
+                Buffered::View(view) if (view.gseq, 0) > as_of => {
+                    self.release_at_view = release.take();
+                    self.view(me, view);
+                }
                 Buffered::View(view) => self.daemons = view.members,
+                Buffered::Batch {
+                    sender,
+                    gseq,
+                    payload,
+                } if gseq >= as_of.0 && release.is_some() => {
+                    let skip = if gseq == as_of.0 { as_of.1 } else { 0 };
+                    self.hold_until_view(sender, gseq, payload, skip);
+                }
                 Buffered::Batch {
                     sender,
                     gseq,
@@ -2591,6 +2636,8 @@ impl Sessions {
             }
         }
         self.replaying = false;
+        // (Always a view between: the table went out after it.)
+        self.release_at_view = self.release_at_view.or(release);
     }
 
     /// The rejoined daemon's clients are all in the table now (its snapshot
@@ -2618,6 +2665,28 @@ impl Sessions {
                 }
             }
         }
+    }
+
+    /// A batch of the old view after a table's point that the others
+    /// applied in a release at the view change: it waits for that view
+    /// here (what it acknowledges still counts).
+    fn hold_until_view(&mut self, sender: NodeId, gseq: u64, payload: Bytes, skip: u32) {
+        let Ok(items) = groups::decode(&payload) else {
+            return;
+        };
+        if skip == 0 {
+            self.note_received(sender, &items);
+        }
+        let safe = items.iter().skip(skip as usize).any(is_safe);
+        drop(items);
+        self.stats.batches_held += 1;
+        self.held.push_back(HeldBatch {
+            sender,
+            gseq,
+            payload,
+            safe,
+            skip,
+        });
     }
 
     /// Applies the items of a batch after the one at `index` (1-based).

@@ -247,11 +247,23 @@ impl Vsync {
         // another proposer's Newview for it arrives lost that round: its own
         // proposal is obsolete, and it leaves the committee; the new
         // primary's heartbeats re-admit it if its committee lists it.
-        let proposal_obsolete = self
-            .committee
-            .as_ref()
-            .and_then(|c| c.view_change())
-            .is_some_and(|vc| vc.view <= v.view);
+        //
+        // Unless the Newview is its own decided one: a primary that took
+        // over may hold the old primary's records, that Newview among them,
+        // in its member's buffer, and committing the first of them delivers
+        // it before the committee exposes it (seed 1888).
+        let own_decided = self.committee.as_ref().is_some_and(|c| match &c.role {
+            super::committee::Role::Primary(p) => {
+                p.cview_gseq == gseq && p.cview == v && p.vc.as_ref().is_some_and(|vc| vc.decided)
+            }
+            super::committee::Role::Backup(_) => false,
+        });
+        let proposal_obsolete = !own_decided
+            && self
+                .committee
+                .as_ref()
+                .and_then(|c| c.view_change())
+                .is_some_and(|vc| vc.view <= v.view);
         if proposal_obsolete {
             self.stats.newviews_abandoned += 1;
         }

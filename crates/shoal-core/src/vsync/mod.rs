@@ -376,6 +376,16 @@ impl Vsync {
         self.committee.as_ref().is_some_and(Committee::is_primary)
     }
 
+    /// When this member, as the primary, started the view change still
+    /// under way (none is, normally, for longer than an ack wait or two; a
+    /// primary cut off from its view's majority waits on for ever).
+    pub fn view_change_since(&self) -> Option<Instant> {
+        self.committee
+            .as_ref()
+            .and_then(Committee::view_change)
+            .map(|vc| vc.started)
+    }
+
     /// The next gseq this member will deliver.
     pub fn next_gseq(&self) -> u64 {
         self.member.next

@@ -33,6 +33,8 @@ use crate::time::Instant;
 
 pub(super) struct ViewChange {
     pub view: u64,
+    /// When this primary started it ([`super::Vsync::view_change_since`]).
+    pub started: Instant,
     pub deadline: Instant,
     /// Who acknowledged, and the next gseq each had to deliver.
     pub acks: BTreeMap<NodeId, u64>,
@@ -153,6 +155,7 @@ impl Vsync {
         p.change_at = None;
         p.vc = Some(ViewChange {
             view,
+            started: now,
             deadline: now + wait,
             acks,
             reasons,
@@ -226,9 +229,24 @@ impl Vsync {
         // while the rest changed view) no longer takes its pbcast, and its
         // answer, the view it installed, is what ends this proposal
         // (`on_ack_prefreshview`; cut seed 2445, k = 3).
+        // And to the members of a takeover's candidate Newview that were
+        // not in the old view (daemons it admitted): one that installed it
+        // proves it was chosen, where the old view's survivors may be no
+        // majority (its primary left after installing it, a member had
+        // crashed; swarm seed 1888).
+        let admitted = p
+            .candidate
+            .as_ref()
+            .map(|c| c.newview.members.clone())
+            .unwrap_or_default();
         let silent: Vec<NodeId> = nodes(&vc.old)
             .into_iter()
-            .filter(|m| !vc.acks.contains_key(m))
+            .chain(
+                nodes(&admitted)
+                    .into_iter()
+                    .filter(|m| !vc.old.contains(&m.0)),
+            )
+            .filter(|m| *m != self.me && !vc.acks.contains_key(m))
             .collect();
         let prefresh = Carried::Prefreshview {
             view,
@@ -518,7 +536,7 @@ impl Vsync {
 
     pub(super) fn on_ack_prefreshview(
         &mut self,
-        _now: Instant,
+        now: Instant,
         from: NodeId,
         (view, epoch, next): (u64, u64, u64),
         report: Option<Report>,
@@ -548,9 +566,36 @@ impl Vsync {
         // primary's to complete, waiting for a majority only delays the
         // inevitable (and may never end: members that promised a later
         // view do not answer this proposer's Prefreshviews).
-        if installed && matches!(self.verdict(), Verdict::Abandon) {
-            self.abandon_view_change();
+        match self.verdict() {
+            Verdict::Abandon if installed => self.abandon_view_change(),
+            Verdict::Same if installed => self.complete_installed_candidate(now),
+            _ => {}
         }
+    }
+
+    /// A member reported that it installed the Newview this primary's
+    /// takeover set aside as its candidate: that Newview was chosen (a
+    /// member installs only a committed Newview). It is this primary's to
+    /// complete, at once, without a majority of the old view: the old
+    /// view's survivors may be no majority of it (seed 1888: its primary
+    /// installed a view admitting two daemons and left; a member had
+    /// crashed; the two that stayed could never outnumber the two gone).
+    fn complete_installed_candidate(&mut self, now: Instant) {
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        if p.candidate.is_none() || p.vc.as_ref().is_none_or(|vc| vc.decided) {
+            return;
+        }
+        self.adopt_candidate(now);
+        let Some(p) = self.primary_mut() else {
+            return;
+        };
+        if let Some(vc) = p.vc.as_mut() {
+            vc.accepting = false;
+        }
+        p.fence = None;
+        self.try_commit(now);
     }
 
     /// A new epoch (backups dropped, or a rival outranked) starts phase 1
