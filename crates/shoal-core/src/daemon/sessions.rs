@@ -1212,15 +1212,20 @@ impl Sessions {
         // Behind a safe message nothing overtakes it: agreed order holds for
         // every service (Spread, P-Spread §2).
         drop(items);
+        self.hold(sender, gseq, payload, safe, 0);
+        self.release_stable();
+    }
+
+    /// Holds batch `gseq` back, behind those held before it.
+    fn hold(&mut self, sender: NodeId, gseq: u64, payload: Bytes, safe: bool, skip: u32) {
         self.stats.batches_held += 1;
         self.held.push_back(HeldBatch {
             sender,
             gseq,
             payload,
             safe,
-            skip: 0,
+            skip,
         });
-        self.release_stable();
     }
 
     /// A batch pbcast alone carried: its messages go to the local members of
@@ -2679,14 +2684,7 @@ impl Sessions {
         }
         let safe = items.iter().skip(skip as usize).any(is_safe);
         drop(items);
-        self.stats.batches_held += 1;
-        self.held.push_back(HeldBatch {
-            sender,
-            gseq,
-            payload,
-            safe,
-            skip,
-        });
+        self.hold(sender, gseq, payload, safe, skip);
     }
 
     /// Applies the items of a batch after the one at `index` (1-based).
