@@ -1745,6 +1745,24 @@ mod tests {
         assert_ok_qsm_hybrid(199);
     }
 
+    /// With `--qsm --qsm-hybrid` (failed at f4ed3f4 and before, 478
+    /// violations of five kinds; the cause is in vsync, the hybrid group's
+    /// timing only reaches it): the committee's primary, cut off during a
+    /// view change, completed the Newview with one backup and sequenced
+    /// after it; the other backup, cut off after it had the Newview's
+    /// replica, took over, completed the same Newview once the cut healed
+    /// (the others reported it installed) and sequenced after it too, alone
+    /// in its committee, giving the same gseqs to other messages and
+    /// committing them. Members delivered a mix of the two logs, 45
+    /// messages twice. A primary that adopts a Newview naming another
+    /// primary now sequences and commits nothing after it until its own
+    /// next view is chosen by a majority (`vsync/tests.rs`,
+    /// `a_takeover_completing_a_view_installed_elsewhere_does_not_sequence_beside_its_primary`).
+    #[test]
+    fn qsm_hybrid_two_primaries_do_not_sequence_after_one_newview() {
+        assert_ok_qsm_hybrid(131);
+    }
+
     /// With QSM, under loss: the Newview that lets a stopping primary go
     /// reached one backup by pbcast and not its named successor, and the
     /// group was left with no committee (found once the leaving daemon's

@@ -714,6 +714,82 @@ fn a_cut_during_a_view_change_converges_for_every_seed() {
     assert!(wedged.is_empty(), "seeds that never converge: {wedged:?}");
 }
 
+/// True for a primary's replica of the Newview for `view`.
+fn is_newview_replica(bytes: &[u8], view: u64) -> bool {
+    shoal_wire::packets(bytes).any(|p| match p {
+        Ok((_, shoal_wire::Packet::Vsync { body })) => matches!(
+            shoal_wire::vsync::decode(body),
+            Ok(Message::Replicate {
+                entry: shoal_wire::vsync::Entry::Newview(v),
+                ..
+            }) if v.view == view
+        ),
+        _ => false,
+    })
+}
+
+/// Swarm seed 131 (`--qsm --qsm-hybrid`), replayed in vsync alone. Member
+/// 3 joins a group of three (k = 3). The primary, n0, decides view 1 and
+/// replicates its Newview; the moment n1 has it, {0, 2} and {1, 3} are cut
+/// apart for 2 s. n0 completes view 1 with n2 and sequences after it
+/// (nothing of it commits: view 2 needs three of the four members). n1
+/// takes over with the Newview as its candidate, and once the cut heals
+/// completes it too (n0 and n2 report it installed). It used to sequence
+/// after it at once, alone in its committee, the same gseqs n0 had given
+/// its own records, and commit them: members delivered a mix of the two
+/// logs, messages twice. The adopter now sequences nothing until its next
+/// view is chosen by a majority.
+#[test]
+fn a_takeover_completing_a_view_installed_elsewhere_does_not_sequence_beside_its_primary() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let config = fast_config(3);
+    let n = 4usize;
+    let mut sim = group(3, n, 131, &config);
+    let cut_since = Rc::new(Cell::new(None::<u64>));
+    let cut = cut_since.clone();
+    let side = |i: usize| i == 0 || i == 2;
+    sim.drop_if = Some(Box::new(move |now, from, to, bytes| {
+        if let Some(since) = cut.get() {
+            return since <= now && now < 2_800 * MS && side(from) != side(to);
+        }
+        if from == 0 && to == 1 && is_newview_replica(bytes, 1) {
+            cut.set(Some(now));
+        }
+        false
+    }));
+    let mut sent = vec![Vec::new(); n];
+    let mut counter = 0u32;
+    for t in (0..6_000u64).step_by(10) {
+        sim.run_until(t);
+        if t == 500 {
+            let contacts: Vec<NodeId> = (0..3).map(NodeId).collect();
+            let e =
+                Vsync::joining(NodeId(3), &contacts, config.clone(), 131_003, sim.now()).unwrap();
+            sim.start(3, e);
+        }
+        for (i, sent_i) in sent.iter_mut().enumerate() {
+            if sim.alive(i) {
+                counter += 1;
+                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
+                    sent_i.push(id);
+                }
+            }
+        }
+    }
+    sim.run_until(15_000);
+    if std::env::var("VSYNC_DEBUG").is_ok() {
+        eprintln!("cut at {:?} ms", cut_since.get().map(|t| t / MS));
+        debug_dump(&sim, &sent);
+    }
+    assert!(cut_since.get().is_some(), "the Newview never went to n1");
+    assert!(
+        sim.nodes[1].as_ref().unwrap().stats().takeovers >= 1,
+        "n1 never took over"
+    );
+    checker::check(&sim, &sent).unwrap();
+}
+
 /// A backup told by the primary's heartbeat that records up to `committed`
 /// are committed, holding none of them (a backup re-admitted with an empty
 /// store before the primary resent them), hears nothing more. Returns its

@@ -801,10 +801,22 @@ impl Vsync {
         p.next_view_at = now + period;
         // A Newview adopted from another proposer names that proposer
         // first: this primary changes the view again at once to take the
-        // role it holds.
-        if v.committee.first() != Some(&me.0) && v.members.contains(&me.0) {
+        // role it holds. Until a majority chose that change it sequences
+        // nothing after the Newview, and commits nothing: the proposer it
+        // names may be alive (the Newview installed at members it reached)
+        // and sequencing after it in an epoch of its own, which this
+        // takeover's may outrank by chance (a backup's takeover and the
+        // primary's next view can reach the same epoch count). Both
+        // sequenced the same gseqs after the Newview, each committed its
+        // own, and members delivered a mix of the two logs, some messages
+        // twice (swarm seed 131 with `--qsm --qsm-hybrid`). The next view's
+        // Newview, chosen by a majority, leaves one of the two logs.
+        let adopted = v.committee.first() != Some(&me.0) && v.members.contains(&me.0);
+        if adopted {
             p.pending_reasons |= wire::REASON_COMMITTEE;
             p.change_at = Some(now);
+            p.contested = true;
+            p.fence = Some(p.fence.map_or(gseq + 1, |f| f.min(gseq + 1)));
         }
         if !p.joins.is_empty() || !p.leaves.is_empty() {
             p.change_at = Some(now + delay);
@@ -840,7 +852,7 @@ impl Vsync {
         }
         // A primary that let itself go sequences nothing more: its
         // successor assigns the held requests when senders retry.
-        if v.members.contains(&me.0) {
+        if v.members.contains(&me.0) && !adopted {
             self.assign_held(now);
         }
     }
