@@ -1380,11 +1380,15 @@ mod tests {
     /// formed meanwhile by the restarted daemons merged into it, and
     /// everything stood still for 25 s. Such a primary now leaves its
     /// group once its view change has been under way for the partition
-    /// grace (not converged, own-delivery and silent-loss before).
+    /// grace (not converged, own-delivery and silent-loss before), counted
+    /// in asks made awake: counted in time, a primary that slept through
+    /// the grace left on waking, before hearing that its group had moved
+    /// on, and its new client's joins were lost (3911).
     #[test]
     fn a_primary_without_its_majority_leaves_its_group_after_the_grace() {
         assert_ok(4166);
         assert_ok(5316);
+        assert_ok(3911);
     }
 
     /// A daemon rejoined and its designated table sender (the lowest slot)

@@ -548,20 +548,32 @@ impl Membership {
     }
 
     /// When a member takes its group as lost ([`Config::partition_grace`]):
-    /// no view for a view period and the grace, or, at the primary, a view
-    /// change under way for the grace. A primary without its view's
-    /// majority waits on for ever, and its group, while it stays, ranks as
-    /// many members as its view lists: another group formed meanwhile by
-    /// the daemons it lost merges into it, and blocks too (seed 4166: a
-    /// primary alone with a crashed member of a view of two; the two
-    /// daemons restarted meanwhile left their group for its, 25 s apart).
+    /// no view for a view period and the grace.
     fn partition_deadline(&self) -> Option<Instant> {
-        let grace = self.config.partition_grace;
         self.is_member().then(|| {
-            let silent = self.last_view_at + self.config.vsync.view_period + grace;
-            let stalled = self.inner.view_change_since().map(|since| since + grace);
-            stalled.map_or(silent, |stalled| stalled.min(silent))
+            self.last_view_at + self.config.vsync.view_period + self.config.partition_grace
         })
+    }
+
+    /// Whether this daemon, as the primary, has asked for its view
+    /// change's acknowledgements for `partition_grace` without a majority
+    /// (asks one `ack_wait` apart). Such a primary waits on for ever, and
+    /// its group, while it stays, ranks as many members as its view lists:
+    /// another group formed meanwhile by the daemons it lost merges into
+    /// it, and blocks too (seed 4166: a primary alone with a crashed member
+    /// of a view of two; the daemons restarted meanwhile left their group
+    /// for its, 25 s apart). In asks, not time since the change began: a
+    /// primary that slept through the grace would leave at once on waking,
+    /// before hearing that its group had moved on (seed 3911).
+    fn stalled_as_primary(&self) -> bool {
+        let wait = self.config.vsync.ack_wait.max(Duration::from_millis(1));
+        let asks = self
+            .config
+            .partition_grace
+            .as_nanos()
+            .div_ceil(wait.as_nanos());
+        let unanswered = u128::from(self.inner.view_change_unanswered());
+        self.is_member() && unanswered >= asks.max(1)
     }
 
     /// Leaves this group for the one `contact` is a member of (see the
@@ -660,7 +672,7 @@ impl Membership {
 
     /// While a member: probe for other groups.
     fn member_timers(&mut self, now: Instant) {
-        if self.partition_deadline().is_some_and(|t| t <= now) {
+        if self.partition_deadline().is_some_and(|t| t <= now) || self.stalled_as_primary() {
             self.leave_lost_group(now);
             return;
         }

@@ -376,14 +376,16 @@ impl Vsync {
         self.committee.as_ref().is_some_and(Committee::is_primary)
     }
 
-    /// When this member, as the primary, started the view change still
-    /// under way (none is, normally, for longer than an ack wait or two; a
-    /// primary cut off from its view's majority waits on for ever).
-    pub fn view_change_since(&self) -> Option<Instant> {
+    /// How many times this member, as the primary, has asked again for
+    /// acknowledgements of its view change for want of a majority, one
+    /// `ack_wait` apart (0 without one under way). Counted in asks rather
+    /// than time: a primary that slept through the wait has not asked, and
+    /// learns first what its group did meanwhile.
+    pub fn view_change_unanswered(&self) -> u32 {
         self.committee
             .as_ref()
             .and_then(Committee::view_change)
-            .map(|vc| vc.started)
+            .map_or(0, |vc| vc.unanswered)
     }
 
     /// The next gseq this member will deliver.

@@ -33,8 +33,9 @@ use crate::time::Instant;
 
 pub(super) struct ViewChange {
     pub view: u64,
-    /// When this primary started it ([`super::Vsync::view_change_since`]).
-    pub started: Instant,
+    /// Times this primary asked again for want of a majority
+    /// (`retry_without_quorum`; [`super::Vsync::view_change_unanswered`]).
+    pub unanswered: u32,
     pub deadline: Instant,
     /// Who acknowledged, and the next gseq each had to deliver.
     pub acks: BTreeMap<NodeId, u64>,
@@ -155,7 +156,7 @@ impl Vsync {
         p.change_at = None;
         p.vc = Some(ViewChange {
             view,
-            started: now,
+            unanswered: 0,
             deadline: now + wait,
             acks,
             reasons,
@@ -223,6 +224,7 @@ impl Vsync {
             return;
         };
         vc.deadline = now + wait;
+        vc.unanswered += 1;
         let view = vc.view;
         // Also to each member that has not answered, directly: one that
         // moved on without this primary (it was cut off with a minority
