@@ -109,7 +109,8 @@ pub struct Config {
     /// A member that has installed no view for `vsync.view_period` plus
     /// this long takes its group as lost to a partition (its primary
     /// cannot gather a majority, or is on the other side), and so does a
-    /// primary whose view change has been under way this long: it leaves it
+    /// primary that has asked this long for its view change's majority (in
+    /// asks, one `ack_wait` apart): it leaves it
     /// and forms a group with the daemons it still reaches, which keeps
     /// serving its clients (extended virtual synchrony: every component
     /// goes on; the quorum flag says which holds a majority). Default 5 s.

@@ -946,18 +946,7 @@ fn table3_resends(seed: u64, loss: f64) -> (u64, u64) {
 /// The world of `table3_run`, run for `to` ms of sending, its link
 /// running `kind`.
 fn table3_world(seed: u64, loss: f64, to: u64, kind: LinkKind) -> (World, Vec<String>) {
-    let (topo, wan) = full_mesh(
-        &[1, 1],
-        |s| format!("site{s}"),
-        |_, _| {
-            let link = WanLink {
-                delay: Duration::from_millis(52),
-                bandwidth_bps: 1_500_000,
-                loss,
-            };
-            (1, link)
-        },
-    );
+    let (topo, wan) = two_sites_over_a_lossy_link(loss);
     let mut config = WorldConfig {
         seed,
         link_kind: kind,
