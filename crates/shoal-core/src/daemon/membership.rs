@@ -180,6 +180,9 @@ pub struct Stats {
     /// Times this daemon left a group that installed no view for too long
     /// (cut off from its majority) to form one with the daemons it reaches.
     pub partitions: u64,
+    /// Times this daemon, joining, saw every member that could send it the
+    /// table leave before it did, and started over ([`Membership::give_up_group`]).
+    pub tables_lost: u64,
     /// Unsequenced multicasts refused (pbcast's send window full, or no
     /// view yet): lost at the sender, as their services allow.
     pub unsequenced_refused: u64,
@@ -544,6 +547,21 @@ impl Membership {
     /// an eviction shows them.
     fn leave_lost_group(&mut self, now: Instant) {
         self.stats.partitions += 1;
+        let members: Vec<NodeId> = self.inner.members().to_vec();
+        self.drop_out(now, members, None);
+    }
+
+    /// Leaves the group on the daemon engine's word: it joined, and every
+    /// member that could send it the table of clients and groups left before
+    /// it came (the sessions' `take_table_lost`), so it would wait for ever.
+    /// It starts over under its next incarnation, as a daemon whose group
+    /// was lost does; the daemons in the same plight do the same, and the
+    /// lowest slot founds a group the others join.
+    pub fn give_up_group(&mut self, now: Instant) {
+        if !self.is_member() {
+            return;
+        }
+        self.stats.tables_lost += 1;
         let members: Vec<NodeId> = self.inner.members().to_vec();
         self.drop_out(now, members, None);
     }

@@ -693,6 +693,9 @@ impl Daemon {
                 self.sessions.set_quorum(quorum);
             }
             self.sessions.cluster_event(ev.me, ev.event);
+            if self.sessions.take_table_lost() {
+                self.membership.give_up_group(now);
+            }
             if self.regions.enabled() {
                 self.regions.after_event(now, &self.sessions);
             }
@@ -1211,8 +1214,8 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
         ),
         format!("vsync state: {}", v.debug_line()),
         format!(
-            "membership: founded {}, rejoins {}, merges {}, partitions {}, presence sent {} received {}, unsequenced refused {}",
-            c.founded, c.rejoins, c.merges, c.partitions, c.presence_sent, c.presence_received, c.unsequenced_refused
+            "membership: founded {}, rejoins {}, merges {}, partitions {}, tables lost {}, presence sent {} received {}, unsequenced refused {}",
+            c.founded, c.rejoins, c.merges, c.partitions, c.tables_lost, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
             "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}",

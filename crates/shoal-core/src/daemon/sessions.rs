@@ -354,6 +354,12 @@ struct Joining {
     view_ids: (u64, u64, u32),
     /// The table's `release` ([`Item::Table`]).
     release: Option<bool>,
+    /// Daemons known to wait for a table too: their snapshot came in this
+    /// daemon's buffer (a daemon sends one at its first view), and no
+    /// complete table for them since. Only a settled daemon sends tables,
+    /// and none settles without one: a view of such daemons alone will
+    /// never send any.
+    unsettled: BTreeSet<NodeId>,
 }
 
 enum Buffered {
@@ -521,6 +527,14 @@ pub struct Sessions {
     /// ([`Sessions::cut_off_in_flight`]), which read the member lists the
     /// joins among them would have made.
     table_at_cut: Option<BTreeMap<String, BTreeSet<Member>>>,
+    /// Set when every daemon that could send this joining daemon its table
+    /// left the view first ([`Sessions::take_table_lost`]).
+    table_lost: bool,
+    /// This daemon's own batches the total order delivered while it waited
+    /// for a table that never came: ordered, never applied here. They go
+    /// first in [`Sessions::cut_off_in_flight`], as batches whose gseq was
+    /// heard.
+    own_ordered_at_cut: Vec<Bytes>,
     /// While those go: per group, the local clients of its transitional
     /// view, who receive them instead of the table's members.
     transitional_recipients: Option<BTreeMap<String, Vec<String>>>,
@@ -598,6 +612,8 @@ impl Sessions {
             cut_off: None,
             cut_off_batches: Vec::new(),
             table_at_cut: None,
+            table_lost: false,
+            own_ordered_at_cut: Vec::new(),
             transitional_recipients: None,
             withheld: BTreeSet::new(),
             sessions: BTreeMap::new(),
@@ -2103,6 +2119,11 @@ impl Sessions {
     /// message begun in pieces is taken out of what waits and delivered
     /// with its first.
     pub fn cut_off_in_flight(&mut self, sender: NodeId, batches: Vec<(Bytes, bool)>) {
+        let batches: Vec<(Bytes, bool)> = std::mem::take(&mut self.own_ordered_at_cut)
+            .into_iter()
+            .map(|b| (b, true))
+            .chain(batches)
+            .collect();
         let waiting = self.take_all_pending();
         let mut members = InFlightMembers::new(self.table_at_cut.take(), self.cut_off.as_ref());
         // Its own messages begun in the old order and not finished there.
@@ -2481,6 +2502,17 @@ impl Sessions {
         let mut complete = None;
         let joining = self.joining.as_mut().expect("joining");
         for item in &items {
+            match item {
+                Item::Snapshot { first: true, .. } => {
+                    joining.unsettled.insert(sender);
+                }
+                Item::Table {
+                    joiner, last: true, ..
+                } => {
+                    joining.unsettled.remove(&NodeId(*joiner));
+                }
+                _ => {}
+            }
             if let Item::TablePartial {
                 joiner,
                 daemon,
@@ -2557,6 +2589,23 @@ impl Sessions {
         };
         let alone = view.members == [me];
         let joining = self.joining.as_mut().expect("joining");
+        // Every other daemon of the view waits for a table too: no settled
+        // daemon is left to send one, and none of them can settle. This
+        // daemon's table will never come (the founder crashed or slept
+        // before its tables went: the joiners waited for ever, swarm seed
+        // 3911 with fix 32's first version). Alone, it holds the whole
+        // table (below); with others, the daemon engine starts it over
+        // (`take_table_lost`), and so do they, and the lowest slot founds
+        // a group. A daemon whose snapshot came before this one's first
+        // view is not known to wait, so this errs towards waiting.
+        if !alone
+            && view
+                .members
+                .iter()
+                .all(|d| *d == me || joining.unsettled.contains(d))
+        {
+            self.table_lost = true;
+        }
         joining.buffer.push(Buffered::View(view));
         if alone {
             joining.parts.clear();
@@ -2736,8 +2785,31 @@ impl Sessions {
         }
     }
 
+    /// Whether this daemon, joining, will never get its table (every daemon
+    /// that could send it left the view first); the daemon engine then
+    /// leaves the group and starts over. Reading it clears it.
+    pub fn take_table_lost(&mut self) -> bool {
+        std::mem::take(&mut self.table_lost)
+    }
+
     fn removed(&mut self, reason: RemovedReason) {
         self.in_flight = 0;
+        self.table_lost = false;
+        // Joining, its own batches came back ordered but waited for the
+        // table: nothing here applied them, and the others may have.
+        self.own_ordered_at_cut = match (self.joining.as_ref(), self.me) {
+            (Some(joining), Some(me)) if reason == RemovedReason::Dropped => joining
+                .buffer
+                .iter()
+                .filter_map(|b| match b {
+                    Buffered::Batch {
+                        sender, payload, ..
+                    } if *sender == me => Some(payload.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
         let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
         let held_table = self.holds_table();

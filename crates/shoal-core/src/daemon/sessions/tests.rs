@@ -1395,3 +1395,117 @@ fn a_table_sent_again_for_a_failed_member_is_as_of_the_joiners_snapshot() {
     assert!(c.cores[2].ready());
     assert_eq!(messages(&c.take(2, 1)), expected);
 }
+
+/// Daemons 1 and 2 restart and join daemon 0's view; daemon 0 applies their
+/// snapshots but is cut off before the tables it owes them are ordered.
+/// The view of 1 and 2 alone has no settled daemon to send a table, and
+/// neither can settle: each knows its table will never come (the daemon
+/// engine then starts it over). Before, they waited for ever, delivering
+/// nothing (swarm seed 3911 with fix 32's first version).
+#[test]
+fn joiners_left_without_a_settled_daemon_know_their_table_will_never_come() {
+    let mut c = Cluster::new(3);
+    for d in [1, 2] {
+        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
+    }
+    c.install(&[0], &[]);
+    c.install(&[0, 1, 2], &[1, 2]);
+    while c.order(1) || c.order(2) {}
+    assert!(!c.cores[1].ready() && !c.cores[2].ready());
+    assert!(!c.cores[1].take_table_lost(), "daemon 0 is still there");
+    c.install(&[1, 2], &[]);
+    assert!(c.cores[1].take_table_lost());
+    assert!(c.cores[2].take_table_lost());
+    assert!(!c.cores[1].take_table_lost(), "reading clears it");
+}
+
+/// The same, but daemon 0's tables are ordered first: the joiners settle,
+/// and a view without daemon 0 loses nothing. And a joiner whose fellow
+/// joiner did get its table (the only settled daemon left) waits for it.
+#[test]
+fn a_joiner_with_a_settled_daemon_left_waits_for_its_table() {
+    let mut c = Cluster::new(3);
+    for d in [1, 2] {
+        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
+    }
+    c.install(&[0], &[]);
+    c.install(&[0, 1, 2], &[1, 2]);
+    c.settle();
+    assert!(c.cores[1].ready() && c.cores[2].ready());
+    c.install(&[1, 2], &[]);
+    assert!(!c.cores[1].take_table_lost() && !c.cores[2].take_table_lost());
+
+    let mut c = Cluster::new(3);
+    for d in [1, 2] {
+        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
+    }
+    c.install(&[0], &[]);
+    c.install(&[0, 1], &[1]);
+    c.settle();
+    assert!(c.cores[1].ready());
+    c.install(&[0, 1, 2], &[2]);
+    assert!(c.order(2), "daemon 2's snapshot");
+    c.install(&[1, 2], &[]);
+    assert!(!c.cores[2].ready());
+    assert!(
+        !c.cores[2].take_table_lost(),
+        "daemon 1 holds a table and owes daemon 2 one"
+    );
+    c.settle();
+    assert!(c.cores[2].ready(), "daemon 1 sent it");
+}
+
+/// A rejoining daemon's client spoke while the daemon waited for its
+/// table; the message was ordered (the others may have delivered it) but
+/// never applied here, and the table never came. When the daemon engine
+/// starts it over, the message reaches its sender in the transitional view
+/// and is not sent again.
+#[test]
+fn a_message_ordered_while_the_table_never_came_reaches_its_sender() {
+    let mut c = Cluster::new(4);
+    c.connect(0, 1, "alice");
+    c.take(0, 1);
+    c.frame(0, 1, join("chat"));
+    c.settle();
+    c.take(0, 1);
+    // Daemons 0 and 3 are cut off; alice speaks meanwhile.
+    for d in [0, 3] {
+        c.evict(d, Vec::new());
+    }
+    c.install(&[1, 2], &[]);
+    c.frame(0, 1, multicast(Service::Agreed, &["chat"], b"meanwhile"));
+    c.ids[0] = NodeId(20);
+    c.ids[3] = NodeId(23);
+    c.install(&[0, 1, 2, 3], &[0, 3]);
+    // Both snapshots and alice's message are ordered; daemons 1 and 2 are
+    // cut off before the tables they owe go.
+    while c.order(0) || c.order(3) {}
+    assert!(!c.cores[0].ready());
+    c.install(&[0, 3], &[]);
+    assert!(c.cores[0].take_table_lost() && c.cores[3].take_table_lost());
+    for d in [0, 3] {
+        c.evict(d, Vec::new());
+    }
+    // Daemon 0 starts over and founds a group alone.
+    c.ids[0] = NodeId(30);
+    c.install(&[0], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready());
+    let frames = c.take(0, 1);
+    assert_eq!(
+        messages(&frames),
+        vec![(s("#alice#n0"), vec![s("chat")], b"meanwhile".to_vec())],
+        "{frames:?}"
+    );
+    assert!(
+        frames.iter().any(|f| matches!(
+            f,
+            Frame::Membership {
+                transitional: true,
+                ..
+            }
+        )),
+        "{frames:?}"
+    );
+    assert!(c.cores[0].take_batch().is_none(), "nothing goes again");
+}
