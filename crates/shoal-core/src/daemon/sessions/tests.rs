@@ -1396,6 +1396,16 @@ fn a_table_sent_again_for_a_failed_member_is_as_of_the_joiners_snapshot() {
     assert_eq!(messages(&c.take(2, 1)), expected);
 }
 
+/// Three daemons; 1 and 2 restart (fresh cores) and are out of the view.
+fn daemons_1_and_2_restarted() -> Cluster {
+    let mut c = Cluster::new(3);
+    for d in [1, 2] {
+        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
+    }
+    c.install(&[0], &[]);
+    c
+}
+
 /// Daemons 1 and 2 restart and join daemon 0's view; daemon 0 applies their
 /// snapshots but is cut off before the tables it owes them are ordered.
 /// The view of 1 and 2 alone has no settled daemon to send a table, and
@@ -1404,11 +1414,7 @@ fn a_table_sent_again_for_a_failed_member_is_as_of_the_joiners_snapshot() {
 /// nothing (swarm seed 3911 with fix 32's first version).
 #[test]
 fn joiners_left_without_a_settled_daemon_know_their_table_will_never_come() {
-    let mut c = Cluster::new(3);
-    for d in [1, 2] {
-        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
-    }
-    c.install(&[0], &[]);
+    let mut c = daemons_1_and_2_restarted();
     c.install(&[0, 1, 2], &[1, 2]);
     while c.order(1) || c.order(2) {}
     assert!(!c.cores[1].ready() && !c.cores[2].ready());
@@ -1424,22 +1430,14 @@ fn joiners_left_without_a_settled_daemon_know_their_table_will_never_come() {
 /// joiner did get its table (the only settled daemon left) waits for it.
 #[test]
 fn a_joiner_with_a_settled_daemon_left_waits_for_its_table() {
-    let mut c = Cluster::new(3);
-    for d in [1, 2] {
-        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
-    }
-    c.install(&[0], &[]);
+    let mut c = daemons_1_and_2_restarted();
     c.install(&[0, 1, 2], &[1, 2]);
     c.settle();
     assert!(c.cores[1].ready() && c.cores[2].ready());
     c.install(&[1, 2], &[]);
     assert!(!c.cores[1].take_table_lost() && !c.cores[2].take_table_lost());
 
-    let mut c = Cluster::new(3);
-    for d in [1, 2] {
-        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
-    }
-    c.install(&[0], &[]);
+    let mut c = daemons_1_and_2_restarted();
     c.install(&[0, 1], &[1]);
     c.settle();
     assert!(c.cores[1].ready());
