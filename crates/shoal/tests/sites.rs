@@ -1141,16 +1141,25 @@ fn chain_level(
             i + 1
         );
     }
+    // Hop links, or the TCP model (`SHOAL_CHAIN_PROTOCOL=tcp`): the
+    // figures' other curve.
+    let protocol = std::env::var("SHOAL_CHAIN_PROTOCOL").unwrap_or_else(|_| "hop".into());
+    assert!(protocol == "hop" || protocol == "tcp", "{protocol}");
     for (i, rtt) in CHAIN_RTT_MS.iter().enumerate() {
         text += &format!(
-            "[[link]]\na = \"{}\"\nb = \"{}\"\nweight = {}\ndelay_ms = {}\nloss = {loss}\n\n",
+            "[[link]]\na = \"{}\"\nb = \"{}\"\nweight = {}\ndelay_ms = {}\nloss = {loss}\nprotocol = \"{protocol}\"\n\n",
             CHAIN[i],
             CHAIN[i + 1],
             rtt.ceil() as u32,
             rtt / 2.0
         );
     }
-    text += "[engine]\nmax_payload = 1024\n\n[auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n";
+    text += "[engine]\nmax_payload = 1024\n\n";
+    // The TCP model without Nagle (TCP_NODELAY): `SHOAL_CHAIN_NAGLE=0`.
+    if std::env::var("SHOAL_CHAIN_NAGLE").is_ok_and(|n| n == "0") {
+        text += "[engine.tcp]\nnagle = false\n\n";
+    }
+    text += "[auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n";
     std::fs::write(&config, text).unwrap();
     let socket = |id: usize| dir.join(format!("ch-{id}.sock"));
     let run_for = 8.0 + measure + 4.0;
@@ -1276,7 +1285,10 @@ fn chain_level(
 /// `cargo test -p shoal --test sites chain -- --ignored --nocapture`
 /// (`SHOAL_CHAIN_SECONDS` sets the measured seconds per loss level, 50
 /// by default: about 50 echoes per receiver; `SHOAL_CHAIN_FROM=hopkins`
-/// puts the sender at Hopkins, the chain of Figs 8-9).
+/// puts the sender at Hopkins, the chain of Figs 8-9;
+/// `SHOAL_CHAIN_PROTOCOL=tcp` runs every link on the TCP model instead of
+/// Hop, the figures' other curve, and `SHOAL_CHAIN_NAGLE=0` turns the
+/// model's Nagle off).
 #[test]
 #[ignore]
 fn chain_figs6_7_with_real_daemons() {
