@@ -547,6 +547,11 @@ impl Membership {
     /// an eviction shows them.
     fn leave_lost_group(&mut self, now: Instant) {
         self.stats.partitions += 1;
+        self.drop_out_to_its_members(now);
+    }
+
+    /// Leaves the group and starts over asking its members.
+    fn drop_out_to_its_members(&mut self, now: Instant) {
         let members: Vec<NodeId> = self.inner.members().to_vec();
         self.drop_out(now, members, None);
     }
@@ -562,8 +567,7 @@ impl Membership {
             return;
         }
         self.stats.tables_lost += 1;
-        let members: Vec<NodeId> = self.inner.members().to_vec();
-        self.drop_out(now, members, None);
+        self.drop_out_to_its_members(now);
     }
 
     /// When a member takes its group as lost ([`Config::partition_grace`]):

@@ -2597,7 +2597,10 @@ impl Sessions {
         // table (below); with others, the daemon engine starts it over
         // (`take_table_lost`), and so do they, and the lowest slot founds
         // a group. A daemon whose snapshot came before this one's first
-        // view is not known to wait, so this errs towards waiting.
+        // view is not known to wait (this errs towards waiting); a founder
+        // of a group of several whose snapshot was ordered after this
+        // daemon's first view would be taken for a joiner (this errs
+        // towards starting over, which is safe, only slower).
         if !alone
             && view
                 .members
