@@ -70,6 +70,11 @@ impl Ring {
         self.idle_visits = 0;
         self.last_seq = 0;
         self.cancel_sent = false;
+        self.stuck_visits = 0;
+        self.received_aru = 0;
+        if self.cur.members.len() > 1 {
+            self.failed_to_receive = false;
+        }
         if self.cur.is_rep() {
             self.set_timer(Timer::Merge, self.config.merge_timeout);
         } else {
@@ -421,6 +426,35 @@ impl Ring {
         self.cur.deliver(Mode::Regular, &mut self.events);
         self.stats.rings_installed += 1;
         self.after_install();
+    }
+
+    /// This member held the ring's aru down for `fail_to_recv_const`
+    /// rotations: it cannot get the messages it lacks (its multicast
+    /// receive is broken, or it drops under load), and while it stays, no
+    /// member delivers a safe message or forgets one. It leaves at once
+    /// for a ring of its own, delivering its old ring's messages as a
+    /// member of a transitional configuration of itself alone (those it
+    /// never got are holes). The others lose the token, gather, and fail
+    /// it if it cannot hear their joins; if it can, it merges back at once
+    /// (Corosync does the same). It sends no merge detect until it is in a
+    /// ring with others again; theirs bring it back once it hears them.
+    pub(super) fn leave_failing_to_receive(&mut self) {
+        self.stats.failed_to_receive += 1;
+        self.failed_to_receive = true;
+        self.passed = None;
+        self.held = None;
+        for timer in [Timer::TokenRetransmit, Timer::TokenLoss, Timer::TokenHold] {
+            self.clear_timer(timer);
+        }
+        let id = RingId {
+            seq: self
+                .ring_seq_max
+                .max(self.cur.id.seq)
+                .max(self.abandoned_upto)
+                + 1,
+            rep: self.me.0,
+        };
+        self.form_solo(id);
     }
 
     /// Consensus on this member alone: a ring of one, installed at once.

@@ -131,6 +131,13 @@ pub struct Config {
     /// resent after `token_hold + token_retransmit`.
     #[serde(with = "crate::serde_ms")]
     pub token_hold: Duration,
+    /// Token visits in a row at which this member held the token's aru
+    /// down without raising it (it received none of the messages it
+    /// lacks for that many rotations), after which it declares that it
+    /// fails to receive and leaves the ring for a ring of its own, so the
+    /// others' safe delivery and garbage collection go on (Totem's and
+    /// Corosync's `fail_recv_const`, 2500). 0: never.
+    pub fail_to_recv_const: u32,
     /// Messages waiting for the token, at most.
     pub send_queue_max: usize,
     /// Largest message payload.
@@ -149,6 +156,7 @@ impl Default for Config {
             merge_timeout: Duration::from_millis(200),
             idle_rotations: 30,
             token_hold: Duration::from_millis(180),
+            fail_to_recv_const: 2500,
             send_queue_max: 10_000,
             max_payload: 1400,
         }
@@ -232,6 +240,9 @@ pub struct Stats {
     pub holds: u64,
     /// Hold cancels this member multicast.
     pub hold_cancels: u64,
+    /// Times this member left its ring because it failed to receive
+    /// (`Config::fail_to_recv_const`).
+    pub failed_to_receive: u64,
 }
 
 /// The membership state (Totem's operational, gather, commit, recovery).
@@ -296,6 +307,15 @@ pub struct Ring {
     held: Option<Token>,
     /// A hold cancel went out since the ring was last busy.
     cancel_sent: bool,
+    /// Visits in a row at which this member held the token's aru down and
+    /// had not raised it since its previous visit.
+    stuck_visits: u32,
+    /// The token's aru as this member last received it.
+    received_aru: u64,
+    /// This member left its last ring for failing to receive, and has not
+    /// been in a ring with others since: it sends no merge detect (the
+    /// others' merge detects bring it back once it hears them again).
+    failed_to_receive: bool,
     timers: [Option<Instant>; TIMERS],
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -367,6 +387,9 @@ impl Ring {
             last_seq: 0,
             held: None,
             cancel_sent: false,
+            stuck_visits: 0,
+            received_aru: 0,
+            failed_to_receive: false,
             timers: [None; TIMERS],
             out: VecDeque::new(),
             events,
@@ -504,6 +527,22 @@ impl Ring {
         self.last_seq = t.seq;
     }
 
+    /// Counts the installed ring's token visits at which this member holds
+    /// the token's aru down and has not raised it since its last visit
+    /// (Totem's `fail_to_recv_const` rule; Corosync counts the same way,
+    /// and it is the member holding the aru down that acts). True once
+    /// there were `fail_to_recv_const` of them in a row.
+    fn fails_to_receive(&mut self, t: &Token) -> bool {
+        let held_down_by_me = t.aru_id == self.me.0 && t.aru < t.seq;
+        if held_down_by_me && t.aru == self.received_aru && self.cur.visits() > 0 {
+            self.stuck_visits = self.stuck_visits.saturating_add(1);
+        } else {
+            self.stuck_visits = 0;
+        }
+        self.received_aru = t.aru;
+        self.config.fail_to_recv_const > 0 && self.stuck_visits >= self.config.fail_to_recv_const
+    }
+
     /// Whether the representative keeps the token it was about to pass.
     fn should_hold(&self) -> bool {
         self.cur.is_rep()
@@ -582,6 +621,9 @@ impl Ring {
                 self.recovery_visit(t);
                 return;
             }
+        } else if self.fails_to_receive(&t) {
+            self.leave_failing_to_receive();
+            return;
         }
         self.cur.visit(
             &self.config,
@@ -694,7 +736,7 @@ impl Ring {
             Timer::Join => self.send_join(),
             Timer::Consensus => self.on_consensus_timeout(),
             Timer::Merge => {
-                if self.is_operational() && self.cur.is_rep() {
+                if self.is_operational() && self.cur.is_rep() && !self.failed_to_receive {
                     let packet = RingPacket::MergeDetect {
                         sender: self.me.0,
                         ring_id: self.cur.id,

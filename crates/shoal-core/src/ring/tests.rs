@@ -579,6 +579,71 @@ fn a_safe_message_waits_until_every_member_holds_it() {
     }
 }
 
+/// A member that hears no multicast holds the ring's aru down: without
+/// `fail_to_recv_const` no member ever delivers a safe message, and
+/// nothing is forgotten. With it, the deaf member leaves after that many
+/// rotations for a ring of its own; the others lose the token, fail it
+/// (it cannot hear their joins), re-form and deliver. Once it hears again,
+/// the rings merge.
+#[test]
+fn a_member_that_fails_to_receive_leaves_the_ring() {
+    for limit in [0, 200] {
+        let config = Config {
+            fail_to_recv_const: limit,
+            ..Config::default()
+        };
+        let mut lan = Lan::new(4, 0.0, 11, config);
+        lan.run_until(at(ms(5)));
+        lan.deaf.insert(3);
+        for k in 0..20 {
+            let sender = k as usize % 3;
+            lan.send(sender, Service::Safe, payload(sender, k));
+            lan.run_until(lan.now + ms(1));
+        }
+        lan.run_until(at(ms(6000)));
+        let stats: Vec<Stats> = (0..4)
+            .map(|i| lan.members[i].as_ref().unwrap().stats())
+            .collect();
+        let delivered: Vec<usize> = (0..4).map(|i| lan.delivered(i).len()).collect();
+        if limit == 0 {
+            assert_eq!(stats[3].failed_to_receive, 0);
+            assert_eq!(delivered, [0, 0, 0, 0], "safe waits for the deaf member");
+            // Everything is kept, and the ring spends its budget resending
+            // to the deaf member (here member 0 cannot send its last one).
+            let held: Vec<usize> = (0..4)
+                .map(|i| lan.members[i].as_ref().unwrap().held())
+                .collect();
+            let queued: usize = (0..4)
+                .map(|i| lan.members[i].as_ref().unwrap().queued())
+                .sum();
+            assert!(held[..3].iter().all(|&h| h + queued == 20), "{held:?}");
+            let resent: u64 = stats.iter().map(|s| s.retransmissions).sum();
+            assert!(resent > 100_000, "{stats:?}");
+        } else {
+            assert_eq!(stats[3].failed_to_receive, 1, "{stats:?}");
+            assert_eq!(&delivered[..3], [20, 20, 20], "the others go on");
+            let (_, ring) = lan.members[0].as_ref().unwrap().ring();
+            assert_eq!(ring, [NodeId(0), NodeId(1), NodeId(2)]);
+            let (_, alone) = lan.members[3].as_ref().unwrap().ring();
+            assert_eq!(alone, [NodeId(3)]);
+            assert!(
+                stats[..3].iter().all(|s| s.failed_to_receive == 0),
+                "only the member holding the aru down leaves"
+            );
+            // It left while the others' messages were on the wire to it:
+            // it owes only what it delivered before leaving.
+            lan.all_owed = false;
+        }
+        lan.deaf.clear();
+        lan.settle(at(ms(20_000)));
+        check(&lan);
+        check_settled(&lan);
+        for i in 0..3 {
+            assert_eq!(lan.delivered(i).len(), 20, "member {i}");
+        }
+    }
+}
+
 /// Seeded runs with faults: members keep sending (agreed and safe mixed)
 /// while `fault` strikes; the checker judges every history; then the LAN
 /// heals and the survivors must end in one ring with every message of a
