@@ -188,8 +188,15 @@ impl<T> Calendar<T> {
                 }
             }
             if !self.current.is_empty() {
-                self.current
-                    .sort_unstable_by_key(|e| Reverse((e.time, e.order)));
+                // Entries are in insertion order, so a stable sort by time
+                // alone gives (time, order); reversed, the earliest pops
+                // first. Runs already in time order (arrivals of one
+                // multicast, many sharing a time) are found in one pass,
+                // where sorting by the pair compared and moved every entry
+                // about log n times (10% of a 1,093-member run's
+                // instructions).
+                self.current.sort_by_key(|e| e.time);
+                self.current.reverse();
                 return true;
             }
         }
