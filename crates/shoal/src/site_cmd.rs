@@ -178,7 +178,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
     workload.flush().context("writing the history")?;
     let d = engine.daemon();
     println!(
-        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {} (left to hop {}), tokens {}, ring gathers {}",
+        "site daemon {}: gateway {}, live {}, sent {}, refused {}, delivered {}, views {}, clients dropped {}, site state founded {} taken {} given {}, datagrams in {} out {}, refused by auth {}, bad {}, resent {} (left to hop {}), markers {}, tokens {}, ring gathers {}",
         args.id,
         d.is_gateway(),
         d.is_live(),
@@ -196,6 +196,7 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         d.stats().bad_datagrams,
         d.stats().resent,
         d.stats().resend_skipped,
+        d.stats().markers,
         d.ring_stats().tokens,
         d.ring_stats().gathers,
     );

@@ -989,3 +989,107 @@ fn table3_virtual_time() {
         eprintln!("{line}");
     }
 }
+
+/// The six sites of P-Spread's Fig 1 tree, one daemon each, joined by the
+/// five links the simulator assumes (`spread_sim::tree_edges`: round trip
+/// ms and bandwidth), `loss` each way on every link.
+fn fig1_tree(loss: f64) -> (Topology, BTreeMap<(SiteId, SiteId), WanLink>) {
+    const EDGES: [(u16, u16, u64, u64); 5] = [
+        (0, 4, 4000, 1_500_000),
+        (4, 5, 500, 10_000_000),
+        (0, 3, 8000, 1_500_000),
+        (0, 2, 20_000, 1_500_000),
+        (2, 1, 60_000, 1_500_000),
+    ];
+    let mut topo = Topology::default();
+    for i in 0..6u32 {
+        topo.sites.push(Site {
+            name: format!("site{i}"),
+            daemons: vec![NodeId(i)],
+        });
+    }
+    let mut wan = BTreeMap::new();
+    for (a, b, rtt_us, bandwidth_bps) in EDGES {
+        let (sa, sb) = (SiteId(a), SiteId(b));
+        let weight = (rtt_us / 1000).max(1) as u32;
+        topo.links.push(crate::overlay::LinkWeights {
+            a: sa,
+            b: sb,
+            a_to_b: Some(weight),
+            b_to_a: Some(weight),
+        });
+        let link = WanLink {
+            delay: Duration::from_micros(rtt_us / 2),
+            bandwidth_bps,
+            loss,
+        };
+        wan.insert((sa, sb), link);
+        wan.insert((sb, sa), link);
+    }
+    (topo, wan)
+}
+
+/// P-Spread Table 4 through the sites engine in virtual time: 1024-byte
+/// reliable messages from site 0 (Mae East, the root) as fast as its
+/// daemon takes them, for 25 s; per receiving site, the Kbit/s its client
+/// delivered between 5 and 25 s, and the markers every daemon made.
+fn table4_run(seed: u64, loss: f64, config: WorldConfig) -> (Vec<f64>, u64) {
+    let (topo, wan) = fig1_tree(loss);
+    let mut config = WorldConfig { seed, ..config };
+    config.daemon.hop.rate_bps = 1_425_000;
+    config.daemon.max_payload = 1024;
+    let mut w = World::new(topo, wan, config);
+    let names = clients(&mut w, 6);
+    let g = vec!["g".to_string()];
+    for step in 0..=25_000 / 10 {
+        w.run_until(ms(500 + step * 10));
+        while w.daemon(NodeId(0)).unwrap().waiting() < 300 {
+            w.send(&names[0], Service::Reliable, &g, 1024)
+                .expect("accepted");
+        }
+    }
+    let (a, b) = (ms(5_000), ms(25_000));
+    let kbps = names[1..]
+        .iter()
+        .map(|name| {
+            let n = w
+                .history()
+                .iter()
+                .filter(|r| matches!(r, Rec::Deliver { client, at, .. } if client == name && *at >= a && *at < b))
+                .count();
+            n as f64 * 1024.0 * 8.0 / 20.0 / 1000.0
+        })
+        .collect();
+    let markers = (0..6)
+        .map(|d| w.daemon(NodeId(d)).map_or(0, |x| x.stats().markers))
+        .sum();
+    (kbps, markers)
+}
+
+/// `cargo test -p shoal-core table4_virtual_time -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement: prints Table 4 through the sites engine in virtual time"]
+fn table4_virtual_time() {
+    let intervals: Vec<u64> = std::env::var("SHOAL_MARKER_INTERVALS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|| vec![MARKER_INTERVAL_MS]);
+    for interval in intervals {
+        for seed in 1..=2 {
+            let mut config = WorldConfig::default();
+            config.daemon.marker_interval = Duration::from_millis(interval);
+            let mut base = 0.0;
+            for loss in [0.0, 0.05, 0.1, 0.2] {
+                let (kbps, markers) = table4_run(seed, loss, config.clone());
+                let slowest = kbps.iter().copied().fold(f64::INFINITY, f64::min);
+                if loss == 0.0 {
+                    base = slowest;
+                }
+                eprintln!(
+                    "marker interval {interval} ms, seed {seed}, loss {loss}: slowest {slowest:.1} Kbit/s ({:.1}%), per site {kbps:.0?}, markers {markers}",
+                    100.0 * slowest / base
+                );
+            }
+        }
+    }
+}
