@@ -244,14 +244,7 @@ impl Ring {
         {
             return;
         }
-        let id = RingId {
-            seq: self
-                .ring_seq_max
-                .max(self.cur.id.seq)
-                .max(self.abandoned_upto)
-                + 1,
-            rep: self.me.0,
-        };
+        let id = self.next_ring_id();
         if members == [self.me] {
             self.form_solo(id);
         } else if members[0] == self.me {
@@ -446,15 +439,20 @@ impl Ring {
         for timer in [Timer::TokenRetransmit, Timer::TokenLoss, Timer::TokenHold] {
             self.clear_timer(timer);
         }
-        let id = RingId {
+        let id = self.next_ring_id();
+        self.form_solo(id);
+    }
+
+    /// A ring id led by this member, above every ring seen or abandoned.
+    fn next_ring_id(&self) -> RingId {
+        RingId {
             seq: self
                 .ring_seq_max
                 .max(self.cur.id.seq)
                 .max(self.abandoned_upto)
                 + 1,
             rep: self.me.0,
-        };
-        self.form_solo(id);
+        }
     }
 
     /// Consensus on this member alone: a ring of one, installed at once.
