@@ -1093,3 +1093,51 @@ fn table4_virtual_time() {
         }
     }
 }
+
+/// A site's markers are `marker_interval` apart under a steady stream
+/// (without it the receiving site sends one per message), and a lone
+/// message after a quiet spell is delivered no later for it.
+#[test]
+fn markers_are_spaced_and_a_lone_message_does_not_wait() {
+    let run = |interval_ms: u64| {
+        let (topo, wan) = two_sites_over_a_lossy_link(0.0);
+        let mut config = WorldConfig::default();
+        config.daemon.marker_interval = Duration::from_millis(interval_ms);
+        let mut w = World::new(topo, wan, config);
+        let names = clients(&mut w, 2);
+        let g = vec!["g".to_string()];
+        // A lone message first, after the joins settled.
+        w.run_until(ms(2_000));
+        w.send(&names[0], Service::Agreed, &g, 100).unwrap();
+        w.run_until(ms(3_000));
+        let markers_before = w.daemon(NodeId(1)).unwrap().stats().markers;
+        // Then a steady stream: a message every 2 ms for 1 s.
+        for k in 0..500 {
+            w.run_until(ms(3_000 + 2 * k));
+            w.send(&names[0], Service::Agreed, &g, 100).unwrap();
+        }
+        w.run_until(ms(6_000));
+        let stream_markers = w.daemon(NodeId(1)).unwrap().stats().markers - markers_before;
+        let lone_at = w
+            .history()
+            .iter()
+            .find_map(|r| match r {
+                Rec::Deliver { at, client, .. } if *client == names[1] => Some(*at),
+                _ => None,
+            })
+            .expect("the lone message delivered");
+        let delivered = w
+            .history()
+            .iter()
+            .filter(|r| matches!(r, Rec::Deliver { client, .. } if *client == names[1]))
+            .count();
+        assert_eq!(delivered, 501, "interval {interval_ms} ms");
+        (stream_markers, lone_at)
+    };
+    let (unspaced, lone_unspaced) = run(0);
+    let (spaced, lone_spaced) = run(15);
+    // 1 s of stream: at most one marker per 15 ms, and a few around it.
+    assert!(spaced <= 1_000 / 15 + 5, "{spaced} markers");
+    assert!(unspaced > 2 * spaced, "{unspaced} against {spaced}");
+    assert_eq!(lone_spaced, lone_unspaced);
+}
