@@ -1012,10 +1012,7 @@ fn stream_point(
 /// payloads, Hop's bucket at 1,425,000 bit/s (95% of a 1.5 Mbit/s link,
 /// as in the simulator; `SHOAL_TABLE3_HOP_RATE` sets another), a key.
 fn stream_settings() -> String {
-    let hop_rate: u64 = std::env::var("SHOAL_TABLE3_HOP_RATE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_425_000);
+    let hop_rate: u64 = env_or("SHOAL_TABLE3_HOP_RATE", 1_425_000);
     format!(
         "[engine]\nmax_payload = 1024\n\n[engine.hop]\nrate_bps = {hop_rate}\n\n\
          [auth]\nkey = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n"
@@ -1072,13 +1069,8 @@ fn loss_table_runs(
     protocol: &str,
     mut point: impl FnMut(f64, u64) -> (f64, String),
 ) -> Vec<f64> {
-    let setting = |name: &str, default: u64| {
-        std::env::var(format!("SHOAL_{table}_{name}"))
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let (runs, first) = (setting("RUNS", 1), setting("FIRST_RUN", 0));
+    let runs: u64 = env_or(&format!("SHOAL_{table}_RUNS"), 1);
+    let first: u64 = env_or(&format!("SHOAL_{table}_FIRST_RUN"), 0);
     let losses = [0.0, 0.05, 0.1, 0.2];
     // kbps[run][point]
     let mut kbps: Vec<Vec<f64>> = Vec::new();
@@ -1129,6 +1121,15 @@ fn check_loss_table(m: &[f64], protocol: &str) {
     if protocol == "hop" {
         assert!(m[3] > 0.5 * m[0], "20% loss keeps half: {m:?}");
     }
+}
+
+/// The test setting `name` from the environment, or `default` when it is
+/// unset or does not parse.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 fn link_protocol(variable: &str) -> String {
@@ -1324,8 +1325,7 @@ fn chain_echo(
     }
     // Hop links, or the TCP model (`SHOAL_CHAIN_PROTOCOL=tcp`): the
     // figures' other curve.
-    let protocol = std::env::var("SHOAL_CHAIN_PROTOCOL").unwrap_or_else(|_| "hop".into());
-    assert!(protocol == "hop" || protocol == "tcp", "{protocol}");
+    let protocol = link_protocol("SHOAL_CHAIN_PROTOCOL");
     for (i, rtt) in CHAIN_RTT_MS.iter().enumerate() {
         text += &format!(
             "[[link]]\na = \"{}\"\nb = \"{}\"\nweight = {}\ndelay_ms = {}\nloss = {loss}\nprotocol = \"{protocol}\"\n",
@@ -1563,10 +1563,7 @@ fn chain_figs6_7_with_real_daemons() {
         return;
     };
     let dir = temp_dir("chain");
-    let measure: f64 = std::env::var("SHOAL_CHAIN_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50.0);
+    let measure: f64 = env_or("SHOAL_CHAIN_SECONDS", 50.0);
     let from_hopkins = std::env::var("SHOAL_CHAIN_FROM").is_ok_and(|f| f == "hopkins");
     let mut rtts_in_order = CHAIN_RTT_MS.to_vec();
     if from_hopkins {
@@ -1646,15 +1643,9 @@ fn fig11_echo_under_load_with_real_daemons() {
         return;
     };
     let dir = temp_dir("fig11");
-    let seconds = |name: &str, default: f64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let measure = seconds("SHOAL_CHAIN_SECONDS", 30.0);
-    let loss = seconds("SHOAL_FIG11_LOSS", 0.0);
-    let hop = std::env::var("SHOAL_CHAIN_PROTOCOL").map_or(true, |p| p == "hop");
+    let measure: f64 = env_or("SHOAL_CHAIN_SECONDS", 30.0);
+    let loss: f64 = env_or("SHOAL_FIG11_LOSS", 0.0);
+    let hop = link_protocol("SHOAL_CHAIN_PROTOCOL") == "hop";
     let ping: f64 = CHAIN_RTT_MS.iter().sum();
     let mut table = String::from(
         "| background Kbit/s | mean RTT ms (over ping) | p50 | max | echoes | missing |\n|---|---|---|---|---|---|\n",

@@ -102,18 +102,7 @@ impl Ring {
             procs,
             ..Gather::default()
         });
-        self.solo = None;
-        self.passed = None;
-        self.held = None;
-        self.idle_visits = 0;
-        for timer in [
-            Timer::TokenRetransmit,
-            Timer::TokenLoss,
-            Timer::Merge,
-            Timer::TokenHold,
-        ] {
-            self.clear_timer(timer);
-        }
+        self.drop_token_duties();
         self.set_timer(Timer::Consensus, self.config.consensus_timeout);
         self.stats.gathers += 1;
         self.send_join();
@@ -434,13 +423,26 @@ impl Ring {
     pub(super) fn leave_failing_to_receive(&mut self) {
         self.stats.failed_to_receive += 1;
         self.failed_to_receive = true;
-        self.passed = None;
-        self.held = None;
-        for timer in [Timer::TokenRetransmit, Timer::TokenLoss, Timer::TokenHold] {
-            self.clear_timer(timer);
-        }
+        self.drop_token_duties();
         let id = self.next_ring_id();
         self.form_solo(id);
+    }
+
+    /// Forgets the token this member held, passed or kept for itself, and
+    /// the timers that served the installed ring, as it leaves that ring.
+    fn drop_token_duties(&mut self) {
+        self.solo = None;
+        self.passed = None;
+        self.held = None;
+        self.idle_visits = 0;
+        for timer in [
+            Timer::TokenRetransmit,
+            Timer::TokenLoss,
+            Timer::Merge,
+            Timer::TokenHold,
+        ] {
+            self.clear_timer(timer);
+        }
     }
 
     /// A ring id led by this member, above every ring seen or abandoned.
