@@ -574,6 +574,25 @@ impl App {
         self.next_seq += 1;
         let mut payload = seq.to_be_bytes().to_vec();
         payload.extend_from_slice(&[7u8; 100]);
+        self.send_payload(service, group, seq, payload);
+    }
+
+    /// A `size`-byte message: its sequence number, then [`filler`].
+    fn send_sized(&mut self, service: shoal_client::Service, group: &str, size: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut payload = seq.to_be_bytes().to_vec();
+        payload.extend_from_slice(&filler(size - 8));
+        self.send_payload(service, group, seq, payload);
+    }
+
+    fn send_payload(
+        &mut self,
+        service: shoal_client::Service,
+        group: &str,
+        seq: u64,
+        payload: Vec<u8>,
+    ) {
         self.records.push(shoal_check::Record::Send {
             client: self.me.clone(),
             msg: shoal_check::MsgId {
@@ -651,13 +670,19 @@ impl App {
     }
 }
 
+/// `n` bytes of a pattern that shows a reordered or lost part.
+fn filler(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
 /// Applications connect to `shoal site` daemons with the Rust client
 /// library over each daemon's Unix socket (`--socket`): sites s0 (daemons
 /// 0 and 1) and s1 (daemon 2), one client per daemon, all named "app"
 /// (private groups `#app#d0`, `#app#d1`, `#app#d2`). Each joins g and sees
 /// the view of all three; each sends 30 messages, five of each service
 /// (unreliable to safe), and every client delivers all 90, agreed and
-/// safe in one order everywhere (the checker). Then: a probabilistic
+/// safe in one order everywhere (the checker); a 300 KB and a 1 MiB
+/// message arrive whole everywhere. Then: a probabilistic
 /// multicast is refused (code 5); a message to a private group reaches
 /// only that client; `#app#d2` leaves g (its last view is the others',
 /// reason leave) and `#app#d1` disconnects (the last member's view, reason
@@ -718,6 +743,23 @@ fn applications_use_site_daemons_through_the_client_library() {
             n += usize::from(matches!(r, Received::Message(_)));
             n == 90
         });
+    }
+    // Large messages, 300 KB and the largest a client may send (1 MiB),
+    // from the site with two daemons: in parts through its ring and over
+    // the WAN, whole at every member.
+    for size in [300_000, 1 << 20] {
+        apps[1].send_sized(Service::Agreed, "g", size);
+        for a in &mut apps {
+            let got = a.until(
+                Duration::from_secs(30),
+                |r| matches!(r, Received::Message(m) if m.payload.len() == size),
+            );
+            let Some(Received::Message(m)) = got.last() else {
+                unreachable!()
+            };
+            assert_eq!(m.sender, "#app#d1");
+            assert!(m.payload[8..] == filler(size - 8)[..], "{size} B not whole");
+        }
     }
     let records: Vec<shoal_check::Record> = apps
         .iter()

@@ -345,7 +345,19 @@ pub enum RingMsg {
         count: u32,
         bytes: Bytes,
     },
+    /// Part `index` of `count` (at least 2) of a ring message too large
+    /// for one ring datagram: the sender's parts are consecutive in its
+    /// ring order, and every daemon puts them together before acting on
+    /// the whole (`sites/parts.rs`).
+    Part {
+        index: u32,
+        count: u32,
+        bytes: Bytes,
+    },
 }
+
+/// Bytes a [`RingMsg::Part`] adds to its share of the message.
+pub const RING_PART_HEADER: usize = 9;
 
 impl RingMsg {
     /// The message's bytes.
@@ -374,6 +386,14 @@ impl RingMsg {
                 bytes,
             } => {
                 w.u8(3).u64(ring.seq).u32(ring.rep).u32(*index).u32(*count);
+                w.0.extend_from_slice(bytes);
+            }
+            RingMsg::Part {
+                index,
+                count,
+                bytes,
+            } => {
+                w.u8(4).u32(*index).u32(*count);
                 w.0.extend_from_slice(bytes);
             }
         }
@@ -420,6 +440,17 @@ impl RingMsg {
                     bytes: Bytes::copy_from_slice(r.rest()),
                 })
             }
+            4 => {
+                let (index, count) = (r.u32()?, r.u32()?);
+                if index >= count || count < 2 {
+                    return Err(Malformed);
+                }
+                Ok(RingMsg::Part {
+                    index,
+                    count,
+                    bytes: Bytes::copy_from_slice(r.rest()),
+                })
+            }
             _ => Err(Malformed),
         }
     }
@@ -441,7 +472,24 @@ pub enum WanMsg {
         epoch: u32,
         holds: Vec<u64>,
     },
+    /// Part `index` of `count` (at least 2) of element (`epoch`, `origin`,
+    /// `seq`)'s bytes, for an element too large for one link message.
+    /// Each part is routed as the whole element would be (`dest`), and
+    /// forwarded on arrival: a gateway passes parts on before it has them
+    /// all (P-Spread §3.2's non-blocking forwarding, per packet).
+    Part {
+        dest: u16,
+        origin: SiteId,
+        epoch: u32,
+        seq: u64,
+        index: u32,
+        count: u32,
+        bytes: Bytes,
+    },
 }
+
+/// Bytes a [`WanMsg::Part`] adds to its share of the element.
+pub const WAN_PART_HEADER: usize = 25;
 
 impl WanMsg {
     /// The message's bytes.
@@ -459,6 +507,19 @@ impl WanMsg {
                 holds,
             } => {
                 w.u8(1).u16(*dest).u16(site.0).u32(*epoch).u64s(holds);
+            }
+            WanMsg::Part {
+                dest,
+                origin,
+                epoch,
+                seq,
+                index,
+                count,
+                bytes,
+            } => {
+                w.u8(2).u16(*dest).u16(origin.0).u32(*epoch).u64(*seq);
+                w.u32(*index).u32(*count);
+                w.0.extend_from_slice(bytes);
             }
         }
         Bytes::from(w.0)
@@ -482,6 +543,22 @@ impl WanMsg {
                 };
                 r.end()?;
                 Ok(m)
+            }
+            2 => {
+                let (dest, origin, epoch, seq) = (r.u16()?, SiteId(r.u16()?), r.u32()?, r.u64()?);
+                let (index, count) = (r.u32()?, r.u32()?);
+                if index >= count || count < 2 {
+                    return Err(Malformed);
+                }
+                Ok(WanMsg::Part {
+                    dest,
+                    origin,
+                    epoch,
+                    seq,
+                    index,
+                    count,
+                    bytes: Bytes::copy_from_slice(r.rest()),
+                })
             }
             _ => Err(Malformed),
         }

@@ -119,6 +119,38 @@ pub struct WorldStats {
     pub wan_queue_drops: u64,
     pub lan_datagrams: u64,
     pub events: u64,
+    /// Deliveries whose payload is not the one sent (`payload_for`).
+    pub corrupt: u64,
+}
+
+/// The payload of a client's message `seq` of `size` bytes: its sequence
+/// number, its length (from 16 bytes), then a pattern of both, so that a
+/// delivery shows whether it is whole.
+fn payload_for(seq: u64, size: usize) -> Vec<u8> {
+    let mut payload = vec![0u8; size.max(8)];
+    payload[..8].copy_from_slice(&seq.to_be_bytes());
+    if size >= 16 {
+        payload[8..16].copy_from_slice(&(size as u64).to_be_bytes());
+        for (i, b) in payload.iter_mut().enumerate().skip(16) {
+            *b = (i as u64).wrapping_mul(31).wrapping_add(seq) as u8;
+        }
+    }
+    payload
+}
+
+/// Whether `payload` is a message `payload_for` made.
+fn is_whole(payload: &[u8]) -> bool {
+    let Some(seq) = payload.get(..8) else {
+        return false;
+    };
+    let seq = u64::from_be_bytes(seq.try_into().expect("8 bytes"));
+    match payload.get(8..16) {
+        None => payload[8..].iter().all(|b| *b == 0),
+        Some(size) => {
+            let size = u64::from_be_bytes(size.try_into().expect("8 bytes"));
+            size == payload.len() as u64 && payload == payload_for(seq, payload.len())
+        }
+    }
 }
 
 /// Sites of daemons joined by WAN links, in virtual time.
@@ -379,8 +411,7 @@ impl World {
     ) -> Option<u64> {
         let &(node, last) = self.clients.get(client)?;
         let seq = last + 1;
-        let mut payload = vec![0u8; size.max(8)];
-        payload[..8].copy_from_slice(&seq.to_be_bytes());
+        let payload = payload_for(seq, size);
         let now = self.now;
         let d = self.daemons[node.0 as usize].as_mut()?;
         d.send(now, client, service, groups, Bytes::from(payload))
@@ -660,6 +691,9 @@ impl World {
                 let seq = payload
                     .get(..8)
                     .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+                if !is_whole(&payload) {
+                    self.stats.corrupt += 1;
+                }
                 self.history.push(Rec::Deliver {
                     at,
                     client,

@@ -306,6 +306,9 @@ impl SiteDaemon {
             .copied()
             .collect();
         self.site_members = members.to_vec();
+        // A departed sender's message in parts ends here, the same at
+        // every member (they delivered the same of its parts).
+        self.ring_parts.keep_senders(members);
         let gateway = match self.site_gateway {
             Some(g) if eligible.contains(&g) => g,
             _ => eligible.iter().min().copied().unwrap_or(self.me),
@@ -386,6 +389,7 @@ impl SiteDaemon {
             Some(g) => w.u8(1).u32(g.0),
             None => w.u8(0),
         };
+        self.ring_parts.encode(&mut w);
         w.0
     }
 
@@ -452,6 +456,7 @@ impl SiteDaemon {
             1 => Some(NodeId(r.u32()?)),
             _ => return Err(Malformed),
         };
+        let ring_parts = super::parts::RingParts::decode(&mut r)?;
         r.end()?;
         self.clock = clock;
         self.conf = conf;
@@ -467,6 +472,11 @@ impl SiteDaemon {
         self.view_counter = view_counter;
         self.site_members = site_members;
         self.site_gateway = site_gateway;
+        #[cfg(test)]
+        {
+            self.parts_adopted += ring_parts.len();
+        }
+        self.ring_parts = ring_parts;
         Ok(())
     }
 }

@@ -19,6 +19,14 @@ fn ms(n: u64) -> Instant {
 /// `sites` sites of `per_site` daemons, a full mesh of WAN links with
 /// one-way delay 5 + 5·|a−b| ms at 10 Mbit/s.
 fn world(sites: u16, per_site: u32, seed: u64, loss: f64) -> World {
+    let config = WorldConfig {
+        seed,
+        ..WorldConfig::default()
+    };
+    world_with(sites, per_site, loss, config)
+}
+
+fn world_with(sites: u16, per_site: u32, loss: f64, config: WorldConfig) -> World {
     let (topo, wan) = full_mesh(
         &vec![per_site; usize::from(sites)],
         |s| format!("site{s}"),
@@ -32,14 +40,11 @@ fn world(sites: u16, per_site: u32, seed: u64, loss: f64) -> World {
             (delay as u32, link)
         },
     );
-    let config = WorldConfig {
-        seed,
-        ..WorldConfig::default()
-    };
     World::new(topo, wan, config)
 }
 
 fn check(w: &World) -> shoal_check::Report {
+    assert_eq!(w.stats().corrupt, 0, "a delivery was not the message sent");
     w.check()
 }
 
@@ -1140,4 +1145,194 @@ fn markers_are_spaced_and_a_lone_message_does_not_wait() {
     assert!(spaced <= 1_000 / 15 + 5, "{spaced} markers");
     assert!(unspaced > 2 * spaced, "{unspaced} against {spaced}");
     assert_eq!(lone_spaced, lone_unspaced);
+}
+
+// ---- large messages (sites/parts.rs) --------------------------------------
+
+/// Sizes from under a datagram to 300 KB.
+const LARGE: [usize; 5] = [900, 1_500, 9_000, 60_000, 300_000];
+
+/// Every client sends `rounds` messages of the `LARGE` sizes in turn,
+/// cycling through the services.
+fn large_traffic(w: &mut World, names: &[String], start: u64, rounds: u64, gap: u64) {
+    sized_traffic(w, names, start, rounds, gap, &LARGE);
+}
+
+fn sized_traffic(
+    w: &mut World,
+    names: &[String],
+    start: u64,
+    rounds: u64,
+    gap: u64,
+    sizes: &[usize],
+) {
+    let g = vec!["g".to_string()];
+    for r in 0..rounds {
+        w.run_until(ms(start + r * gap));
+        for (i, c) in names.iter().enumerate() {
+            let service = Service::ALL[(r as usize + i) % Service::ALL.len()];
+            let size = sizes[(r as usize + 2 * i) % sizes.len()];
+            w.send(c, service, &g, size).expect("accepted");
+        }
+    }
+}
+
+/// Messages up to 300 KB, every service, three sites over lossy links
+/// (5% each way): each arrives whole at every member (the harness checks
+/// every byte), in the services' orders, checker clean. They went in
+/// parts in the ring and over Hop.
+#[test]
+fn large_messages_arrive_whole_everywhere() {
+    for seed in 1..=2 {
+        let mut w = world(3, 2, seed, 0.05);
+        let names = clients(&mut w, 6);
+        large_traffic(&mut w, &names, 500, 10, 100);
+        w.run_until(ms(30_000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        assert_eq!(report.summary.deliveries, 6 * 6 * 10, "seed {seed}");
+        let stats = w.daemon(NodeId(0)).unwrap().stats();
+        assert!(stats.sent_in_parts > 0, "seed {seed}: {stats:?}");
+        assert_eq!(stats.parts_refused, 0, "seed {seed}: {stats:?}");
+        let hop = w.daemon(NodeId(0)).unwrap().hop_stats();
+        assert!(hop.retransmissions > 0, "seed {seed}: parts were repaired");
+    }
+}
+
+/// A message above `max_payload` is refused with the limit; a
+/// configuration whose largest message cannot fit the ring's queue is
+/// refused at start.
+#[test]
+fn a_message_above_the_limit_is_refused() {
+    let mut w = world(2, 1, 1, 0.0);
+    let names = clients(&mut w, 2);
+    w.run_until(ms(500));
+    let max = Config::default().max_payload;
+    let g = vec!["g".to_string()];
+    assert!(w.send(&names[0], Service::Agreed, &g, max).is_some());
+    assert!(w.send(&names[0], Service::Agreed, &g, max + 1).is_none());
+    let (topo, _) = full_mesh(&[1], |s| format!("s{s}"), |_, _| unreachable!());
+    let mut config = Config::default();
+    config.ring.send_queue_max = 100;
+    let err = SiteDaemon::new(config, Arc::new(topo), NodeId(0), 1, Instant::ZERO);
+    assert!(
+        matches!(err, Err(SitesError::PayloadTooLarge { .. })),
+        "{err:?}"
+    );
+}
+
+/// A daemon that crashes while its large message is in its ring, part
+/// of it delivered: the members going on either all take the message
+/// (its last part was delivered before the ring changed) or all drop
+/// what they had of it (the sender left), so the checker finds nothing;
+/// whatever else was sent arrives. Crash moments spread over the
+/// message's time in the ring; in some of them a member held part of it.
+#[test]
+fn a_sender_crashing_mid_message_leaves_no_partial_delivery() {
+    let mut cut = 0;
+    for (k, crash_after_us) in [300u64, 700, 1_500, 3_000, 6_000].into_iter().enumerate() {
+        let seed = k as u64 + 1;
+        let mut w = world(2, 3, seed, 0.0);
+        let names = clients(&mut w, 6);
+        w.run_until(ms(1000));
+        let g = vec!["g".to_string()];
+        // Daemon 1 is not its site's gateway.
+        assert!(!w.daemon(NodeId(1)).unwrap().is_gateway());
+        w.send(&names[1], Service::Agreed, &g, 500_000)
+            .expect("accepted");
+        w.run_until(ms(1000) + Duration::from_micros(crash_after_us));
+        if w.daemon(NodeId(0)).unwrap().parts_in_progress() > 0 {
+            cut += 1;
+        }
+        w.crash(NodeId(1));
+        let live: Vec<String> = names
+            .iter()
+            .filter(|c| !c.ends_with("#d1"))
+            .cloned()
+            .collect();
+        large_traffic(&mut w, &live, 1100, 5, 200);
+        w.run_until(ms(15_000));
+        let report = check(&w);
+        assert!(
+            report.is_clean(),
+            "crash after {crash_after_us} us: {report}"
+        );
+        all_reached(&w, &live, &live, ms(1100), seed);
+    }
+    assert!(cut > 0, "no crash fell inside the message");
+}
+
+/// A daemon started while large messages stream through its site takes
+/// the site's state, parts of a message in progress included, and its
+/// client gets every message after its join, whole.
+#[test]
+fn a_daemon_joining_mid_message_takes_the_parts_in_progress() {
+    // A slow LAN (1 ms a datagram) keeps a 120 KB message's 87 ring
+    // parts in flight for several rotations of the token, so that the
+    // join's change of ring often falls inside one.
+    const SIZES: [usize; 3] = [1_000, 1_000, 120_000];
+    let mut carried = 0;
+    for seed in 1..=4 {
+        let config = WorldConfig {
+            seed,
+            lan_delay: Duration::from_millis(1),
+            ..WorldConfig::default()
+        };
+        let mut w = world_with(2, 3, 0.0, config);
+        w.crash(NodeId(1));
+        let names: Vec<String> = [0u32, 2, 3]
+            .iter()
+            .map(|&d| w.connect(NodeId(d), 0))
+            .collect();
+        for c in &names {
+            w.join(c, "g");
+        }
+        // The last round, at 3.4 s, has daemon 0's client send 120 KB;
+        // daemon 1 starts while its parts go round.
+        sized_traffic(&mut w, &names, 500, 30, 100, &SIZES);
+        w.run_until(ms(3400 + 2 * seed));
+        w.restart(NodeId(1));
+        sized_traffic(&mut w, &names, 3500, 26, 100, &SIZES);
+        let late = w.connect(NodeId(1), 0);
+        w.join(&late, "g");
+        let mut all = names.clone();
+        all.push(late.clone());
+        sized_traffic(&mut w, &all, 6100, 10, 100, &SIZES);
+        w.run_until(ms(20_000));
+        let d1 = w.daemon(NodeId(1)).unwrap();
+        assert!(d1.is_live(), "seed {seed}");
+        assert_eq!(d1.stats().snapshots_taken, 1, "seed {seed}");
+        carried += d1.parts_adopted();
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        let at = joined_at(&w, &late).expect("joined");
+        all_reached(&w, &all, &all, at, seed);
+    }
+    assert!(carried > 0, "no snapshot carried a message in progress");
+}
+
+/// Over a TCP-model link a large element goes whole (its stream takes
+/// messages up to 1 MiB), in order, checker clean.
+#[test]
+fn a_tcp_link_carries_large_messages() {
+    let (topo, wan) = two_sites_over_a_lossy_link(0.02);
+    let config = WorldConfig {
+        seed: 1,
+        link_kind: LinkKind::Tcp,
+        ..WorldConfig::default()
+    };
+    let mut w = World::new(topo, wan, config);
+    let names = clients(&mut w, 2);
+    let g = vec!["g".to_string()];
+    for i in 0..20 {
+        w.run_until(ms(500 + i * 100));
+        let size = LARGE[i as usize % LARGE.len()];
+        w.send(&names[0], Service::Fifo, &g, size)
+            .expect("accepted");
+    }
+    w.run_until(ms(60_000));
+    let report = check(&w);
+    assert!(report.is_clean(), "{report}");
+    let order = delivered_seqs(&w, &names[1]);
+    assert_eq!(order, (1..=20).collect::<Vec<u64>>());
 }
