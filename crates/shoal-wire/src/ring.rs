@@ -178,6 +178,10 @@ pub enum RingDecodeError {
 /// Lists longer than this are cut when encoded (rtr) or refused.
 pub const MAX_LIST: usize = 8191;
 
+/// Bytes a data datagram adds to its payload at most: the header, and
+/// the old ring's message a recovery carries (58).
+pub const DATA_OVERHEAD_MAX: usize = 2 + 1 + 1 + 12 + 8 + 4 + 1 + (12 + 8 + 4 + 1) + 4;
+
 impl RingPacket<'_> {
     /// The datagram's bytes. The rtr list is cut to [`MAX_LIST`] entries
     /// (the rest stay requested next rotation); join lists and commit
@@ -464,6 +468,31 @@ mod tests {
                 },
             ),
         )
+    }
+
+    #[test]
+    fn a_recovered_data_datagram_adds_data_overhead_max() {
+        let payload = [7u8; 1000];
+        let data = |recovered| {
+            RingPacket::Data(Data {
+                ring_id: RingId { seq: 1, rep: 2 },
+                seq: 3,
+                sender: 4,
+                safe: true,
+                recovered,
+                payload: &payload,
+            })
+            .encode()
+            .len()
+        };
+        let r = Recovered {
+            ring_id: RingId { seq: 5, rep: 6 },
+            seq: 7,
+            sender: 8,
+            safe: true,
+        };
+        assert_eq!(data(Some(r)), payload.len() + DATA_OVERHEAD_MAX);
+        assert!(data(None) < payload.len() + DATA_OVERHEAD_MAX);
     }
 
     proptest! {

@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// Daemons to start on loopback (ignored with --sockets).
     #[arg(long, default_value_t = 3)]
     daemons: usize,
-    /// Use running daemons at these Unix sockets instead of starting any.
+    /// Use running daemons at these Unix sockets instead of starting any
+    /// (main daemons, or site daemons of `shoal site --socket`).
     #[arg(long, value_delimiter = ',')]
     sockets: Vec<PathBuf>,
     /// Receiving clients per daemon.
@@ -347,7 +348,10 @@ fn wait_for_committee(sockets: &[PathBuf], k: u32) -> anyhow::Result<()> {
     for socket in sockets {
         loop {
             let text = status(socket)?;
-            if text.contains(&want) {
+            // A site daemon (`shoal site --socket`) has no committee: it
+            // is ready once it is live in its site.
+            let site_ready = text.starts_with("site daemon") && text.contains("\nlive true\n");
+            if text.contains(&want) || site_ready {
                 break;
             }
             anyhow::ensure!(

@@ -1322,6 +1322,7 @@ fn chain_level(
         receivers: (1..CHAIN.len()).collect(),
         flood_kbps: 0.0,
         capacity: false,
+        size: 1024,
     };
     chain_echo(net, dir, loss, measure, from_hopkins, &all)
 }
@@ -1334,6 +1335,8 @@ struct ChainLoad {
     receivers: Vec<usize>,
     flood_kbps: f64,
     capacity: bool,
+    /// Bytes of each echoed message (1024 but in Fig 10).
+    size: usize,
 }
 
 /// `chain_level` with `load`: the round trips by number of links (index
@@ -1386,7 +1389,6 @@ fn chain_echo(
         }
         text += "\n";
     }
-    text += "[engine]\nmax_payload = 1024\n\n";
     // The TCP model without Nagle (TCP_NODELAY): `SHOAL_CHAIN_NAGLE=0`.
     if std::env::var("SHOAL_CHAIN_NAGLE").is_ok_and(|n| n == "0") {
         text += "[engine.tcp]\nnagle = false\n\n";
@@ -1429,7 +1431,7 @@ fn chain_echo(
     let probe = |round: u32, k: usize| {
         let mut p = round.to_be_bytes().to_vec();
         p.push(k as u8);
-        p.resize(1024, 0x5a);
+        p.resize(load.size.max(5), 0x5a);
         p
     };
     let parse = |p: &[u8]| {
@@ -1496,6 +1498,7 @@ fn chain_echo(
                 };
                 if let Ok(Some(Received::Message(m))) = tx.client.receive_timeout(left) {
                     if parse(&m.payload) == (round, k) {
+                        assert_eq!(m.payload.len(), load.size.max(5), "echo whole");
                         rtts[k - 1].push(sent_at.elapsed().as_secs_f64() * 1e3);
                         break;
                     }
@@ -1697,6 +1700,7 @@ fn fig11_echo_under_load_with_real_daemons() {
             receivers: vec![CHAIN.len() - 1],
             flood_kbps,
             capacity: true,
+            size: 1024,
         };
         let (rtts, missing, lines) = chain_echo(&net, &dir, loss, measure, false, &load);
         eprint!("load {flood_kbps} Kbit/s:\n{lines}");
@@ -1717,5 +1721,82 @@ fn fig11_echo_under_load_with_real_daemons() {
         eprintln!("{table}");
     }
     eprintln!("ping (summed injected round trips): {ping} ms, loss {loss}\n\n{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The round trip Fig 10's size alone explains on the chain with its
+/// capacities emulated (`chain_echo` with `capacity`): every link's ping
+/// of the first datagram (up to 1432 bytes of message and 28 of IP and
+/// UDP headers), plus, each way, the rest of the message at the slowest
+/// link (1.5 Mbit/s). The simulator's `spread_sim::ideal_rtt_ns`.
+fn fig10_ideal_ms(size: usize) -> f64 {
+    let first = size.min(1432);
+    let ser_ms = |bytes: usize, kbps: f64| bytes as f64 * 8.0 / kbps;
+    let ping: f64 = CHAIN_RTT_MS
+        .iter()
+        .enumerate()
+        .map(|(i, rtt)| {
+            let kbps = if i == CHAIN_RTT_MS.len() - 1 {
+                10_000.0
+            } else {
+                1500.0
+            };
+            rtt + 2.0 * ser_ms(first + 28, kbps)
+        })
+        .sum();
+    ping + 2.0 * ser_ms(size - first, 1500.0)
+}
+
+/// P-Spread Fig 10 with real daemons: echoes of 256 B to 16 KiB between
+/// Mae East and Hopkins along the chain (`chain_echo`, capacities
+/// emulated), one at a time. A message above one datagram goes in parts
+/// through each daemon's ring and over each link (`sites/parts.rs`), each
+/// part forwarded on arrival. `SHOAL_CHAIN_PROTOCOL` and
+/// `SHOAL_CHAIN_NAGLE` as for Figs 6-7, `SHOAL_FIG10_LOSS` the loss per
+/// link and direction (0), `SHOAL_CHAIN_SECONDS` the seconds measured per
+/// size (15). Prints the round trips and their excess over what the size
+/// explains (`fig10_ideal_ms`); asserts, for Hop, that every echo came
+/// back whole. About 4 minutes, as root, so ignored by default:
+/// `cargo test -p shoal --test sites fig10 -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fig10_echo_against_size_with_real_daemons() {
+    let Some(net) = Netns::up("f10", CHAIN.len()) else {
+        return;
+    };
+    let dir = temp_dir("fig10");
+    let measure: f64 = env_or("SHOAL_CHAIN_SECONDS", 15.0);
+    let loss: f64 = env_or("SHOAL_FIG10_LOSS", 0.0);
+    let hop = link_protocol("SHOAL_CHAIN_PROTOCOL") == "hop";
+    let mut table = String::from(
+        "| size B | ideal ms | mean RTT ms | excess ms | p50 | max | echoes | missing |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for size in [256, 512, 1024, 1500, 2048, 4096, 8192, 16384] {
+        let load = ChainLoad {
+            receivers: vec![CHAIN.len() - 1],
+            flood_kbps: 0.0,
+            capacity: true,
+            size,
+        };
+        let (rtts, missing, lines) = chain_echo(&net, &dir, loss, measure, false, &load);
+        eprint!("size {size} B:\n{lines}");
+        let mut r = rtts[CHAIN.len() - 2].clone();
+        r.sort_by(f64::total_cmp);
+        assert!(!r.is_empty(), "echoes of {size} B");
+        if hop {
+            assert_eq!(missing, 0, "every echo comes back");
+        }
+        let mean = r.iter().sum::<f64>() / r.len() as f64;
+        let ideal = fig10_ideal_ms(size);
+        table += &format!(
+            "| {size} | {ideal:.1} | {mean:.1} | {:.1} | {:.1} | {:.0} | {} | {missing} |\n",
+            mean - ideal,
+            r[r.len() / 2],
+            r[r.len() - 1],
+            r.len()
+        );
+        eprintln!("{table}");
+    }
+    eprintln!("loss {loss}\n\n{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -575,6 +575,9 @@ pub const WAN_BEACON: u8 = 1;
 /// Not reliable: statuses repeat every `status_interval`.
 pub const WAN_STATUS: u8 = 2;
 
+/// Bytes of the outer WAN header.
+pub const WAN_HEADER_LEN: usize = 7;
+
 /// The outer WAN header: kind, the link's epoch, the sender's site.
 pub fn wan_header(kind: u8, epoch: u32, site: SiteId) -> Vec<u8> {
     let mut w = Writer::default();

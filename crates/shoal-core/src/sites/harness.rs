@@ -121,6 +121,8 @@ pub struct WorldStats {
     pub events: u64,
     /// Deliveries whose payload is not the one sent (`payload_for`).
     pub corrupt: u64,
+    /// The longest datagram any daemon sent (LAN or WAN), in bytes.
+    pub largest_datagram: usize,
 }
 
 /// The payload of a client's message `seq` of `size` bytes: its sequence
@@ -604,6 +606,7 @@ impl World {
     fn transmit(&mut self, i: usize, o: Out) {
         let from = NodeId(i as u32);
         let site = self.site_of[i];
+        self.stats.largest_datagram = self.stats.largest_datagram.max(o.payload.len());
         match o.target {
             Target::Lan(dest) => {
                 let to: Vec<usize> = match dest {

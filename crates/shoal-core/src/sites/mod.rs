@@ -143,7 +143,19 @@ pub struct Config {
     pub max_payload: usize,
     /// Client messages, joins and leaves waiting at a daemon, at most.
     pub send_queue_max: usize,
+    /// The largest UDP payload a daemon sends: 1,472 bytes (a 1,500-byte
+    /// MTU less IP and UDP headers). Ring datagrams (a recovery's
+    /// included) and WAN datagrams (Hop's, in the WAN header) fit it with
+    /// `SEAL_ALLOWANCE` to spare for the runtime's authentication
+    /// envelope: a message that would not goes in parts, and the links'
+    /// Hop datagrams are cut to it (`hop.max_datagram_size` is the
+    /// smaller of its own and what this leaves).
+    pub max_datagram: usize,
 }
+
+/// Bytes every datagram leaves for the runtime's seal (`shoal-net`'s
+/// authentication envelope, 30 bytes), keyed or not.
+pub const SEAL_ALLOWANCE: usize = 30;
 
 impl Default for Config {
     fn default() -> Config {
@@ -158,6 +170,7 @@ impl Default for Config {
             resend_timeout: Duration::from_millis(1000),
             max_payload: 1 << 20,
             send_queue_max: 10_000,
+            max_datagram: 1472,
         }
     }
 }
@@ -237,6 +250,8 @@ pub enum SitesError {
     ZeroWindow,
     #[error("tcp: {0}")]
     Tcp(&'static str),
+    #[error("max_datagram {0} leaves no room for ring and Hop headers (at least 576)")]
+    DatagramTooSmall(usize),
     #[error("max_payload {max_payload} needs {parts} ring messages, above the ring's send_queue_max {queue}")]
     PayloadTooLarge {
         max_payload: usize,
@@ -555,6 +570,16 @@ fn validate_tcp(tcp: &TcpConfig) -> Result<(), SitesError> {
     Ok(())
 }
 
+/// The longest message the ring carries whole: its own limit, or less
+/// if a recovery's datagram of it and the seal would pass `max_datagram`.
+fn ring_single_max(config: &Config) -> usize {
+    config.ring.max_payload.min(
+        config
+            .max_datagram
+            .saturating_sub(SEAL_ALLOWANCE + shoal_wire::ring::DATA_OVERHEAD_MAX),
+    )
+}
+
 /// Elements resent to one site for one source per status, at most.
 const RESEND_MAX: u64 = 256;
 
@@ -571,13 +596,21 @@ impl SiteDaemon {
         if config.global_window == 0 {
             return Err(SitesError::ZeroWindow);
         }
+        if !(576..=65_507).contains(&config.max_datagram) {
+            return Err(SitesError::DatagramTooSmall(config.max_datagram));
+        }
+        let mut config = config;
+        config.hop.max_datagram_size = config
+            .hop
+            .max_datagram_size
+            .min(config.max_datagram - SEAL_ALLOWANCE - codec::WAN_HEADER_LEN);
         config.hop.validate()?;
         validate_tcp(&config.tcp)?;
         let parts = part_count(
             config.max_payload + ELEMENT_ALLOWANCE,
-            config.ring.max_payload.saturating_sub(RING_PART_HEADER),
+            ring_single_max(&config).saturating_sub(RING_PART_HEADER),
         );
-        if parts > config.ring.send_queue_max || config.ring.max_payload <= RING_PART_HEADER {
+        if parts > config.ring.send_queue_max || ring_single_max(&config) <= RING_PART_HEADER {
             return Err(SitesError::PayloadTooLarge {
                 max_payload: config.max_payload,
                 parts,
@@ -1051,7 +1084,7 @@ impl SiteDaemon {
     }
 
     fn ring_send_bytes(&mut self, bytes: Bytes, service: ring::Service) -> bool {
-        if bytes.len() <= self.config.ring.max_payload {
+        if bytes.len() <= ring_single_max(&self.config) {
             let sent = self
                 .ring
                 .multicast_service(self.now, service, bytes)
@@ -1083,12 +1116,12 @@ impl SiteDaemon {
 
     /// A ring message's share of a part.
     fn ring_share(&self) -> usize {
-        self.config.ring.max_payload - RING_PART_HEADER
+        ring_single_max(&self.config) - RING_PART_HEADER
     }
 
     /// Whether the ring's queue takes a message of `len` bytes.
     fn ring_has_room(&self, len: usize) -> bool {
-        let count = if len <= self.config.ring.max_payload {
+        let count = if len <= ring_single_max(&self.config) {
             1
         } else {
             part_count(len, self.ring_share())

@@ -212,7 +212,11 @@ impl SiteDaemon {
     /// parts that fit a ring message.
     fn send_snapshot(&mut self, ring: RingId) {
         let bytes = Bytes::from(self.encode_state());
-        let part = self.config.ring.max_payload.saturating_sub(32).max(64);
+        // Each part goes whole in one ring message (a round does not put
+        // `RingMsg::Part`s together).
+        let part = super::ring_single_max(&self.config)
+            .saturating_sub(32)
+            .max(64);
         let count = bytes.len().div_ceil(part).max(1) as u32;
         self.stats.snapshots_sent += 1;
         for index in 0..count {

@@ -1196,6 +1196,13 @@ fn large_messages_arrive_whole_everywhere() {
         assert_eq!(stats.parts_refused, 0, "seed {seed}: {stats:?}");
         let hop = w.daemon(NodeId(0)).unwrap().hop_stats();
         assert!(hop.retransmissions > 0, "seed {seed}: parts were repaired");
+        // Every datagram fits a 1,500-byte MTU with the runtime's seal.
+        let largest = w.stats().largest_datagram;
+        assert!(largest <= 1472 - SEAL_ALLOWANCE, "seed {seed}: {largest} B");
+        assert!(
+            largest >= 1400,
+            "seed {seed}: parts fill datagrams ({largest} B)"
+        );
     }
 }
 
