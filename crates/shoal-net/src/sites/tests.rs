@@ -379,10 +379,3 @@ fn drain(streams: &mut [Events], records: &mut Vec<shoal_check::Record>, deliver
         }
     }
 }
-
-/// The sites engine sizes its datagrams to leave room for this runtime's
-/// authentication envelope.
-#[test]
-fn the_engine_leaves_room_for_the_seal() {
-    assert!(crate::auth::OVERHEAD <= shoal_core::sites::SEAL_ALLOWANCE);
-}
