@@ -295,6 +295,42 @@ fn global_window_throttles_senders_to_a_slow_site() {
     assert_eq!(report.summary.deliveries, 800);
 }
 
+/// The spacing of markers (`marker_interval`) does not hold a fast
+/// sender: its messages leave the global window only as markers announce
+/// them held, and at one marker per 15 ms a window of 20 would pass 1,333
+/// messages a second. A marker follows every quarter window of data, so
+/// 2,000 messages through one site of two daemons (no WAN) take about a
+/// tenth of what the interval alone would allow (1.5 s).
+#[test]
+fn markers_keep_pace_with_a_fast_sender() {
+    let (topo, wan) = full_mesh(&[2], |s| format!("s{s}"), |_, _| unreachable!());
+    let mut config = WorldConfig::default();
+    config.daemon.global_window = 20;
+    let mut w = World::new(topo, wan, config);
+    let names = clients(&mut w, 2);
+    w.run_until(ms(500));
+    let g = vec!["g".to_string()];
+    for _ in 0..2000 {
+        w.send(&names[0], Service::Agreed, &g, 100).expect("queued");
+    }
+    w.run_until(ms(3000));
+    let report = check(&w);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.summary.deliveries, 4000);
+    let last = w
+        .history()
+        .iter()
+        .filter_map(|r| match r {
+            Rec::Deliver { at, .. } => Some(*at),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    let took = last.saturating_duration_since(ms(500));
+    assert!(took < Duration::from_millis(300), "took {took:?}");
+    assert!(w.daemon(NodeId(0)).unwrap().stats().window_waits > 0);
+}
+
 #[test]
 fn joins_and_leaves_are_views_everywhere() {
     let mut w = world(3, 1, 2, 0.0);

@@ -16,7 +16,7 @@
 //! too slowly (more than `client_queue` bytes queued to it) is sent
 //! `SLOW_CLIENT` and disconnected.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -379,6 +379,10 @@ async fn session(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut me: Option<(u64, String)> = None;
     let mut joined: BTreeSet<String> = BTreeSet::new();
+    // Multicasts read and not yet handed to the engine: consecutive ones
+    // go in one hand-over (one round trip to the daemon's loop, not one
+    // per message), before any other frame is acted on.
+    let mut batch = Batch::default();
     'conn: loop {
         // Every whole frame held, then more bytes.
         loop {
@@ -393,6 +397,18 @@ async fn session(
                     break 'conn;
                 }
             };
+            let multicast = matches!(frame, Frame::Multicast { .. } | Frame::MulticastExt { .. });
+            if !multicast || batch.is_full() {
+                if let Some((_, pg)) = &me {
+                    if submit(&controls, &tx, &shared, pg, &mut batch)
+                        .await
+                        .is_err()
+                    {
+                        fail(code::SHUTDOWN, "the daemon is stopping".into());
+                        break 'conn;
+                    }
+                }
+            }
             match (&me, frame) {
                 (_, Frame::Status) => {
                     let (otx, orx) = oneshot::channel();
@@ -501,7 +517,7 @@ async fn session(
                     }
                     request(&controls, &tx, pg, Request::Leave(group));
                 }
-                (Some((_, pg)), frame @ (Frame::Multicast { .. } | Frame::MulticastExt { .. })) => {
+                (Some(_), frame @ (Frame::Multicast { .. } | Frame::MulticastExt { .. })) => {
                     let (service, flags, mess_type, groups, payload) = match frame {
                         Frame::Multicast {
                             service,
@@ -533,35 +549,7 @@ async fn session(
                         continue;
                     }
                     shared.lock().expect("lock").stats.messages_in += 1;
-                    let payload = Bytes::from(payload);
-                    loop {
-                        let (otx, orx) = oneshot::channel();
-                        let (c, g, p) = (pg.clone(), groups.clone(), payload.clone());
-                        let asked = controls
-                            .send(Box::new(move |e: &mut SiteEngine, now, _| {
-                                let _ = otx.send(e.daemon_mut().send(now, &c, service, &g, p));
-                            }))
-                            .is_ok();
-                        let answer = if asked { orx.await.ok() } else { None };
-                        match answer {
-                            None => {
-                                fail(code::SHUTDOWN, "the daemon is stopping".into());
-                                break 'conn;
-                            }
-                            Some(Ok(())) => break,
-                            Some(Err(ClientError::QueueFull)) => {
-                                shared.lock().expect("lock").stats.queue_full_waits += 1;
-                                tokio::time::sleep(QUEUE_RETRY).await;
-                            }
-                            Some(Err(e)) => {
-                                send(Frame::Error {
-                                    code: code::LIMIT,
-                                    text: e.to_string(),
-                                });
-                                break;
-                            }
-                        }
-                    }
+                    batch.push(service, groups, Bytes::from(payload));
                 }
                 (Some(_), Frame::FlowQuery { .. } | Frame::GroupQuery { .. }) => {
                     send(Frame::Error {
@@ -576,6 +564,17 @@ async fn session(
                 }
             }
         }
+        // Nothing more to decode: what was read goes to the engine before
+        // waiting for more.
+        if let Some((_, pg)) = &me {
+            if submit(&controls, &tx, &shared, pg, &mut batch)
+                .await
+                .is_err()
+            {
+                fail(code::SHUTDOWN, "the daemon is stopping".into());
+                break 'conn;
+            }
+        }
         tokio::select! {
             n = r.read_buf(&mut buf) => match n {
                 Ok(0) | Err(_) => break 'conn,
@@ -585,6 +584,9 @@ async fn session(
         }
     }
     if let Some((id, pg)) = me {
+        // What the client sent before the connection ended is sent, as
+        // if each frame had been acted on as it was read.
+        let _ = submit(&controls, &tx, &shared, &pg, &mut batch).await;
         let mut s = shared.lock().expect("lock");
         if s.conns.get(&pg).is_some_and(|c| c.id == id) {
             s.conns.remove(&pg);
@@ -597,6 +599,80 @@ async fn session(
             .ok();
     }
     let _ = tx.send(Out::Close);
+}
+
+/// Multicasts a connection read, in order, not yet handed to the engine.
+#[derive(Default)]
+struct Batch {
+    items: VecDeque<(Service, Vec<String>, Bytes)>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// A hand-over carries at most this many messages or bytes.
+    const MAX_ITEMS: usize = 256;
+    const MAX_BYTES: usize = 1 << 20;
+
+    fn push(&mut self, service: Service, groups: Vec<String>, payload: Bytes) {
+        self.bytes += payload.len();
+        self.items.push_back((service, groups, payload));
+    }
+
+    fn is_full(&self) -> bool {
+        self.items.len() >= Self::MAX_ITEMS || self.bytes >= Self::MAX_BYTES
+    }
+}
+
+/// The daemon's loop is gone.
+struct Stopped;
+
+/// Hands the batch's multicasts to the engine, in order, in one closure
+/// per try: while the daemon's request queue is full the rest waits
+/// `QUEUE_RETRY` and is handed over again (so the client is slowed, not
+/// refused, and its messages keep their order); a message the engine
+/// refuses otherwise (too large) gets an `Error` frame and the rest goes
+/// on.
+async fn submit(
+    controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
+    tx: &mpsc::UnboundedSender<Out>,
+    shared: &Mutex<Shared>,
+    client: &str,
+    batch: &mut Batch,
+) -> Result<(), Stopped> {
+    while !batch.items.is_empty() {
+        let (otx, orx) = oneshot::channel();
+        let mut items = std::mem::take(&mut batch.items);
+        let (c, tx) = (client.to_string(), tx.clone());
+        let asked = controls
+            .send(Box::new(move |e: &mut SiteEngine, now, _| {
+                let d = e.daemon_mut();
+                while let Some((service, groups, payload)) = items.pop_front() {
+                    match d.send(now, &c, service, &groups, payload.clone()) {
+                        Ok(()) => {}
+                        Err(ClientError::QueueFull) => {
+                            items.push_front((service, groups, payload));
+                            break;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Out::Frame(error_bytes(code::LIMIT, &e.to_string())));
+                        }
+                    }
+                }
+                let _ = otx.send(items);
+            }))
+            .is_ok();
+        let left = if asked { orx.await.ok() } else { None };
+        let Some(left) = left else {
+            return Err(Stopped);
+        };
+        if !left.is_empty() {
+            shared.lock().expect("lock").stats.queue_full_waits += 1;
+            tokio::time::sleep(QUEUE_RETRY).await;
+        }
+        batch.items = left;
+    }
+    batch.bytes = 0;
+    Ok(())
 }
 
 /// Why `group` cannot be joined, if it cannot.
