@@ -50,17 +50,19 @@ spread_round() {
 }
 
 site_round() { # daemons config
-  local n=$1 cfg=$2 socks=()
+  local n=$1 cfg=$2 socks=() pids=()
+  rm -f "$W"/s*.sock
   for id in $(seq 0 $((n - 1))); do
     "$SHOAL" site --config "$cfg" --id $id --socket "$W/s$id.sock" --run-for 600 >/dev/null 2>&1 &
+    pids+=($!)
   done
   for id in $(seq 0 $((n - 1))); do socks+=("$W/s$id.sock"); done
   [ "$n" -eq 1 ] && list="$W/s0.sock,$W/s0.sock,$W/s0.sock,$W/s0.sock" || list="$W/s0.sock,$W/s1.sock,$W/s2.sock,$W/s0.sock"
   for s in "${socks[@]}"; do for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.1; done; done
   "$SHOAL" bench --sockets "$list" --service agreed --size 1000 --count "$COUNT" 2>/dev/null \
     | grep -o '= [0-9]* msgs/s per receiver' | grep -o '[0-9]*'
-  pkill -f "shoal site --config $cfg"
-  sleep 1
+  kill "${pids[@]}" 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
 }
 
 echo "round,load,spread_agreed,site1_agreed,site3_agreed"

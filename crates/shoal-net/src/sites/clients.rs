@@ -336,15 +336,35 @@ async fn writer(
     mut rx: mpsc::UnboundedReceiver<Out>,
     queued: Arc<AtomicUsize>,
 ) {
-    while let Some(out) = rx.recv().await {
-        match out {
-            Out::Frame(bytes) => {
-                if w.write_all(&bytes).await.is_err() {
+    // Frames queued together leave in one write (up to `WRITE_MAX`
+    // bytes): under a stream, one system call and one wake-up of the
+    // client per batch instead of per message.
+    const WRITE_MAX: usize = 256 * 1024;
+    let mut buf = Vec::with_capacity(WRITE_MAX);
+    'out: while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        let mut close = false;
+        while let Some(out) = next.take() {
+            match out {
+                Out::Frame(bytes) => buf.extend_from_slice(&bytes),
+                Out::Close => {
+                    close = true;
                     break;
                 }
-                queued.fetch_sub(bytes.len(), Ordering::Relaxed);
             }
-            Out::Close => break,
+            if buf.len() < WRITE_MAX {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !buf.is_empty() {
+            if w.write_all(&buf).await.is_err() {
+                break 'out;
+            }
+            queued.fetch_sub(buf.len(), Ordering::Relaxed);
+            buf.clear();
+        }
+        if close {
+            break;
         }
     }
     let _ = w.shutdown().await;
