@@ -513,6 +513,9 @@ pub struct SiteDaemon {
     future: BTreeMap<u32, Vec<Element>>,
     pending: Option<Pending>,
     own_closed: bool,
+    /// A configuration handed over while the stream was closed for an
+    /// earlier one (`flush_deferred`).
+    deferred: Option<Pending>,
     held_own: Vec<(NodeId, Body)>,
     data_since_marker: bool,
     /// Data elements taken in since the last marker (gateway only, not
@@ -676,6 +679,7 @@ impl SiteDaemon {
             future: BTreeMap::new(),
             pending: None,
             own_closed: false,
+            deferred: None,
             held_own: Vec::new(),
             data_since_marker: false,
             data_count: 0,
@@ -708,6 +712,7 @@ impl SiteDaemon {
         self.future.clear();
         self.pending = None;
         self.own_closed = false;
+        self.deferred = None;
         self.held_own.clear();
         self.data_since_marker = false;
         self.store.clear();
@@ -1265,7 +1270,24 @@ impl SiteDaemon {
                     self.marker_in_flight = false;
                     return;
                 }
-                Body::State { .. } | Body::Flush { .. } => return,
+                Body::Flush {
+                    new_epoch, sites, ..
+                } => {
+                    // A newer configuration came while this site was still
+                    // closing its stream for the last: its flush waits
+                    // until the stream reopens in that one (the same at
+                    // every daemon of the site: ring order).
+                    if self.pending.as_ref().is_none_or(|p| new_epoch > p.epoch)
+                        && self.deferred.as_ref().is_none_or(|d| new_epoch > d.epoch)
+                    {
+                        self.deferred = Some(Pending {
+                            epoch: new_epoch,
+                            sites,
+                        });
+                    }
+                    return;
+                }
+                Body::State { .. } => return,
                 other => {
                     self.held_own.push((sender, other));
                     return;
@@ -1320,9 +1342,30 @@ impl SiteDaemon {
         self.accept(e);
         if reopened {
             self.own_closed = false;
+            self.flush_deferred();
             for (sender, body) in std::mem::take(&mut self.held_own) {
                 self.ingest_own(sender, body);
             }
+        }
+    }
+
+    /// The stream reopened in a configuration: a newer one handed over
+    /// meanwhile is flushed for now (by the gateway; every daemon forgets
+    /// it once that flush is in the stream).
+    fn flush_deferred(&mut self) {
+        let Some(d) = self.deferred.take() else {
+            return;
+        };
+        if d.epoch <= self.conf.epoch {
+            return;
+        }
+        if self.gateway {
+            let flush = Body::Flush {
+                new_epoch: d.epoch,
+                sites: d.sites,
+                holds: Vec::new(),
+            };
+            self.ring_send(RingMsg::Own(flush), ring::Service::Agreed);
         }
     }
 
@@ -2172,9 +2215,15 @@ impl SiteDaemon {
             self.stats.bad_datagrams += 1;
             return;
         }
+        // A status about the configuration this daemon left comes from a
+        // site still finishing that change: it may lack elements of a
+        // site that has since moved on (and dropped them) while it is
+        // back in this daemon's view (a merge right after a partition),
+        // so every holder resends there, not only the origin.
+        let finishing = epoch != self.conf.epoch;
         let mut sends = Vec::new();
         for (i, x) in conf.sites.iter().enumerate() {
-            if *x != self.site && self.view_sites.contains(x) {
+            if *x != self.site && self.view_sites.contains(x) && !finishing {
                 continue;
             }
             let stalled = now.saturating_duration_since(since[i]) >= self.config.resend_timeout;

@@ -394,6 +394,15 @@ impl SiteDaemon {
             None => w.u8(0),
         };
         self.ring_parts.encode(&mut w);
+        match &self.deferred {
+            Some(p) => {
+                w.u8(1).u32(p.epoch);
+                put_sites(&mut w, &p.sites);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
         w.0
     }
 
@@ -461,6 +470,14 @@ impl SiteDaemon {
             _ => return Err(Malformed),
         };
         let ring_parts = super::parts::RingParts::decode(&mut r)?;
+        let deferred = match r.u8()? {
+            0 => None,
+            1 => Some(Pending {
+                epoch: r.u32()?,
+                sites: get_sites(&mut r)?,
+            }),
+            _ => return Err(Malformed),
+        };
         r.end()?;
         self.clock = clock;
         self.conf = conf;
@@ -481,6 +498,7 @@ impl SiteDaemon {
             self.parts_adopted += ring_parts.len();
         }
         self.ring_parts = ring_parts;
+        self.deferred = deferred;
         Ok(())
     }
 }
