@@ -418,16 +418,10 @@ async fn session(
                 }
             };
             let multicast = matches!(frame, Frame::Multicast { .. } | Frame::MulticastExt { .. });
-            if !multicast || batch.is_full() {
-                if let Some((_, pg)) = &me {
-                    if submit(&controls, &tx, &shared, pg, &mut batch)
-                        .await
-                        .is_err()
-                    {
-                        fail(code::SHUTDOWN, "the daemon is stopping".into());
-                        break 'conn;
-                    }
-                }
+            if (!multicast || batch.is_full())
+                && !hand_over(&controls, &tx, &shared, &me, &mut batch).await
+            {
+                break 'conn;
             }
             match (&me, frame) {
                 (_, Frame::Status) => {
@@ -586,14 +580,8 @@ async fn session(
         }
         // Nothing more to decode: what was read goes to the engine before
         // waiting for more.
-        if let Some((_, pg)) = &me {
-            if submit(&controls, &tx, &shared, pg, &mut batch)
-                .await
-                .is_err()
-            {
-                fail(code::SHUTDOWN, "the daemon is stopping".into());
-                break 'conn;
-            }
+        if !hand_over(&controls, &tx, &shared, &me, &mut batch).await {
+            break 'conn;
         }
         tokio::select! {
             n = r.read_buf(&mut buf) => match n {
@@ -645,6 +633,30 @@ impl Batch {
 
 /// The daemon's loop is gone.
 struct Stopped;
+
+/// Hands the batch of a connected client (`me`) to the engine; false,
+/// the client told and its connection closing, if the daemon is
+/// stopping.
+async fn hand_over(
+    controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
+    tx: &mpsc::UnboundedSender<Out>,
+    shared: &Mutex<Shared>,
+    me: &Option<(u64, String)>,
+    batch: &mut Batch,
+) -> bool {
+    let Some((_, client)) = me else {
+        return true;
+    };
+    if submit(controls, tx, shared, client, batch).await.is_ok() {
+        return true;
+    }
+    let _ = tx.send(Out::Frame(error_bytes(
+        code::SHUTDOWN,
+        "the daemon is stopping",
+    )));
+    let _ = tx.send(Out::Close);
+    false
+}
 
 /// Hands the batch's multicasts to the engine, in order, in one closure
 /// per try: while the daemon's request queue is full the rest waits
