@@ -1800,3 +1800,57 @@ fn fig10_echo_against_size_with_real_daemons() {
     eprintln!("loss {loss}\n\n{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// P-Spread Table 2 with real daemons: 1024-byte echoes over one link,
+/// Mae East-UCSB (104 ms round trip, 1.5 Mbit/s emulated), the first hop
+/// of Figs 6-7's chain (`chain_echo` with only UCSB echoing), at 0, 0.5,
+/// 1 and 2% loss each way. `SHOAL_CHAIN_PROTOCOL` and `SHOAL_CHAIN_NAGLE`
+/// as for Figs 6-7, `SHOAL_CHAIN_SECONDS` the seconds per loss (30).
+/// "ping" is the link's round trip plus a 1,052-byte datagram's
+/// serialisation each way (the simulator's ping, 115.2 ms). Prints the
+/// table; asserts, for Hop, that every echo came back. About 3 minutes,
+/// as root, so ignored by default:
+/// `cargo test -p shoal --test sites table2 -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn table2_one_link_with_real_daemons() {
+    let Some(net) = Netns::up("t2", CHAIN.len()) else {
+        return;
+    };
+    let dir = temp_dir("table2");
+    let measure: f64 = env_or("SHOAL_CHAIN_SECONDS", 30.0);
+    let hop = link_protocol("SHOAL_CHAIN_PROTOCOL") == "hop";
+    let ping = CHAIN_RTT_MS[0] + 2.0 * (1024.0 + 28.0) * 8.0 / 1500.0;
+    let mut table = String::from(
+        "| loss | mean RTT ms | over ping | p50 | p99 | max | echoes | missing |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for loss in [0.0, 0.005, 0.01, 0.02] {
+        let load = ChainLoad {
+            receivers: vec![1],
+            flood_kbps: 0.0,
+            capacity: true,
+            size: 1024,
+        };
+        let (rtts, missing, lines) = chain_echo(&net, &dir, loss, measure, false, &load);
+        eprint!("loss {loss}:\n{lines}");
+        let mut r = rtts[0].clone();
+        r.sort_by(f64::total_cmp);
+        assert!(!r.is_empty(), "echoes at loss {loss}");
+        if hop {
+            assert_eq!(missing, 0, "every echo comes back");
+        }
+        let mean = r.iter().sum::<f64>() / r.len() as f64;
+        table += &format!(
+            "| {:.1}% | {mean:.1} | {:+.1}% | {:.1} | {:.1} | {:.0} | {} | {missing} |\n",
+            loss * 100.0,
+            100.0 * (mean / ping - 1.0),
+            r[r.len() / 2],
+            r[(r.len() * 99 / 100).min(r.len() - 1)],
+            r[r.len() - 1],
+            r.len()
+        );
+        eprintln!("{table}");
+    }
+    eprintln!("ping {ping:.1} ms\n\n{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
