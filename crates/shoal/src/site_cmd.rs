@@ -208,6 +208,13 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         "site daemon {} hop links: data sent {}, retransmissions {}, received {}, duplicates {}, recovered {}, nacks sent {}, nacks received {}",
         args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
     );
+    let st = d.stats();
+    if st.sent_in_parts > 0 || st.parts_refused > 0 || st.ring_refused > 0 {
+        println!(
+            "site daemon {}: messages sent in parts {}, parts refused {}, ring queue refusals {}",
+            args.id, st.sent_in_parts, st.parts_refused, st.ring_refused
+        );
+    }
     let a = engine.stats();
     if a.link_held > 0 || a.link_dropped > 0 || a.link_queue_dropped > 0 {
         println!(

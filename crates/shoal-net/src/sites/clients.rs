@@ -431,7 +431,7 @@ async fn session(
                         let d = e.daemon();
                         let (epoch, sites, changing) = d.configuration();
                         let _ = otx.send(format!(
-                            "site daemon {name} (id {}, site {})\nlive {}\ngateway {}\nconfiguration epoch {epoch}, sites {sites:?}{}\nrequests waiting {}\noutstanding {}\n",
+                            "site daemon {name} (id {}, site {})\nlive {}\ngateway {}\nconfiguration epoch {epoch}, sites {sites:?}{}\nrequests waiting {}\noutstanding {}\nmessages sent in parts {}, parts refused {}\n",
                             d.node_id().0,
                             d.site().0,
                             d.is_live(),
@@ -439,6 +439,8 @@ async fn session(
                             if changing { " (changing)" } else { "" },
                             d.waiting(),
                             d.outstanding(),
+                            d.stats().sent_in_parts,
+                            d.stats().parts_refused,
                         ));
                     }))
                     .is_ok();
