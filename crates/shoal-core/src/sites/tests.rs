@@ -1191,9 +1191,6 @@ const LARGE: [usize; 5] = [900, 1_500, 9_000, 60_000, 300_000];
 /// Every client sends `rounds` messages of the `LARGE` sizes in turn,
 /// cycling through the services.
 fn large_traffic(w: &mut World, names: &[String], start: u64, rounds: u64, gap: u64) {
-    if std::env::var("SHOAL_SWEEP_SMALL").is_ok() {
-        return sized_traffic(w, names, start, rounds, gap, &[100]);
-    }
     sized_traffic(w, names, start, rounds, gap, &LARGE);
 }
 
@@ -1388,7 +1385,8 @@ fn a_tcp_link_carries_large_messages() {
 /// (every other one within 300 ms of the split),
 /// judged by the checker and byte for byte: `SHOAL_SEEDS`
 /// seeds (20 by default). Ignored: a sweep, not a unit test
-/// (`cargo test --release -p shoal-core large_message_sweep -- --ignored`).
+/// (`cargo test --release -p shoal-core sites::tests::large_message_sweep
+/// -- --ignored --exact`; `SHOAL_SWEEP_SMALL=1` for 100-byte messages).
 #[test]
 #[ignore]
 fn large_message_sweep() {
@@ -1400,8 +1398,14 @@ fn large_message_sweep() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
+    // `SHOAL_SWEEP_SMALL=1`: 100-byte messages instead.
+    let sizes: &[usize] = if std::env::var("SHOAL_SWEEP_SMALL").is_ok() {
+        &[100]
+    } else {
+        &LARGE
+    };
     for seed in from..=seeds {
-        sweep_seed(seed);
+        sweep_seed(seed, sizes);
     }
 }
 
@@ -1412,11 +1416,26 @@ fn large_message_sweep() {
 /// site stalled).
 #[test]
 fn large_message_sweep_pinned_seeds() {
-    sweep_seed(4);
+    sweep_seed(4, &LARGE);
+}
+
+/// Seeds of `large_message_sweep` that still fail, kept for the next
+/// session: with 100-byte messages (`SHOAL_SWEEP_SMALL=1`), seeds 386 and
+/// 914 of 1,000 (both merge 40 ms after the split) break virtual
+/// synchrony: sites 0 and 1, staying together, differ in what they
+/// deliver between the old regular view and the transitional one (the
+/// same 6 violations with the fixes of 2026-11-27 taken out, where the
+/// run also stalls). Not diagnosed. Ignored because it fails.
+#[test]
+#[ignore]
+fn large_message_sweep_open_seeds() {
+    for seed in [386, 914] {
+        sweep_seed(seed, &[100]);
+    }
 }
 
 /// One seed of `large_message_sweep`.
-fn sweep_seed(seed: u64) {
+fn sweep_seed(seed: u64, sizes: &[usize]) {
     let config = WorldConfig {
         seed,
         lan_delay: Duration::from_micros(100 + 100 * (seed % 10)),
@@ -1425,7 +1444,7 @@ fn sweep_seed(seed: u64) {
     };
     let mut w = world_with(3, 3, 0.02 * (seed % 4) as f64, config);
     let names = clients(&mut w, 9);
-    large_traffic(&mut w, &names, 500, 6, 150);
+    sized_traffic(&mut w, &names, 500, 6, 150, sizes);
     // A daemon that is not its site's gateway dies mid-stream, and
     // comes back.
     let victim = NodeId(1 + 3 * (seed % 3) as u32);
@@ -1435,9 +1454,9 @@ fn sweep_seed(seed: u64) {
         .filter(|c| !c.ends_with(&format!("#d{}", victim.0)))
         .cloned()
         .collect();
-    large_traffic(&mut w, &live, 1500, 6, 150);
+    sized_traffic(&mut w, &live, 1500, 6, 150, sizes);
     w.restart(victim);
-    large_traffic(&mut w, &live, 2500, 10, 150);
+    sized_traffic(&mut w, &live, 2500, 10, 150, sizes);
     if seed.is_multiple_of(2) {
         // Half the seeds also split the sites while large messages
         // cross, and merge them again.
@@ -1447,16 +1466,16 @@ fn sweep_seed(seed: u64) {
             let split_at = w.now();
             w.run_until(split_at + Duration::from_millis(20 * (seed % 16)));
             w.partition(&[vec![SiteId(0), SiteId(1), SiteId(2)]]);
-            large_traffic(&mut w, &live, 4100, 10, 150);
+            sized_traffic(&mut w, &live, 4100, 10, 150, sizes);
         } else {
-            large_traffic(&mut w, &live, 4100, 10, 150);
+            sized_traffic(&mut w, &live, 4100, 10, 150, sizes);
             w.run_until(ms(7000));
             w.partition(&[vec![SiteId(0), SiteId(1), SiteId(2)]]);
         }
-        large_traffic(&mut w, &live, 7100, 10, 150);
+        sized_traffic(&mut w, &live, 7100, 10, 150, sizes);
     }
     // And once every change is over.
-    large_traffic(&mut w, &live, 15_000, 10, 150);
+    sized_traffic(&mut w, &live, 15_000, 10, 150, sizes);
     w.run_until(ms(40_000));
     let report = check(&w);
     if !report.is_clean() && std::env::var("SHOAL_SWEEP_DUMP").is_ok() {
