@@ -66,12 +66,13 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shoal_core::engine::SendError;
 
-// The sites engine sizes its datagrams to leave room for this runtime's
-// authentication envelope.
-const _: () = assert!(crate::auth::OVERHEAD <= shoal_core::sites::SEAL_ALLOWANCE);
 use shoal_core::overlay::{LinkWeights, Site, SiteId, Topology};
 use shoal_core::sites::{self, LinkKind, SiteDaemon, SitesError, Target};
 use shoal_core::{Destination, Engine, Instant, NodeId, Transmit};
+
+// The sites engine sizes its datagrams to leave room for this runtime's
+// authentication envelope.
+const _: () = assert!(crate::auth::OVERHEAD <= shoal_core::sites::SEAL_ALLOWANCE);
 
 use crate::daemon::config::AuthConfig;
 use crate::{AddressBook, Auth, ClusterKey, Mode, NetError, NodeConfig};

@@ -157,18 +157,17 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut workload = Workload::new(&args, services, history, clock);
-    let mut client_settings = ClientSettings::new(
-        args.socket.clone().unwrap_or_default(),
-        format!("d{}", args.id),
-    );
-    // A client frame may carry what the engine takes (`max_payload`).
-    client_settings.limits.payload_max = plan.engine.max_payload;
     let server_stats = runtime.block_on(async {
         let server = match &args.socket {
-            Some(path) => Some(
-                ClientServer::bind(client_settings, node.controls())
-                    .with_context(|| format!("client socket {}", path.display()))?,
-            ),
+            Some(path) => {
+                let mut settings = ClientSettings::new(path.clone(), format!("d{}", args.id));
+                // A client frame may carry what the engine takes.
+                settings.limits.payload_max = plan.engine.max_payload;
+                Some(
+                    ClientServer::bind(settings, node.controls())
+                        .with_context(|| format!("client socket {}", path.display()))?,
+                )
+            }
             None => None,
         };
         if let Some(path) = &args.socket {

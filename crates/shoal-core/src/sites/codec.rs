@@ -488,6 +488,9 @@ pub enum WanMsg {
     },
 }
 
+/// Bytes a [`WanMsg::Elem`] adds to its element (kind, destination).
+pub const WAN_ELEM_HEADER: usize = 3;
+
 /// Bytes a [`WanMsg::Part`] adds to its share of the element.
 pub const WAN_PART_HEADER: usize = 25;
 

@@ -1191,8 +1191,9 @@ impl SiteDaemon {
         if self.standing == Standing::Fresh {
             return;
         }
-        let whole;
-        let payload = match RingMsg::decode(payload) {
+        // Decoded once; a part is put together first, and the whole
+        // decoded then.
+        let msg = match RingMsg::decode(payload) {
             Ok(RingMsg::Part {
                 index,
                 count,
@@ -1200,10 +1201,7 @@ impl SiteDaemon {
             }) => {
                 let max = self.config.max_payload + ELEMENT_ALLOWANCE;
                 match self.ring_parts.push(sender, index, count, &bytes, max) {
-                    Ok(Some(w)) => {
-                        whole = w;
-                        &whole[..]
-                    }
+                    Ok(Some(whole)) => RingMsg::decode(&whole),
                     Ok(None) => return,
                     Err(_) => {
                         self.stats.parts_refused += 1;
@@ -1211,9 +1209,9 @@ impl SiteDaemon {
                     }
                 }
             }
-            _ => payload,
+            other => other,
         };
-        match RingMsg::decode(payload) {
+        match msg {
             Ok(RingMsg::Own(body)) => {
                 if sender == self.me && matches!(body, Body::Data { .. }) {
                     self.in_ring = self.in_ring.saturating_sub(1);
@@ -1880,7 +1878,7 @@ impl SiteDaemon {
         bytes: &Bytes,
     ) -> Option<(u64, u64)> {
         let max = self.links.get_mut(&site)?.end.protocol().max_message();
-        if bytes.len() + 3 <= max {
+        if bytes.len() + codec::WAN_ELEM_HEADER <= max {
             let msg = WanMsg::Elem {
                 dest,
                 element: bytes.clone(),

@@ -350,15 +350,7 @@ impl SiteDaemon {
             w.u32(*epoch);
             put_elements(&mut w, es.iter());
         }
-        match &self.pending {
-            Some(p) => {
-                w.u8(1).u32(p.epoch);
-                put_sites(&mut w, &p.sites);
-            }
-            None => {
-                w.u8(0);
-            }
-        }
+        put_pending(&mut w, self.pending.as_ref());
         w.u8(u8::from(self.own_closed))
             .u8(u8::from(self.data_since_marker));
         w.u32(self.held_own.len() as u32);
@@ -394,15 +386,7 @@ impl SiteDaemon {
             None => w.u8(0),
         };
         self.ring_parts.encode(&mut w);
-        match &self.deferred {
-            Some(p) => {
-                w.u8(1).u32(p.epoch);
-                put_sites(&mut w, &p.sites);
-            }
-            None => {
-                w.u8(0);
-            }
-        }
+        put_pending(&mut w, self.deferred.as_ref());
         w.0
     }
 
@@ -424,14 +408,7 @@ impl SiteDaemon {
             let epoch = r.u32()?;
             future.insert(epoch, get_elements(&mut r)?);
         }
-        let pending = match r.u8()? {
-            0 => None,
-            1 => Some(Pending {
-                epoch: r.u32()?,
-                sites: get_sites(&mut r)?,
-            }),
-            _ => return Err(Malformed),
-        };
+        let pending = get_pending(&mut r)?;
         let own_closed = get_bool(&mut r)?;
         let data_since_marker = get_bool(&mut r)?;
         let mut held_own = Vec::new();
@@ -470,14 +447,7 @@ impl SiteDaemon {
             _ => return Err(Malformed),
         };
         let ring_parts = super::parts::RingParts::decode(&mut r)?;
-        let deferred = match r.u8()? {
-            0 => None,
-            1 => Some(Pending {
-                epoch: r.u32()?,
-                sites: get_sites(&mut r)?,
-            }),
-            _ => return Err(Malformed),
-        };
+        let deferred = get_pending(&mut r)?;
         r.end()?;
         self.clock = clock;
         self.conf = conf;
@@ -509,6 +479,29 @@ fn get_bool(r: &mut Reader<'_>) -> R<bool> {
         1 => Ok(true),
         _ => Err(Malformed),
     }
+}
+
+fn put_pending(w: &mut Writer, p: Option<&Pending>) {
+    match p {
+        Some(p) => {
+            w.u8(1).u32(p.epoch);
+            put_sites(w, &p.sites);
+        }
+        None => {
+            w.u8(0);
+        }
+    }
+}
+
+fn get_pending(r: &mut Reader<'_>) -> R<Option<Pending>> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(Pending {
+            epoch: r.u32()?,
+            sites: get_sites(r)?,
+        }),
+        _ => return Err(Malformed),
+    })
 }
 
 fn put_sites(w: &mut Writer, sites: &[SiteId]) {
