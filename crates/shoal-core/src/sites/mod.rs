@@ -1382,22 +1382,22 @@ impl SiteDaemon {
         let Some(i) = self.conf.index(e.origin) else {
             return;
         };
-        if e.origin == self.site {
+        if e.origin == self.site || e.seq < self.conf.streams[i].next {
             return;
         }
-        let s = &mut self.conf.streams[i];
-        if e.seq < s.next {
-            return;
-        }
-        if e.seq > s.next {
-            s.early.insert(e.seq, e);
-            return;
-        }
-        let bytes = e.encode();
-        self.store.insert((e.epoch, e.origin, e.seq), bytes);
-        self.accept(e);
+        self.conf.streams[i].early.insert(e.seq, e);
+        self.take_in_order(i);
+    }
+
+    /// Takes in the elements of stream `i` that are next in sequence, as
+    /// far as [`Self::acceptance_cap`] allows.
+    fn take_in_order(&mut self, i: usize) {
+        let cap = self.acceptance_cap(i);
         loop {
             let s = &mut self.conf.streams[i];
+            if s.next > cap {
+                break;
+            }
             let Some(e) = s.early.remove(&s.next) else {
                 break;
             };
@@ -1405,6 +1405,43 @@ impl SiteDaemon {
             self.store.insert((e.epoch, e.origin, e.seq), bytes);
             self.accept(e);
         }
+    }
+
+    /// How far this daemon may take in the stream of site `i` of its
+    /// configuration. Once its own site has flushed for a change, a
+    /// departed site's elements count only as far as some staying site's
+    /// flush shows it held them: only those are in every staying site's
+    /// old configuration (`check_transition` waits for them, and
+    /// truncates the rest). An element beyond, taken in here, would let
+    /// this site deliver in the regular configuration what another
+    /// staying site, which never had it, delivers in the transitional one
+    /// (a merge right after a split, `large_message_sweep` seeds 386 and
+    /// 914). It waits in `early` until a flush covers it or the
+    /// configuration ends. Before its own flush, whatever a site takes
+    /// in is below that flush's holds.
+    fn acceptance_cap(&self, i: usize) -> u64 {
+        let Some(p) = &self.pending else {
+            return u64::MAX;
+        };
+        let conf = &self.conf;
+        if p.sites.contains(&conf.sites[i]) {
+            return u64::MAX;
+        }
+        conf.sites
+            .iter()
+            .zip(&conf.streams)
+            .filter_map(|(site, s)| match &s.flush {
+                Some((epoch, _, holds))
+                    if *epoch == p.epoch
+                        && p.sites.contains(site)
+                        && holds.len() == conf.sites.len() =>
+                {
+                    Some(holds[i])
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// The next element of its site's stream.
@@ -1451,6 +1488,16 @@ impl SiteDaemon {
     /// Whatever the ingestion made possible: ordered deliveries, the end
     /// of a configuration, the start of the next.
     fn progress(&mut self) {
+        // A staying site's flush may have raised what departed sites'
+        // streams may take in.
+        for i in 0..self.conf.streams.len() {
+            self.take_in_order(i);
+        }
+        // Installed first: a configuration must not end with what it
+        // could deliver in its regular views delivered in the
+        // transitional one because its last site state came in the same
+        // step as the flush that ends it.
+        self.check_install();
         self.deliver_ordered();
         self.check_transition();
         self.check_install();
