@@ -18,11 +18,14 @@
 //! A daemon may start into its running site, or again after a crash: it
 //! takes the site's state through its ring (`shoal_core::sites`, `sync.rs`).
 //!
-//! Not here: a site-level failure detector and agreement on the set of
-//! sites. Every daemon starts in the first configuration (all sites) and
-//! stays in it; a daemon that leaves its site's ring is handled by the
-//! Ring and the sites engine, a site that becomes unreachable is not (its
-//! links fail, nothing reconfigures). Clients connect to a daemon's Unix
+//! The configuration of sites is the site membership's
+//! (`shoal_core::sites::membership`, on unless the file's `[membership]`
+//! says `enabled = false`): each site starts alone and merges with the
+//! sites its gateway hears; a site that fails or becomes unreachable is
+//! left out after `site_timeout`, and merged back when heard again. With
+//! it off, every daemon starts in one configuration of every site and
+//! stays in it (a site that becomes unreachable stalls the others).
+//! Clients connect to a daemon's Unix
 //! socket with the main daemon's client protocol ([`clients`]), or live in
 //! the daemon's process and reach it through
 //! [`Node::control`](crate::Node::control) closures on the engine
@@ -48,6 +51,10 @@
 //!
 //! [engine]               # shoal_core::sites::Config, every field optional
 //! global_window = 200
+//!
+//! [membership]           # the site membership: on by default
+//! heartbeat_interval = 250   # ms
+//! site_timeout = 5000        # ms
 //!
 //! [auth]                 # the cluster key, as the daemon's [auth]
 //! key_file = "/etc/shoal/sites.key"
@@ -90,6 +97,11 @@ pub struct SitesFile {
     /// Every daemon's engine settings (the paper's defaults when left out).
     #[serde(default)]
     pub engine: sites::Config,
+    /// The site membership (`shoal_core::sites::membership`): on unless
+    /// `enabled = false`; `heartbeat_interval` and `site_timeout` in
+    /// milliseconds.
+    #[serde(default)]
+    pub membership: sites::MembershipConfig,
     /// The cluster key every datagram is sealed with (the daemon's `[auth]`
     /// section: `key` or `key_file`, and `encrypt`).
     #[serde(default)]
@@ -368,6 +380,8 @@ impl SitesPlan {
                 return Err(SitesConfigError::AuthRequired(*a));
             }
         }
+        let mut file = file;
+        file.engine.membership = file.membership.clone();
         // The engine checks its own settings when a daemon is made.
         SiteDaemon::new(
             file.engine.clone(),

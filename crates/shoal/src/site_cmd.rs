@@ -57,7 +57,9 @@ pub struct SiteArgs {
     #[arg(long, default_value = "g")]
     group: String,
     /// Seconds after start when the workload clients connect and join (the
-    /// other daemons should be up by then).
+    /// other daemons should be up by then). With the site membership on,
+    /// they wait on, up to 10 s more, until every site of the file is in
+    /// this daemon's configuration.
     #[arg(long, default_value_t = 1.0, value_name = "SECS")]
     start_after: f64,
     /// Seconds the workload clients send for, from when they joined.
@@ -208,6 +210,18 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         args.id, h.data_sent, h.retransmissions, h.data_received, h.duplicates, h.recovered, h.nacks_sent, h.nacks_received
     );
     let st = d.stats();
+    let (epoch, sites, changing) = d.configuration();
+    println!(
+        "site daemon {} configuration: epoch {epoch}, sites {:?}{}, changes completed {}, commits made {} taken {} stale {} superseded {}",
+        args.id,
+        sites.iter().map(|s| s.0).collect::<Vec<_>>(),
+        if changing { " (changing)" } else { "" },
+        st.configurations,
+        st.commits_made,
+        st.commits_taken,
+        st.stale_commits,
+        st.superseded,
+    );
     if st.sent_in_parts > 0 || st.parts_refused > 0 || st.ring_refused > 0 {
         println!(
             "site daemon {}: messages sent in parts {}, parts refused {}, ring queue refusals {}",
@@ -248,6 +262,28 @@ struct Workload {
     dropped: u64,
 }
 
+/// Whether the daemon's site membership is on.
+async fn node_membership_on(node: &Node<SiteEngine>) -> anyhow::Result<bool> {
+    let (tx, rx) = oneshot::channel();
+    node.control(move |e, _, _| {
+        let _ = tx.send(e.daemon_mut().membership_enabled());
+    });
+    rx.await.context("daemon stopped")
+}
+
+/// Whether every site of the topology is in the daemon's configuration,
+/// and the change to it complete.
+async fn every_site_in(node: &Node<SiteEngine>) -> anyhow::Result<bool> {
+    let (tx, rx) = oneshot::channel();
+    node.control(move |e, _, _| {
+        let d = e.daemon_mut();
+        let all = d.topology_sites();
+        let (_, sites, changing) = d.configuration();
+        let _ = tx.send(!changing && sites.len() == all);
+    });
+    rx.await.context("daemon stopped")
+}
+
 impl Workload {
     fn new(
         args: &SiteArgs,
@@ -281,8 +317,9 @@ impl Workload {
     ) -> anyhow::Result<()> {
         let start = tokio::time::Instant::now();
         let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
-        let join_at = start + secs(args.start_after);
-        let stop_sending = join_at + secs(args.send_for);
+        let mut join_at = start + secs(args.start_after);
+        let give_up_waiting = join_at + Duration::from_secs(10);
+        let mut stop_sending = join_at + secs(args.send_for);
         let end = args.run_for.map(|s| start + secs(s));
         let far = start + Duration::from_secs(86_400 * 365);
         let gap = if args.clients > 0 {
@@ -291,6 +328,7 @@ impl Workload {
             Duration::from_secs(3600)
         };
         let mut next_send = join_at + gap;
+        let wait_for_sites = node_membership_on(node).await?;
         let mut joined = args.clients == 0;
         let mut round = 0usize;
         loop {
@@ -308,8 +346,15 @@ impl Workload {
                 },
                 _ = tokio::time::sleep_until(wake) => {
                     if !joined {
+                        let now = tokio::time::Instant::now();
+                        if wait_for_sites && now < give_up_waiting && !every_site_in(node).await? {
+                            join_at = now + Duration::from_millis(50);
+                            continue;
+                        }
                         joined = true;
                         self.join(node, &args.group).await?;
+                        stop_sending = now + secs(args.send_for);
+                        next_send = now + gap;
                     } else {
                         self.send_round(node, args, round).await?;
                         round += 1;

@@ -102,7 +102,7 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| Malformed)
     }
     /// A count of items each at least `min_size` bytes long.
-    fn count(&mut self, min_size: usize) -> R<usize> {
+    pub fn count(&mut self, min_size: usize) -> R<usize> {
         let n = self.u16()? as usize;
         if n.saturating_mul(min_size) > self.buf.len() {
             return Err(Malformed);
@@ -159,11 +159,17 @@ pub enum Body {
     Marker { holds: Vec<u64> },
     /// The last element of the site in its configuration: the next
     /// configuration is `sites` with id `new_epoch`; `holds` as in a marker
-    /// (without its guarantee: it is a ring AGREED message).
+    /// (without its guarantee: it is a ring AGREED message). `decided`:
+    /// set when the site membership committed the configuration
+    /// (`membership.rs`): the configuration it expects this site to come
+    /// from, and the sites coming from that one with it (those that end
+    /// it together). Without it (a driver's configuration) the sites that
+    /// stay are those of both.
     Flush {
         new_epoch: u32,
         sites: Vec<SiteId>,
         holds: Vec<u64>,
+        decided: Option<(u32, Vec<SiteId>)>,
     },
     /// The first element of a site in a configuration: its daemons'
     /// clients in each group, as (group, client, daemon).
@@ -212,12 +218,20 @@ impl Body {
                 new_epoch,
                 sites,
                 holds,
+                decided,
             } => {
-                w.u8(5).u32(*new_epoch).u16(sites.len() as u16);
-                for s in sites {
-                    w.u16(s.0);
-                }
+                w.u8(5).u32(*new_epoch);
+                put_site_list(w, sites);
                 w.u64s(holds);
+                match decided {
+                    Some((from, staying)) => {
+                        w.u8(1).u32(*from);
+                        put_site_list(w, staying);
+                    }
+                    None => {
+                        w.u8(0);
+                    }
+                }
             }
             Body::State { members } => {
                 w.u8(6).u16(members.len() as u16);
@@ -257,12 +271,18 @@ impl Body {
             4 => Body::Marker { holds: r.u64s()? },
             5 => {
                 let new_epoch = r.u32()?;
-                let n = r.count(2)?;
-                let sites = (0..n).map(|_| r.u16().map(SiteId)).collect::<R<Vec<_>>>()?;
+                let sites = get_site_list(r)?;
+                let holds = r.u64s()?;
+                let decided = match r.u8()? {
+                    0 => None,
+                    1 => Some((r.u32()?, get_site_list(r)?)),
+                    _ => return Err(Malformed),
+                };
                 Body::Flush {
                     new_epoch,
                     sites,
-                    holds: r.u64s()?,
+                    holds,
+                    decided,
                 }
             }
             6 => {
@@ -456,6 +476,18 @@ impl RingMsg {
     }
 }
 
+fn put_site_list(w: &mut Writer, sites: &[SiteId]) {
+    w.u16(sites.len() as u16);
+    for s in sites {
+        w.u16(s.0);
+    }
+}
+
+fn get_site_list(r: &mut Reader<'_>) -> R<Vec<SiteId>> {
+    let n = r.count(2)?;
+    (0..n).map(|_| r.u16().map(SiteId)).collect()
+}
+
 /// `dest` of a WAN message sent down the source's tree.
 pub const TREE: u16 = u16::MAX;
 
@@ -577,6 +609,10 @@ pub const WAN_BEACON: u8 = 1;
 /// outside the link's Hop queue (a `WanMsg::Status` follows the header).
 /// Not reliable: statuses repeat every `status_interval`.
 pub const WAN_STATUS: u8 = 2;
+/// Outer WAN datagram kind: a gateway's `membership::Alive`, flooded over
+/// the topology's links whatever the configuration (the header's epoch is
+/// 0). Not reliable: it repeats every `heartbeat_interval`.
+pub const WAN_ALIVE: u8 = 3;
 
 /// Bytes of the outer WAN header.
 pub const WAN_HEADER_LEN: usize = 7;

@@ -485,13 +485,18 @@ impl World {
     /// Splits the sites into `components` (every site in one): WAN
     /// datagrams cross no component boundary from now on, and each
     /// component's daemons are handed their new configuration, with an
-    /// epoch of its own, if their component changed.
+    /// epoch of its own, if their component changed (unless the site
+    /// membership is on: then the gateways find it themselves).
     pub fn partition(&mut self, components: &[Vec<SiteId>]) {
         let old = self.component.clone();
         for (c, sites) in components.iter().enumerate() {
             for s in sites {
                 self.component[usize::from(s.0)] = c as u32;
             }
+        }
+        if self.config.daemon.membership.enabled {
+            // The gateways find the new configuration themselves.
+            return;
         }
         for sites in components {
             let same = |a: &SiteId, b: &SiteId| {

@@ -36,6 +36,7 @@
 
 pub mod codec;
 pub mod harness;
+pub mod membership;
 mod parts;
 mod sync;
 #[cfg(test)]
@@ -55,6 +56,8 @@ use crate::ring::{self, Ring, RingId};
 use crate::{Destination, Engine, Instant, NodeId};
 pub use codec::{Body, Element, Malformed};
 use codec::{RingMsg, WanMsg, RING_PART_HEADER, TREE, WAN_PART_HEADER};
+pub use membership::MembershipConfig;
+use membership::SiteMembership;
 use parts::{part_count, RingParts, WanParts, ELEMENT_ALLOWANCE};
 use sync::{Round, Standing};
 
@@ -151,6 +154,13 @@ pub struct Config {
     /// Hop datagrams are cut to it (`hop.max_datagram_size` is the
     /// smaller of its own and what this leaves).
     pub max_datagram: usize,
+    /// The site membership (`membership.rs`): gateways detect sites
+    /// that fail or become unreachable and agree on the configuration.
+    /// Off by default in the engine (the simulator's figures hand
+    /// configurations over as partitions); a sites file sets it from its
+    /// own `[membership]` table, on unless it says otherwise.
+    #[serde(skip)]
+    pub membership: MembershipConfig,
 }
 
 /// Bytes every datagram leaves for the runtime's seal (`shoal-net`'s
@@ -171,6 +181,10 @@ impl Default for Config {
             max_payload: 1 << 20,
             send_queue_max: 10_000,
             max_datagram: 1472,
+            membership: MembershipConfig {
+                enabled: false,
+                ..MembershipConfig::default()
+            },
         }
     }
 }
@@ -258,6 +272,12 @@ pub enum SitesError {
         parts: usize,
         queue: usize,
     },
+    #[error("membership: site_timeout {timeout:?} must exceed the ring's token_timeout plus consensus_timeout ({reform:?}, the time a site's ring takes to re-form after its gateway crashed) and heartbeat_interval {heartbeat:?}")]
+    SiteTimeout {
+        timeout: Duration,
+        reform: Duration,
+        heartbeat: Duration,
+    },
 }
 
 /// Why a client request was refused. Nothing changed.
@@ -308,6 +328,16 @@ pub struct Stats {
     pub parts_refused: u64,
     /// Ring messages not queued for lack of room in the ring's queue.
     pub ring_refused: u64,
+    /// Configurations this gateway committed as the site membership's
+    /// leader, and commits its site acted on.
+    pub commits_made: u64,
+    pub commits_taken: u64,
+    /// Flushes of a commit dropped: the site was no longer in the
+    /// configuration the commit expected it in (the leader commits again).
+    pub stale_commits: u64,
+    /// Flushes that closed the stream again for a newer commit while an
+    /// older change had not completed.
+    pub superseded: u64,
 }
 
 /// One site's stream within one configuration, as taken in here.
@@ -375,6 +405,23 @@ impl Conf {
 struct Pending {
     epoch: u32,
     sites: Vec<SiteId>,
+    /// The sites that end the old configuration together: of the new
+    /// one's, those coming from the old one.
+    staying: Vec<SiteId>,
+    /// Committed by the site membership: a newer commit supersedes it
+    /// while it is incomplete (a driver's change waits instead).
+    decided: bool,
+    /// This site's first element of the new configuration (its members
+    /// of every group), made once the site holds everything the change
+    /// needs: every other site of the new configuration waits for it
+    /// before it completes the change (the second phase).
+    state: Option<Element>,
+}
+
+impl Pending {
+    fn stays(&self, site: &SiteId) -> bool {
+        self.staying.contains(site)
+    }
 }
 
 /// Which protocol a gateway's link to a neighbouring site runs. Both
@@ -538,6 +585,13 @@ pub struct SiteDaemon {
     ring_parts: RingParts,
     /// Elements arriving in parts over the WAN (gateway only).
     wan_parts: WanParts,
+    /// The site membership, at the gateway when it is on.
+    membership: Option<SiteMembership>,
+    /// The change this gateway sent its site's state for (not site state:
+    /// a new gateway asks again).
+    state_asked: Option<u32>,
+    /// A flush the ring's queue refused, to send when it has room.
+    flush_unsent: Option<Body>,
     /// Messages in progress taken with a snapshot.
     #[cfg(test)]
     parts_adopted: usize,
@@ -549,6 +603,24 @@ pub struct SiteDaemon {
 /// to the pair (a merge ends two old configurations in one new one, a
 /// partition one old in two new); its regular views count up from
 /// `(epoch, REGULAR)`, above every transitional id.
+/// The configuration a site starts in (or starts again in, its state
+/// lost): every site, with the driver's `epoch`; with the site membership
+/// on, the site alone, with an epoch of its own (`membership.rs`), and
+/// the membership merges it with the others. A whole site that restarts
+/// then never takes up a stream the others remember.
+fn first_configuration(
+    config: &Config,
+    topo: &Topology,
+    site: SiteId,
+    epoch: u32,
+) -> (u32, Vec<SiteId>) {
+    if config.membership.enabled {
+        (membership::first_epoch(site), vec![site])
+    } else {
+        (epoch, (0..topo.sites.len() as u16).map(SiteId).collect())
+    }
+}
+
 fn view_id(epoch: u32, n: u64) -> u64 {
     (u64::from(epoch) << 32) | n
 }
@@ -603,6 +675,15 @@ impl SiteDaemon {
         if config.global_window == 0 {
             return Err(SitesError::ZeroWindow);
         }
+        let m = &config.membership;
+        let reform = config.ring.token_timeout + config.ring.consensus_timeout;
+        if m.enabled && (m.site_timeout <= reform || m.site_timeout <= m.heartbeat_interval) {
+            return Err(SitesError::SiteTimeout {
+                timeout: m.site_timeout,
+                reform,
+                heartbeat: m.heartbeat_interval,
+            });
+        }
         if !(576..=65_507).contains(&config.max_datagram) {
             return Err(SitesError::DatagramTooSmall(config.max_datagram));
         }
@@ -641,8 +722,8 @@ impl SiteDaemon {
                 now,
             )?
         };
-        let all: Vec<SiteId> = (0..topology.sites.len() as u16).map(SiteId).collect();
-        let routes = routes_for(&topology, &all);
+        let (epoch, first_sites) = first_configuration(&config, &topology, site, epoch);
+        let routes = routes_for(&topology, &first_sites);
         let mut d = SiteDaemon {
             config,
             topo: topology,
@@ -659,7 +740,7 @@ impl SiteDaemon {
             links: BTreeMap::new(),
             link_kinds: BTreeMap::new(),
             link_epoch: epoch,
-            view_sites: all.clone(),
+            view_sites: first_sites.clone(),
             routes,
             inject_next: BTreeMap::new(),
             inject_early: BTreeMap::new(),
@@ -674,7 +755,7 @@ impl SiteDaemon {
             status_at: now,
             beacon_at: now,
             clock: 0,
-            conf: Conf::new(epoch, &all, true),
+            conf: Conf::new(epoch, &first_sites, true),
             prev: None,
             future: BTreeMap::new(),
             pending: None,
@@ -696,6 +777,9 @@ impl SiteDaemon {
             stats: Stats::default(),
             ring_parts: RingParts::default(),
             wan_parts: WanParts::default(),
+            membership: None,
+            state_asked: None,
+            flush_unsent: None,
             #[cfg(test)]
             parts_adopted: 0,
         };
@@ -705,9 +789,10 @@ impl SiteDaemon {
 
     /// The site state a daemon starts with (and founds a site with).
     fn reset_state(&mut self) {
-        let all: Vec<SiteId> = (0..self.topo.sites.len() as u16).map(SiteId).collect();
+        let (epoch, sites) =
+            first_configuration(&self.config, &self.topo, self.site, self.first_epoch);
         self.clock = 0;
-        self.conf = Conf::new(self.first_epoch, &all, true);
+        self.conf = Conf::new(epoch, &sites, true);
         self.prev = None;
         self.future.clear();
         self.pending = None;
@@ -726,6 +811,17 @@ impl SiteDaemon {
 
     pub fn node_id(&self) -> NodeId {
         self.me
+    }
+
+    /// Whether the site membership (`membership.rs`) decides the
+    /// configurations.
+    pub fn membership_enabled(&self) -> bool {
+        self.config.membership.enabled
+    }
+
+    /// How many sites the topology has.
+    pub fn topology_sites(&self) -> usize {
+        self.topo.sites.len()
     }
 
     /// Whether this daemon holds its site's state and is live in its
@@ -910,6 +1006,14 @@ impl SiteDaemon {
     /// links and closes its site's stream with a flush.
     pub fn handle_site_view(&mut self, now: Instant, epoch: u32, sites: &[SiteId]) {
         self.now = self.now.max(now);
+        self.hand_over(epoch, sites, None);
+        self.pump();
+    }
+
+    /// The gateway starts a change of configuration: links reset for the
+    /// new one, and a flush in the site's stream. `decided`: the site
+    /// membership's commit (`Body::Flush`).
+    fn hand_over(&mut self, epoch: u32, sites: &[SiteId], decided: Option<(u32, Vec<SiteId>)>) {
         if !self.gateway || epoch <= self.link_epoch {
             return;
         }
@@ -930,9 +1034,13 @@ impl SiteDaemon {
             new_epoch: epoch,
             sites,
             holds: Vec::new(),
+            decided,
         };
-        self.ring_send(RingMsg::Own(flush), ring::Service::Agreed);
-        self.pump();
+        self.flush_unsent = None;
+        if !self.ring_send(RingMsg::Own(flush.clone()), ring::Service::Agreed) {
+            // The ring's queue is full: sent as soon as it has room.
+            self.flush_unsent = Some(flush);
+        }
     }
 
     /// A datagram from the site's LAN (the Ring's).
@@ -949,6 +1057,11 @@ impl SiteDaemon {
             self.stats.bad_datagrams += 1;
             return;
         };
+        if kind == codec::WAN_ALIVE {
+            self.on_alive(from, site, rest);
+            self.pump();
+            return;
+        }
         if !self.gateway || epoch != self.link_epoch || !self.view_sites.contains(&site) {
             return;
         }
@@ -982,6 +1095,7 @@ impl SiteDaemon {
         if self.gateway && self.now >= self.beacon_at {
             self.send_beacons();
         }
+        self.run_membership();
         if self.now >= self.status_at {
             if self.gateway {
                 self.send_status();
@@ -1014,6 +1128,9 @@ impl SiteDaemon {
         for l in self.links.values() {
             t = min_opt(t, l.end.poll_timeout());
         }
+        if let Some(m) = self.membership.as_ref().filter(|_| self.gateway) {
+            t = min_opt(t, Some(m.next_beat));
+        }
         if self.gateway {
             t = min_opt(t, Some(self.beacon_at));
             if self.marker_wanted() && self.marker_not_before > self.now {
@@ -1035,6 +1152,11 @@ impl SiteDaemon {
             }
             self.release_requests();
             if self.gateway {
+                if let Some(f) = self.flush_unsent.take() {
+                    if !self.ring_send(RingMsg::Own(f.clone()), ring::Service::Agreed) {
+                        self.flush_unsent = Some(f);
+                    }
+                }
                 if self.inject_stalled {
                     self.retry_inject();
                 }
@@ -1232,6 +1354,14 @@ impl SiteDaemon {
 
     fn become_gateway(&mut self) {
         self.stats.gateway_takeovers += 1;
+        if self.config.membership.enabled {
+            self.membership = Some(SiteMembership::new(
+                self.config.membership.clone(),
+                self.site,
+                self.me,
+                self.now,
+            ));
+        }
         self.marker_in_flight = false;
         self.link_epoch = self.link_epoch.max(self.conf.epoch);
         if let Some(p) = &self.pending {
@@ -1251,10 +1381,12 @@ impl SiteDaemon {
             }
         }
         self.open_links();
-        // A configuration this site completed before its old gateway
-        // opened the new stream: open it now (a second State is ignored).
-        if self.own_closed && self.pending.is_none() {
-            self.send_state();
+        // The site's state for the change under way went out through the
+        // old gateway's links, which are gone: again through these.
+        self.state_asked = None;
+        if let Some(e) = self.pending.as_ref().and_then(|p| p.state.clone()) {
+            let bytes = e.encode();
+            self.forward(&e, &bytes, TREE);
         }
     }
 
@@ -1262,10 +1394,33 @@ impl SiteDaemon {
     fn ingest_own(&mut self, sender: NodeId, body: Body) {
         if self.own_closed {
             match body {
-                Body::State { .. } if self.pending.is_none() => {}
+                Body::State { members } => {
+                    self.ingest_state(sender, members);
+                    return;
+                }
                 Body::Marker { .. } => {
                     // Ordered after the flush: it announces nothing.
                     self.marker_in_flight = false;
+                    return;
+                }
+                Body::Flush {
+                    decided: Some((from, _)),
+                    new_epoch,
+                    ..
+                } if from == self.conf.epoch
+                    && self.pending.as_ref().is_some_and(|p| new_epoch > p.epoch) =>
+                {
+                    // The site membership committed a newer configuration
+                    // while this site was closing its stream for an
+                    // earlier one that has not completed: the stream is
+                    // closed again, for the newer one (below).
+                }
+                Body::Flush {
+                    decided: Some(_), ..
+                } => {
+                    // A commit about a configuration this site is no
+                    // longer in: the membership commits again.
+                    self.stats.stale_commits += 1;
                     return;
                 }
                 Body::Flush {
@@ -1281,11 +1436,13 @@ impl SiteDaemon {
                         self.deferred = Some(Pending {
                             epoch: new_epoch,
                             sites,
+                            staying: Vec::new(),
+                            decided: false,
+                            state: None,
                         });
                     }
                     return;
                 }
-                Body::State { .. } => return,
                 other => {
                     self.held_own.push((sender, other));
                     return;
@@ -1293,6 +1450,15 @@ impl SiteDaemon {
             }
         } else if matches!(body, Body::State { .. }) {
             return;
+        } else if let Body::Flush {
+            decided: Some((from, _)),
+            ..
+        } = &body
+        {
+            if *from != self.conf.epoch {
+                self.stats.stale_commits += 1;
+                return;
+            }
         }
         let i = self
             .conf
@@ -1316,15 +1482,31 @@ impl SiteDaemon {
         if sender == self.me && matches!(e.body, Body::Data { .. }) {
             self.mine_unstable.push_back(e.seq);
         }
-        let reopened = matches!(e.body, Body::State { .. });
         if let Body::Flush {
-            new_epoch, sites, ..
+            new_epoch,
+            sites,
+            decided,
+            ..
         } = &e.body
         {
             self.own_closed = true;
+            if self.pending.is_some() {
+                self.stats.superseded += 1;
+            }
+            let staying = match decided {
+                Some((_, staying)) => staying.clone(),
+                None => sites
+                    .iter()
+                    .filter(|s| self.conf.index(**s).is_some())
+                    .copied()
+                    .collect(),
+            };
             self.pending = Some(Pending {
                 epoch: *new_epoch,
                 sites: sites.clone(),
+                staying,
+                decided: decided.is_some(),
+                state: None,
             });
         }
         if let Body::Marker { .. } = e.body {
@@ -1338,12 +1520,37 @@ impl SiteDaemon {
         }
         self.store.insert((e.epoch, e.origin, e.seq), bytes);
         self.accept(e);
-        if reopened {
-            self.own_closed = false;
-            self.flush_deferred();
-            for (sender, body) in std::mem::take(&mut self.held_own) {
-                self.ingest_own(sender, body);
-            }
+    }
+
+    /// This site's state for the change it is closing its stream for, in
+    /// ring order: the first element of its stream in the new
+    /// configuration, if the site now holds everything the change needs
+    /// (decided here, at every daemon of the site alike); sent on at
+    /// once. Otherwise (too early, or the change was superseded since the
+    /// gateway asked) dropped: the gateway asks again.
+    fn ingest_state(&mut self, sender: NodeId, members: Vec<(String, String, NodeId)>) {
+        let Some(p) = self.pending.clone() else {
+            return;
+        };
+        if p.state.is_some() || self.has_all(&p).is_none() {
+            return;
+        }
+        self.clock = self.clock.saturating_add(1);
+        let e = Element {
+            origin: self.site,
+            epoch: p.epoch,
+            seq: 1,
+            ts: self.clock,
+            sender,
+            body: Body::State { members },
+        };
+        let bytes = e.encode();
+        if self.gateway {
+            self.forward(&e, &bytes, TREE);
+        }
+        self.store.insert((e.epoch, e.origin, e.seq), bytes);
+        if let Some(p) = self.pending.as_mut() {
+            p.state = Some(e);
         }
     }
 
@@ -1362,6 +1569,7 @@ impl SiteDaemon {
                 new_epoch: d.epoch,
                 sites: d.sites,
                 holds: Vec::new(),
+                decided: None,
             };
             self.ring_send(RingMsg::Own(flush), ring::Service::Agreed);
         }
@@ -1424,7 +1632,7 @@ impl SiteDaemon {
             return u64::MAX;
         };
         let conf = &self.conf;
-        if p.sites.contains(&conf.sites[i]) {
+        if p.stays(&conf.sites[i]) {
             return u64::MAX;
         }
         conf.sites
@@ -1432,9 +1640,7 @@ impl SiteDaemon {
             .zip(&conf.streams)
             .filter_map(|(site, s)| match &s.flush {
                 Some((epoch, _, holds))
-                    if *epoch == p.epoch
-                        && p.sites.contains(site)
-                        && holds.len() == conf.sites.len() =>
+                    if *epoch == p.epoch && p.stays(site) && holds.len() == conf.sites.len() =>
                 {
                     Some(holds[i])
                 }
@@ -1463,6 +1669,7 @@ impl SiteDaemon {
                 new_epoch,
                 sites,
                 holds,
+                ..
             } => s.flush = Some((*new_epoch, sites.clone(), holds.clone())),
             Body::State { members } => s.state = Some(members.clone()),
             Body::Data {
@@ -1675,13 +1882,50 @@ impl SiteDaemon {
 
     /// The old configuration ends here once every staying site's flush is
     /// in and, of every departed site, all that any staying site held.
+    ///
+    /// Two phases. First every staying site's flush and, of every site
+    /// that left, all that any staying site held ([`Self::has_all`]): the
+    /// site then puts its state in the new configuration's stream (the
+    /// gateway asks; `ingest_state`). Then every site's state of the new
+    /// configuration: each of them holds everything its own change
+    /// needs, so whatever this site delivers at the change, each of them
+    /// delivers too, even if it never completes this change (a newer one
+    /// supersedes it there, `membership.rs`); and the new configuration's
+    /// regular views are given at once, never left waiting for a site
+    /// that went elsewhere.
     fn check_transition(&mut self) {
         let Some(p) = self.pending.clone() else {
             return;
         };
+        let Some(max_hold) = self.has_all(&p) else {
+            return;
+        };
+        if p.state.is_none() {
+            if self.gateway && self.state_asked != Some(p.epoch) && self.send_state() {
+                self.state_asked = Some(p.epoch);
+            }
+            return;
+        }
+        let states = self.future.get(&p.epoch);
+        let all_states = p.sites.iter().all(|s| {
+            *s == self.site
+                || states.is_some_and(|v| {
+                    v.iter()
+                        .any(|e| e.origin == *s && matches!(e.body, Body::State { .. }))
+                })
+        });
+        if all_states {
+            self.complete_transition(&p, &max_hold);
+        }
+    }
+
+    /// Whether this site holds everything change `p` needs: every staying
+    /// site's flush for it and, of every site that left, all that any of
+    /// them held. Returns those counts.
+    fn has_all(&self, p: &Pending) -> Option<Vec<u64>> {
         let mut max_hold = vec![0u64; self.conf.sites.len()];
         for (i, site) in self.conf.sites.iter().enumerate() {
-            if !p.sites.contains(site) {
+            if !p.stays(site) {
                 continue;
             }
             match &self.conf.streams[i].flush {
@@ -1690,15 +1934,15 @@ impl SiteDaemon {
                         *m = (*m).max(*h);
                     }
                 }
-                _ => return,
+                _ => return None,
             }
         }
         for (i, site) in self.conf.sites.iter().enumerate() {
-            if !p.sites.contains(site) && self.conf.streams[i].next - 1 < max_hold[i] {
-                return;
+            if !p.stays(site) && self.conf.streams[i].next - 1 < max_hold[i] {
+                return None;
             }
         }
-        self.complete_transition(&p, &max_hold);
+        Some(max_hold)
     }
 
     fn complete_transition(&mut self, p: &Pending, max_hold: &[u64]) {
@@ -1709,15 +1953,23 @@ impl SiteDaemon {
             .conf
             .sites
             .iter()
-            .filter(|s| p.sites.contains(s))
+            .filter(|s| p.stays(s))
             .copied()
             .collect();
         let tid = view_id(p.epoch, u64::from(self.conf.epoch));
+        // The transitional configuration is what the old and the new
+        // regular ones share (EVS): the clients of the staying sites that
+        // are still members once the old configuration has delivered
+        // everything (each staying site's state for the new one says so;
+        // a client whose leave, or whose daemon's departure, is delivered
+        // in the transitional configuration is not in it).
+        let next = self.states_of(p);
         let groups: Vec<String> = self.groups.keys().cloned().collect();
         for g in &groups {
             let members: Vec<String> = self.groups[g]
                 .iter()
                 .filter(|c| self.client_site(c).is_some_and(|s| staying.contains(&s)))
+                .filter(|c| next.contains(&(g.clone(), (*c).clone())))
                 .cloned()
                 .collect();
             self.views_to_locals(g, tid, true, Some(members), ViewReason::Network);
@@ -1725,7 +1977,7 @@ impl SiteDaemon {
         let mut rest = Vec::new();
         for (i, s) in self.conf.streams.iter_mut().enumerate() {
             for e in s.ordered.drain(..) {
-                if e.seq <= max_hold[i] || p.sites.contains(&e.origin) {
+                if e.seq <= max_hold[i] || p.stays(&e.origin) {
                     rest.push(e);
                 } else {
                     self.stats.truncated += 1;
@@ -1737,6 +1989,21 @@ impl SiteDaemon {
             self.deliver(e, true);
         }
         self.switch_to(p);
+    }
+
+    /// Every (group, client) the sites' states for change `p` list (all
+    /// are in when it completes).
+    fn states_of(&self, p: &Pending) -> BTreeSet<(String, String)> {
+        let theirs = self.future.get(&p.epoch).into_iter().flatten();
+        theirs
+            .chain(p.state.as_ref())
+            .filter_map(|e| match &e.body {
+                Body::State { members } => Some(members),
+                _ => None,
+            })
+            .flatten()
+            .map(|(g, c, _)| (g.clone(), c.clone()))
+            .collect()
     }
 
     fn switch_to(&mut self, p: &Pending) {
@@ -1762,7 +2029,15 @@ impl SiteDaemon {
             for s in &p.sites {
                 self.inject_next.entry((p.epoch, *s)).or_insert(1);
             }
-            self.send_state();
+        }
+        // The stream reopens, with this site's state as its first element.
+        if let Some(e) = p.state.clone() {
+            self.accept(e);
+        }
+        self.own_closed = false;
+        self.flush_deferred();
+        for (sender, body) in std::mem::take(&mut self.held_own) {
+            self.ingest_own(sender, body);
         }
     }
 
@@ -1772,20 +2047,53 @@ impl SiteDaemon {
             .and_then(|d| self.topo.site_of(*d))
     }
 
-    /// The gateway opens its site's stream in the new configuration with
-    /// its daemons' members of every group.
-    fn send_state(&mut self) {
-        let mut members = Vec::new();
+    /// The gateway asks its ring to open the site's stream in the new
+    /// configuration with its daemons' members of every group
+    /// (`ingest_state`). False if the ring's queue had no room (asked
+    /// again at the next step).
+    fn send_state(&mut self) -> bool {
+        let members = self.own_final_members();
+        self.ring_send(RingMsg::Own(Body::State { members }), ring::Service::Agreed)
+    }
+
+    /// This site's clients in each group once the closing configuration
+    /// has delivered all of this site's elements: what is delivered, and
+    /// the joins, leaves and departures of the site's own stream still
+    /// waiting (every one of them is delivered at the change, in the
+    /// regular or the transitional configuration, and a closed stream
+    /// takes no more). The same whenever it is computed after the flush.
+    fn own_final_members(&self) -> Vec<(String, String, NodeId)> {
+        let mut daemon_of = self.client_daemon.clone();
+        let mut members: BTreeSet<(String, String)> = BTreeSet::new();
         for (g, m) in &self.groups {
             for c in m {
-                if let Some(d) = self.client_daemon.get(c) {
-                    if self.topo.site_of(*d) == Some(self.site) {
-                        members.push((g.clone(), c.clone(), *d));
+                members.insert((g.clone(), c.clone()));
+            }
+        }
+        if let Some(i) = self.conf.index(self.site) {
+            for e in &self.conf.streams[i].ordered {
+                match &e.body {
+                    Body::Join { client, group } => {
+                        daemon_of.insert(client.clone(), e.sender);
+                        members.insert((group.clone(), client.clone()));
                     }
+                    Body::Leave { client, group } => {
+                        members.remove(&(group.clone(), client.clone()));
+                    }
+                    Body::Gone { node } => {
+                        members.retain(|(_, c)| daemon_of.get(c) != Some(node));
+                    }
+                    _ => {}
                 }
             }
         }
-        self.ring_send(RingMsg::Own(Body::State { members }), ring::Service::Agreed);
+        members
+            .into_iter()
+            .filter_map(|(g, c)| {
+                let d = *daemon_of.get(&c)?;
+                (self.topo.site_of(d) == Some(self.site)).then_some((g, c, d))
+            })
+            .collect()
     }
 
     /// The new configuration's regular views, once every site's state is in.
@@ -1808,6 +2116,107 @@ impl SiteDaemon {
             self.views_to_locals(&g, id, false, None, ViewReason::Network);
         }
         self.deliver_ordered();
+    }
+
+    // ---- the site membership (gateway) ---------------------------------
+
+    /// Where this site stands, for its `Alive`s.
+    fn membership_local(&self) -> membership::Local {
+        membership::Local {
+            from: self.conf.epoch,
+            latest: self.link_epoch.max(self.conf.epoch),
+            settled: self.pending.is_none() && !self.own_closed && self.conf.installed,
+            conf_sites: self.conf.sites.clone(),
+        }
+    }
+
+    /// The gateway's membership step: its `Alive` when due, a commit as
+    /// leader, and a commit for its site handed over.
+    fn run_membership(&mut self) {
+        if !self.gateway {
+            return;
+        }
+        let local = self.membership_local();
+        let now = self.now;
+        let Some(m) = self.membership.as_mut() else {
+            return;
+        };
+        let mut beat = now >= m.next_beat;
+        if m.decide(now, &local).is_some() {
+            self.stats.commits_made += 1;
+            // Out at once: the members act on it from this `Alive`.
+            beat = true;
+        }
+        let alive = beat.then(|| m.beat(now, &local));
+        let commit = m.commit_for_me(now, &local);
+        if let Some(a) = alive {
+            self.flood_alive(&a.encode(), None);
+        }
+        if let Some(c) = commit {
+            self.stats.commits_taken += 1;
+            let staying: Vec<SiteId> = c
+                .sites
+                .iter()
+                .filter(|(_, from)| *from == local.from)
+                .map(|(s, _)| *s)
+                .collect();
+            self.hand_over(c.epoch, &c.site_ids(), Some((local.from, staying)));
+        }
+    }
+
+    /// An `Alive` from `node` of neighbouring site `site` (its gateway,
+    /// or one passing another site's on).
+    fn on_alive(&mut self, node: NodeId, site: SiteId, bytes: &[u8]) {
+        if !self.gateway || self.membership.is_none() {
+            return;
+        }
+        if self.topo.site_of(node) != Some(site) || !self.topo_linked(site) {
+            self.stats.bad_datagrams += 1;
+            return;
+        }
+        let Ok(alive) = membership::Alive::decode(bytes) else {
+            self.stats.bad_datagrams += 1;
+            return;
+        };
+        let now = self.now;
+        let fresh = self
+            .membership
+            .as_mut()
+            .is_some_and(|m| m.on_alive(now, alive));
+        if fresh {
+            self.flood_alive(bytes, Some(site));
+            self.run_membership();
+        }
+    }
+
+    /// Sends an `Alive` to every neighbouring site but `except`: to its
+    /// gateway when known, else to each of its daemons.
+    fn flood_alive(&mut self, alive: &[u8], except: Option<SiteId>) {
+        let mut buf = codec::wan_header(codec::WAN_ALIVE, 0, self.site);
+        buf.extend_from_slice(alive);
+        let payload = Bytes::from(buf);
+        let now = self.now;
+        let neighbours: Vec<SiteId> = (0..self.topo.sites.len() as u16)
+            .map(SiteId)
+            .filter(|s| *s != self.site && Some(*s) != except && self.topo_linked(*s))
+            .collect();
+        for s in neighbours {
+            let known = self
+                .membership
+                .as_ref()
+                .and_then(|m| m.sender_of(s, now))
+                .or_else(|| self.links.get(&s).map(|l| l.peer));
+            let targets = match known {
+                Some(n) => vec![n],
+                None => self.topo.sites[usize::from(s.0)].daemons.clone(),
+            };
+            for n in targets {
+                self.out.push_back(Out {
+                    target: Target::Wan(n),
+                    payload: payload.clone(),
+                });
+            }
+        }
     }
 
     // ---- the gateway ----------------------------------------------------
@@ -2197,21 +2606,41 @@ impl SiteDaemon {
             self.sent_upto.clear();
             self.last_clear = self.now;
         }
-        let conf = &self.conf;
-        let holds = conf.holds();
+        let mut statuses = vec![(self.conf.epoch, self.conf.holds())];
+        if let Some(p) = self.pending.as_ref().filter(|p| p.state.is_some()) {
+            // The change's second phase: which sites' states of the new
+            // configuration are in here (each is its stream's first
+            // element), so that one lost with a link is resent.
+            let states = self.future.get(&p.epoch);
+            let holds = p
+                .sites
+                .iter()
+                .map(|s| {
+                    let held =
+                        *s == self.site || states.is_some_and(|v| v.iter().any(|e| e.origin == *s));
+                    u64::from(held)
+                })
+                .collect();
+            statuses.push((p.epoch, holds));
+        }
+        for (epoch, holds) in statuses {
+            self.send_status_for(epoch, &holds);
+        }
+    }
+
+    fn send_status_for(&mut self, epoch: u32, holds: &[u64]) {
         let targets: Vec<SiteId> = self
             .view_sites
             .iter()
             .filter(|s| **s != self.site)
             .copied()
             .collect();
-        let epoch = conf.epoch;
         for t in targets {
             let msg = WanMsg::Status {
                 dest: t.0,
                 site: self.site,
                 epoch,
-                holds: holds.clone(),
+                holds: holds.to_vec(),
             };
             // A neighbour's gateway gets it at once, outside the link's
             // queue: behind a second of queued data on a saturated link it
@@ -2249,6 +2678,10 @@ impl SiteDaemon {
             }
             entry.iter().map(|e| e.1).collect()
         };
+        if self.pending.as_ref().is_some_and(|p| p.epoch == epoch) {
+            self.resend_own_state(t, epoch, holds, &since);
+            return;
+        }
         let conf = if self.conf.epoch == epoch {
             &self.conf
         } else if let Some(p) = self.prev.as_ref().filter(|p| p.epoch == epoch) {
@@ -2310,6 +2743,34 @@ impl SiteDaemon {
                 }
             }
             self.sent_upto.insert((t, epoch, x), to);
+        }
+    }
+
+    /// Site `t` lacks this site's state of the change both are making
+    /// (its status about the new configuration, `send_status`): resent
+    /// once the count has not moved for `resend_timeout`.
+    fn resend_own_state(&mut self, t: SiteId, epoch: u32, holds: &[u64], since: &[Instant]) {
+        let Some(p) = self.pending.as_ref() else {
+            return;
+        };
+        let Some(i) = p.sites.iter().position(|s| *s == self.site) else {
+            return;
+        };
+        if p.state.is_none() || holds.len() != p.sites.len() || holds[i] > 0 {
+            return;
+        }
+        let stalled = self.now.saturating_duration_since(since[i]) >= self.config.resend_timeout;
+        let key = (t, epoch, self.site);
+        if !stalled || self.sent_upto.get(&key).is_some_and(|s| *s >= 1) {
+            return;
+        }
+        let Some(b) = self.store.get(&(epoch, self.site, 1)).cloned() else {
+            return;
+        };
+        if let Some(n) = self.routes.next_hop(self.site, t) {
+            self.stats.resent += 1;
+            self.link_send_element(n, t.0, (epoch, self.site, 1), &b);
+            self.sent_upto.insert(key, 1);
         }
     }
 

@@ -268,6 +268,7 @@ impl SiteDaemon {
         self.mine_unstable.clear();
         self.gateway = false;
         self.links.clear();
+        self.membership = None;
         self.standing = Standing::Fresh;
         self.reset_state();
     }
@@ -324,6 +325,7 @@ impl SiteDaemon {
             self.become_gateway();
         } else if was && !self.gateway {
             self.links.clear();
+            self.membership = None;
         }
         for node in gone {
             self.ingest_own(gateway, Body::Gone { node });
@@ -486,6 +488,16 @@ fn put_pending(w: &mut Writer, p: Option<&Pending>) {
         Some(p) => {
             w.u8(1).u32(p.epoch);
             put_sites(w, &p.sites);
+            put_sites(w, &p.staying);
+            w.u8(u8::from(p.decided));
+            match &p.state {
+                Some(e) => {
+                    w.u8(1).bytes(&e.encode());
+                }
+                None => {
+                    w.u8(0);
+                }
+            }
         }
         None => {
             w.u8(0);
@@ -499,6 +511,17 @@ fn get_pending(r: &mut Reader<'_>) -> R<Option<Pending>> {
         1 => Some(Pending {
             epoch: r.u32()?,
             sites: get_sites(r)?,
+            staying: get_sites(r)?,
+            decided: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(Malformed),
+            },
+            state: match r.u8()? {
+                0 => None,
+                1 => Some(Element::decode(r.bytes()?)?),
+                _ => return Err(Malformed),
+            },
         }),
         _ => return Err(Malformed),
     })

@@ -397,7 +397,12 @@ proptest! {
             seq,
             ts,
             sender: NodeId(4),
-            body: Body::Flush { new_epoch: 10, sites: vec![SiteId(1); n], holds: vec![seq; n] },
+            body: Body::Flush {
+                new_epoch: 10,
+                sites: vec![SiteId(1); n],
+                holds: vec![seq; n],
+                decided: (n % 2 == 1).then(|| (9, vec![SiteId(2); n])),
+            },
         };
         prop_assert_eq!(Element::decode(&e.encode()).unwrap(), e);
     }
@@ -1404,8 +1409,11 @@ fn large_message_sweep() {
     } else {
         &LARGE
     };
+    // `SHOAL_SWEEP_MEMBERSHIP=1`: the site membership finds the
+    // configurations (the partitions only cut the WAN).
+    let membership = std::env::var("SHOAL_SWEEP_MEMBERSHIP").is_ok();
     for seed in from..=seeds {
-        sweep_seed(seed, sizes);
+        sweep_seed_with(seed, sizes, membership);
     }
 }
 
@@ -1427,14 +1435,39 @@ fn large_message_sweep_pinned_seeds() {
     }
 }
 
+/// A few seeds of the sweep with the site membership finding every
+/// configuration (`SHOAL_SWEEP_MEMBERSHIP=1` runs a thousand): among them
+/// splits noticed and merged, and merges that come while the split is
+/// being noticed (seeds 2, 6, 10: 4.84, 4.92 and 5.0 s after the split,
+/// around `site_timeout`).
+#[test]
+fn membership_sweep_seeds() {
+    for seed in 1..=12 {
+        sweep_seed_with(seed, &[100], true);
+    }
+    for seed in [2, 4] {
+        sweep_seed_with(seed, &LARGE, true);
+    }
+}
+
 /// One seed of `large_message_sweep`.
 fn sweep_seed(seed: u64, sizes: &[usize]) {
-    let config = WorldConfig {
+    sweep_seed_with(seed, sizes, false);
+}
+
+/// One seed of `large_message_sweep`, the configurations found by the
+/// site membership or handed over by the harness.
+fn sweep_seed_with(seed: u64, sizes: &[usize], membership: bool) {
+    let mut config = WorldConfig {
         seed,
         lan_delay: Duration::from_micros(100 + 100 * (seed % 10)),
         lan_loss: 0.01 * (seed % 3) as f64,
         ..WorldConfig::default()
     };
+    config.daemon.membership.enabled = membership;
+    // The merge of the seeds that split: with the membership, after the
+    // split was noticed (`site_timeout`, 5 s).
+    let merge_at = if membership { 12_000 } else { 7000 };
     let mut w = world_with(3, 3, 0.02 * (seed % 4) as f64, config);
     let names = clients(&mut w, 9);
     sized_traffic(&mut w, &names, 500, 6, 150, sizes);
@@ -1457,15 +1490,22 @@ fn sweep_seed(seed: u64, sizes: &[usize]) {
         if seed % 4 == 2 {
             // The merge comes while the split's flushes are under way.
             let split_at = w.now();
-            w.run_until(split_at + Duration::from_millis(20 * (seed % 16)));
+            // With the membership, around the moment the split is
+            // noticed (`site_timeout`, 5 s).
+            let wait = if membership {
+                4800 + 20 * (seed % 32)
+            } else {
+                20 * (seed % 16)
+            };
+            w.run_until(split_at + Duration::from_millis(wait));
             w.partition(&[vec![SiteId(0), SiteId(1), SiteId(2)]]);
             sized_traffic(&mut w, &live, 4100, 10, 150, sizes);
         } else {
             sized_traffic(&mut w, &live, 4100, 10, 150, sizes);
-            w.run_until(ms(7000));
+            w.run_until(ms(merge_at));
             w.partition(&[vec![SiteId(0), SiteId(1), SiteId(2)]]);
         }
-        sized_traffic(&mut w, &live, 7100, 10, 150, sizes);
+        sized_traffic(&mut w, &live, merge_at + 100, 10, 150, sizes);
     }
     // And once every change is over.
     sized_traffic(&mut w, &live, 15_000, 10, 150, sizes);
@@ -1489,7 +1529,7 @@ fn sweep_seed(seed: u64, sizes: &[usize]) {
     let (_, sites, changing) = w.daemon(NodeId(0)).unwrap().configuration();
     assert!(sites.len() == 3 && !changing, "seed {seed}: not merged");
     let after = if seed.is_multiple_of(2) {
-        ms(7100)
+        ms(merge_at + 100)
     } else {
         ms(1500)
     };
@@ -1540,8 +1580,95 @@ fn sweep_seed(seed: u64, sizes: &[usize]) {
         }
     }
     assert!(checked > 0, "seed {seed}: nothing sent in the last views");
+    let changes = w.daemon(NodeId(0)).unwrap().stats().configurations;
+    if membership {
+        // The membership found the first configuration of all three
+        // and, on even seeds, the split and the merge (or, merging
+        // before the split was noticed, no change at all).
+        let commits = w.daemon(NodeId(0)).unwrap().stats().commits_taken;
+        assert!(commits >= 1, "seed {seed}: no commit taken");
+    }
     eprintln!(
-        "seed {seed}: clean, {} deliveries",
+        "seed {seed}: clean, {} deliveries, {changes} changes of configuration at daemon 0",
         report.summary.deliveries
     );
+}
+
+/// The site membership finds the configurations itself: three sites of
+/// two daemons start alone and merge; both daemons of site 2 crash
+/// (`site_timeout` later sites 0 and 1 are a configuration of their
+/// own and keep delivering); they start again with no state, their site
+/// alone in a configuration of its own, and merge back. The checker
+/// finds nothing, across seeds and WAN loss.
+#[test]
+fn the_membership_leaves_out_a_failed_site_and_merges_it_back() {
+    for seed in 1..=4u64 {
+        let mut config = WorldConfig {
+            seed,
+            ..WorldConfig::default()
+        };
+        config.daemon.membership.enabled = true;
+        let mut w = world_with(3, 2, 0.02 * (seed % 3) as f64, config);
+        w.run_until(ms(1000));
+        for d in 0..6 {
+            let (_, sites, changing) = w.daemon(NodeId(d)).unwrap().configuration();
+            assert!(sites.len() == 3 && !changing, "seed {seed}: no first merge");
+        }
+        let names = clients(&mut w, 6);
+        traffic(&mut w, &names, 1500, 10, 50);
+        w.crash(NodeId(4));
+        w.crash(NodeId(5));
+        let live: Vec<String> = names[..4].to_vec();
+        traffic(&mut w, &live, 2100, 30, 100);
+        w.run_until(ms(9000));
+        for d in 0..4 {
+            let (_, sites, changing) = w.daemon(NodeId(d)).unwrap().configuration();
+            assert_eq!(
+                sites,
+                &[SiteId(0), SiteId(1)],
+                "seed {seed}: site 2 left out"
+            );
+            assert!(!changing, "seed {seed}");
+        }
+        w.restart(NodeId(4));
+        w.restart(NodeId(5));
+        w.run_until(ms(13_000));
+        for d in 0..6 {
+            let (_, sites, changing) = w.daemon(NodeId(d)).unwrap().configuration();
+            assert!(
+                sites.len() == 3 && !changing,
+                "seed {seed}: not merged back"
+            );
+        }
+        let back = vec![w.connect(NodeId(4), 1)];
+        w.join(&back[0], "g");
+        traffic(&mut w, &live, 13_500, 10, 50);
+        w.run_until(ms(18_000));
+        let report = check(&w);
+        assert!(report.is_clean(), "seed {seed}: {report}");
+        // Every message sent after the merge reaches the live clients and
+        // the restarted site's new one.
+        let got = delivered(&w);
+        for r in w.history() {
+            if let Rec::Send {
+                at,
+                client,
+                seq,
+                service,
+                ..
+            } = r
+            {
+                if *at >= ms(13_500) && *service != Service::Unreliable {
+                    for c in live.iter().chain(&back) {
+                        assert!(
+                            got.contains(&(c.clone(), client.clone(), *seq)),
+                            "seed {seed}: {c} lacks {client}/{seq}"
+                        );
+                    }
+                }
+            }
+        }
+        let st = w.daemon(NodeId(0)).unwrap().stats();
+        assert!(st.commits_made >= 3, "seed {seed}: {st:?}");
+    }
 }

@@ -49,6 +49,38 @@ fn a_good_file_gives_the_topology_addresses_and_settings() {
 }
 
 #[test]
+fn the_site_membership_is_on_unless_the_file_says_otherwise() {
+    let plan = SitesPlan::from_toml(GOOD).unwrap();
+    assert!(plan.engine.membership.enabled);
+    assert_eq!(
+        plan.engine.membership.site_timeout,
+        Duration::from_millis(2000)
+    );
+    let off = format!("{GOOD}\n[membership]\nenabled = false\n");
+    assert!(
+        !SitesPlan::from_toml(&off)
+            .unwrap()
+            .engine
+            .membership
+            .enabled
+    );
+    let tuned = format!("{GOOD}\n[membership]\nheartbeat_interval = 500\nsite_timeout = 5000\n");
+    let m = SitesPlan::from_toml(&tuned).unwrap().engine.membership;
+    assert!(m.enabled);
+    assert_eq!(m.heartbeat_interval, Duration::from_millis(500));
+    assert_eq!(m.site_timeout, Duration::from_millis(5000));
+    // Under [engine] it is not a setting: said, not ignored.
+    let misplaced = format!("{GOOD}\n[engine.membership]\nenabled = false\n");
+    assert!(
+        err(&misplaced).contains("membership"),
+        "{}",
+        err(&misplaced)
+    );
+    let typo = format!("{GOOD}\n[membership]\nsite_timout = 5000\n");
+    assert!(err(&typo).contains("site_timout"), "{}", err(&typo));
+}
+
+#[test]
 fn every_bad_file_is_refused_with_what_is_wrong() {
     let site =
         |name: &str, daemons: &str| format!("[[site]]\nname = \"{name}\"\ndaemons = [{daemons}]\n");
@@ -290,6 +322,8 @@ fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
             e.daemon_mut().join(now, &name, "g").unwrap();
         });
     }
+    // The site membership merges the two sites (each starts alone).
+    wait_for_every_site(&nodes);
     std::thread::sleep(Duration::from_millis(300));
     let mut delivered = 0;
     drain(&mut streams, &mut records, &mut delivered);
@@ -324,6 +358,31 @@ fn two_sites_over_loopback_udp_deliver_agreed_and_safe() {
     let report = shoal_check::check(records);
     assert!(report.is_clean(), "{report}");
     assert_eq!(delivered, 3 * 60, "every client delivers all 60 messages");
+}
+
+/// Waits (at most 20 s) until every node's daemon is in a configuration
+/// of every site, the change to it complete.
+fn wait_for_every_site(nodes: &[Node<SiteEngine>]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = nodes.iter().all(|n| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            n.control(move |e, _, _| {
+                let d = e.daemon_mut();
+                let (_, sites, changing) = d.configuration();
+                let _ = tx.send(!changing && sites.len() == d.topology_sites());
+            });
+            rx.recv().unwrap_or(false)
+        });
+        if all {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sites did not merge within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 type Events = tokio::sync::mpsc::UnboundedReceiver<crate::EventBatch<Event>>;
