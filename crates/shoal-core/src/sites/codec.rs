@@ -476,14 +476,15 @@ impl RingMsg {
     }
 }
 
-fn put_site_list(w: &mut Writer, sites: &[SiteId]) {
+/// A list of sites: a 16-bit count, then each site.
+pub(crate) fn put_site_list(w: &mut Writer, sites: &[SiteId]) {
     w.u16(sites.len() as u16);
     for s in sites {
         w.u16(s.0);
     }
 }
 
-fn get_site_list(r: &mut Reader<'_>) -> R<Vec<SiteId>> {
+pub(crate) fn get_site_list(r: &mut Reader<'_>) -> R<Vec<SiteId>> {
     let n = r.count(2)?;
     (0..n).map(|_| r.u16().map(SiteId)).collect()
 }

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::codec::{Malformed, Reader, Writer};
+use super::codec::{get_site_list, put_site_list, Malformed, Reader, Writer};
 use crate::overlay::SiteId;
 use crate::{Instant, NodeId};
 
@@ -127,7 +127,7 @@ impl Alive {
         let mut w = Writer::default();
         w.u16(self.site.0).u32(self.node.0).u64(self.seq);
         w.u32(self.from).u32(self.latest).u8(u8::from(self.settled));
-        put_sites(&mut w, &self.view);
+        put_site_list(&mut w, &self.view);
         match &self.commit {
             Some(c) => {
                 w.u8(1).u32(c.epoch).u16(c.sites.len() as u16);
@@ -154,7 +154,7 @@ impl Alive {
             1 => true,
             _ => return Err(Malformed),
         };
-        let view = get_sites(&mut r)?;
+        let view = get_site_list(&mut r)?;
         let commit = match r.u8()? {
             0 => None,
             1 => {
@@ -181,18 +181,6 @@ impl Alive {
             commit,
         })
     }
-}
-
-fn put_sites(w: &mut Writer, sites: &[SiteId]) {
-    w.u16(sites.len() as u16);
-    for s in sites {
-        w.u16(s.0);
-    }
-}
-
-fn get_sites(r: &mut Reader<'_>) -> Result<Vec<SiteId>, Malformed> {
-    let n = r.count(2)?;
-    (0..n).map(|_| r.u16().map(SiteId)).collect()
 }
 
 /// Where this gateway's site stands, as its `Alive` reports it.
