@@ -592,6 +592,9 @@ pub struct SiteDaemon {
     state_asked: Option<u32>,
     /// A flush the ring's queue refused, to send when it has room.
     flush_unsent: Option<Body>,
+    /// The open state round's messages the ring's queue has not taken
+    /// yet (`sync.rs`).
+    round_out: VecDeque<RingMsg>,
     /// Messages in progress taken with a snapshot.
     #[cfg(test)]
     parts_adopted: usize,
@@ -780,6 +783,7 @@ impl SiteDaemon {
             membership: None,
             state_asked: None,
             flush_unsent: None,
+            round_out: VecDeque::new(),
             #[cfg(test)]
             parts_adopted: 0,
         };
@@ -1150,11 +1154,13 @@ impl SiteDaemon {
                 progressed = true;
                 self.on_ring_event(ev);
             }
+            self.flush_round_out();
             self.release_requests();
             if self.gateway {
-                if let Some(f) = self.flush_unsent.take() {
-                    if !self.ring_send(RingMsg::Own(f.clone()), ring::Service::Agreed) {
-                        self.flush_unsent = Some(f);
+                let room = self.ring.queued() < self.config.ring.send_queue_max;
+                if let Some(f) = self.flush_unsent.clone().filter(|_| room) {
+                    if self.ring_send(RingMsg::Own(f), ring::Service::Agreed) {
+                        self.flush_unsent = None;
                     }
                 }
                 if self.inject_stalled {

@@ -112,7 +112,33 @@ impl SiteDaemon {
             kept: Vec::new(),
             parts: Vec::new(),
         });
-        self.ring_send(hello, ring::Service::Agreed);
+        // What the last round had not sent yet was for its ring only.
+        self.round_out.clear();
+        self.send_round_msg(hello);
+    }
+
+    /// A round's message (a hello, a snapshot's part), in order, whenever
+    /// the ring's queue has room: one refused and lost would leave the
+    /// round undecided, or a starting daemon without its state, until the
+    /// next ring (found with large messages filling the queue while a
+    /// restarted gateway joined its ring).
+    fn send_round_msg(&mut self, msg: RingMsg) {
+        self.round_out.push_back(msg);
+        self.flush_round_out();
+    }
+
+    /// Sends the round's waiting messages the ring's queue takes.
+    pub(super) fn flush_round_out(&mut self) {
+        while let Some(msg) = self.round_out.front() {
+            if self.ring.queued() >= self.config.ring.send_queue_max {
+                return;
+            }
+            let msg = msg.clone();
+            if !self.ring_send(msg, ring::Service::Agreed) {
+                return;
+            }
+            self.round_out.pop_front();
+        }
     }
 
     /// A round still open when the next ring is installed.
@@ -228,7 +254,7 @@ impl SiteDaemon {
                 count,
                 bytes: bytes.slice(from..to),
             };
-            self.ring_send(msg, ring::Service::Agreed);
+            self.send_round_msg(msg);
         }
     }
 

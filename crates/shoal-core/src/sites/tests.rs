@@ -1445,7 +1445,11 @@ fn membership_sweep_seeds() {
     for seed in 1..=12 {
         sweep_seed_with(seed, &[100], true);
     }
-    for seed in [2, 4] {
+    // Seed 16: site 0's gateway restarted while its ring's queue was
+    // full of large messages' parts; its round's hello or the snapshot's
+    // parts were refused by the queue and lost, and it never took the
+    // site's state (`flush_round_out`).
+    for seed in [2, 4, 16] {
         sweep_seed_with(seed, &LARGE, true);
     }
 }
@@ -1521,7 +1525,10 @@ fn sweep_seed_with(seed: u64, sizes: &[usize], membership: bool) {
     sized_traffic(&mut w, &live, 15_000, 10, 150, sizes);
     w.run_until(ms(40_000));
     let report = check(&w);
-    if !report.is_clean() && std::env::var("SHOAL_SWEEP_DUMP").is_ok() {
+    let merged = w
+        .daemon(NodeId(0))
+        .is_some_and(|d| d.configuration().1.len() == 3 && !d.configuration().2);
+    if (!report.is_clean() || !merged) && std::env::var("SHOAL_SWEEP_DUMP").is_ok() {
         for d in 0..9 {
             if let Some(x) = w.daemon(NodeId(d)) {
                 eprintln!(
