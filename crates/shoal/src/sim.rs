@@ -138,7 +138,9 @@ pub struct SimArgs {
 /// them in a virtual machine) besides the cache miss; with 2 MiB pages the
 /// whole heap stays within the TLB's reach. The results do not depend on
 /// it (they depend on no address); the depth-8 `pbcast-tree` run takes
-/// 15-20% less time.
+/// 15-20% less time. Under a tool that does not follow `exec` (valgrind
+/// without `--trace-children=yes`), set `GLIBC_TUNABLES` to keep the run
+/// in the process the tool watches.
 pub fn rerun_with_huge_pages() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
