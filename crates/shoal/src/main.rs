@@ -80,7 +80,10 @@ fn main() -> ExitCode {
         Command::Monitor(args) => monitor_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Sim(args) => sim::run(*args),
+        Command::Sim(args) => {
+            sim::rerun_with_huge_pages();
+            sim::run(*args)
+        }
         Command::Site(args) => site_cmd::run(args),
         Command::Check(args) => return check_cmd::run(args),
         Command::Man(args) => man(args),
