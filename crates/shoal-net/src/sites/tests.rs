@@ -54,7 +54,7 @@ fn the_site_membership_is_on_unless_the_file_says_otherwise() {
     assert!(plan.engine.membership.enabled);
     assert_eq!(
         plan.engine.membership.site_timeout,
-        Duration::from_millis(2000)
+        Duration::from_millis(5000)
     );
     let off = format!("{GOOD}\n[membership]\nenabled = false\n");
     assert!(
@@ -64,11 +64,11 @@ fn the_site_membership_is_on_unless_the_file_says_otherwise() {
             .membership
             .enabled
     );
-    let tuned = format!("{GOOD}\n[membership]\nheartbeat_interval = 500\nsite_timeout = 5000\n");
+    let tuned = format!("{GOOD}\n[membership]\nheartbeat_interval = 500\nsite_timeout = 8000\n");
     let m = SitesPlan::from_toml(&tuned).unwrap().engine.membership;
     assert!(m.enabled);
     assert_eq!(m.heartbeat_interval, Duration::from_millis(500));
-    assert_eq!(m.site_timeout, Duration::from_millis(5000));
+    assert_eq!(m.site_timeout, Duration::from_millis(8000));
     // Under [engine] it is not a setting: said, not ignored.
     let misplaced = format!("{GOOD}\n[engine.membership]\nenabled = false\n");
     assert!(
@@ -76,6 +76,9 @@ fn the_site_membership_is_on_unless_the_file_says_otherwise() {
         "{}",
         err(&misplaced)
     );
+    // Below the ring's re-formation after a gateway's crash: refused.
+    let short = format!("{GOOD}\n[membership]\nsite_timeout = 2000\n");
+    assert!(err(&short).contains("site_timeout"), "{}", err(&short));
     let typo = format!("{GOOD}\n[membership]\nsite_timout = 5000\n");
     assert!(err(&typo).contains("site_timout"), "{}", err(&typo));
 }
