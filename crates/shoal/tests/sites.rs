@@ -325,22 +325,7 @@ fn a_killed_daemon_leaves_its_site_and_the_rest_keep_delivering() {
     };
     let r = run_with("kill", &[3, 1], None, schedule);
     assert!(r.report.is_clean(), "{}", r.report);
-    let live = ["#c0#d1", "#c0#d2", "#c0#d3"];
-    let mut sent_live = Vec::new();
-    for c in live {
-        sent_live.extend(r.sends(c));
-    }
-    assert!(
-        sent_live.len() >= 3 * 100,
-        "live clients sent {}",
-        sent_live.len()
-    );
-    for c in live {
-        let got = r.deliveries(c);
-        for m in &sent_live {
-            assert!(got.contains(m), "{c} lacks {m:?}");
-        }
-    }
+    live_clients_deliver_each_other(&r, &["#c0#d1", "#c0#d2", "#c0#d3"], 100);
     eprintln!(
         "killed client sent {}, of which {} reached daemon 3's client",
         r.sends("#c0#d0").len(),
@@ -368,22 +353,7 @@ fn a_whole_site_killed_is_left_out_and_the_rest_keep_delivering() {
     };
     let r = run_with("site-kill", &[1, 1, 1], None, schedule);
     assert!(r.report.is_clean(), "{}", r.report);
-    let live = ["#c0#d0", "#c0#d1"];
-    let mut sent_live = Vec::new();
-    for c in live {
-        sent_live.extend(r.sends(c));
-    }
-    assert!(
-        sent_live.len() >= 2 * 200,
-        "live clients sent {}",
-        sent_live.len()
-    );
-    for c in live {
-        let got = r.deliveries(c);
-        for m in &sent_live {
-            assert!(got.contains(m), "{c} lacks {m:?}");
-        }
-    }
+    live_clients_deliver_each_other(&r, &["#c0#d0", "#c0#d1"], 200);
     for id in [0, 1] {
         let line = r
             .stdout
@@ -394,6 +364,23 @@ fn a_whole_site_killed_is_left_out_and_the_rest_keep_delivering() {
             line.contains("sites [0, 1],"),
             "daemon {id} ends without s2: {line}"
         );
+    }
+}
+
+/// Every message of the `live` clients (each sent at least `at_least`)
+/// reaches every one of them.
+fn live_clients_deliver_each_other(r: &Run, live: &[&str], at_least: usize) {
+    let sent: Vec<(String, u64)> = live.iter().flat_map(|c| r.sends(c)).collect();
+    assert!(
+        sent.len() >= live.len() * at_least,
+        "live clients sent {}",
+        sent.len()
+    );
+    for c in live {
+        let got = r.deliveries(c);
+        for m in &sent {
+            assert!(got.contains(m), "{c} lacks {m:?}");
+        }
     }
 }
 
