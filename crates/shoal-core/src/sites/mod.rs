@@ -1606,6 +1606,15 @@ impl SiteDaemon {
     /// Takes in the elements of stream `i` that are next in sequence, as
     /// far as [`Self::acceptance_cap`] allows.
     fn take_in_order(&mut self, i: usize) {
+        // Called for every stream at every step: the cap (a pass over the
+        // streams) only when the next element is waiting.
+        let s = &self.conf.streams[i];
+        if s.early
+            .first_key_value()
+            .is_none_or(|(seq, _)| *seq != s.next)
+        {
+            return;
+        }
         let cap = self.acceptance_cap(i);
         loop {
             let s = &mut self.conf.streams[i];
@@ -1912,17 +1921,21 @@ impl SiteDaemon {
             }
             return;
         }
-        let states = self.future.get(&p.epoch);
-        let all_states = p.sites.iter().all(|s| {
-            *s == self.site
-                || states.is_some_and(|v| {
-                    v.iter()
-                        .any(|e| e.origin == *s && matches!(e.body, Body::State { .. }))
-                })
-        });
-        if all_states {
+        if p.sites.iter().all(|s| self.has_state_of(&p, *s)) {
             self.complete_transition(&p, &max_hold);
         }
+    }
+
+    /// Whether site `site`'s state for change `p` is in here (its first
+    /// element of the new configuration; this site's own once made).
+    fn has_state_of(&self, p: &Pending, site: SiteId) -> bool {
+        if site == self.site {
+            return p.state.is_some();
+        }
+        self.future.get(&p.epoch).is_some_and(|v| {
+            v.iter()
+                .any(|e| e.origin == site && matches!(e.body, Body::State { .. }))
+        })
     }
 
     /// Whether this site holds everything change `p` needs: every staying
@@ -2617,15 +2630,10 @@ impl SiteDaemon {
             // The change's second phase: which sites' states of the new
             // configuration are in here (each is its stream's first
             // element), so that one lost with a link is resent.
-            let states = self.future.get(&p.epoch);
             let holds = p
                 .sites
                 .iter()
-                .map(|s| {
-                    let held =
-                        *s == self.site || states.is_some_and(|v| v.iter().any(|e| e.origin == *s));
-                    u64::from(held)
-                })
+                .map(|s| u64::from(self.has_state_of(p, *s)))
                 .collect();
             statuses.push((p.epoch, holds));
         }
