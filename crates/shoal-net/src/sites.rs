@@ -119,6 +119,21 @@ pub struct SiteEntry {
     pub name: String,
     /// At least one.
     pub daemons: Vec<DaemonEntry>,
+    /// For experiments: the site's access link to the WAN, shared by all
+    /// its overlay links (P-Spread Table 1), in Kbit/s each way. A daemon
+    /// of the site serialises every datagram it sends to another site
+    /// through an uplink of `uplink_kbps`, and every datagram it receives
+    /// from another site through a downlink of `downlink_kbps`, each
+    /// behind a drop-tail queue of `access_queue_packets`; the downlink
+    /// comes before the link's own `rate_kbps`, `loss` and `delay_ms`.
+    /// Only a gateway carries WAN traffic, so the site's access is its
+    /// gateway's. Default: no limit.
+    pub uplink_kbps: Option<f64>,
+    /// For experiments: see `uplink_kbps`.
+    pub downlink_kbps: Option<f64>,
+    /// Datagrams waiting for the uplink or the downlink, at most; one
+    /// more is dropped. Default 100, the simulator's queue.
+    pub access_queue_packets: Option<usize>,
 }
 
 /// One daemon.
@@ -170,6 +185,16 @@ pub struct LinkEntry {
     /// Datagrams waiting for the link (`rate_kbps`), at most; one more is
     /// dropped. Default 100, the simulator's queue.
     pub queue_packets: Option<usize>,
+    /// The rate, in Kbit/s, of Hop's leaky bucket on this link at both
+    /// ends (P-Spread §3.2: set per link, for instance each link's share
+    /// of its site's uplink). Default: `[engine.hop] rate_bps`. Not with
+    /// `hop_rate_a_to_b_kbps` or `hop_rate_b_to_a_kbps`, and not on a
+    /// `tcp` link (the TCP model has no bucket).
+    pub hop_rate_kbps: Option<f64>,
+    /// The bucket's rate at `a`'s end (what `a` sends to `b`), Kbit/s.
+    pub hop_rate_a_to_b_kbps: Option<f64>,
+    /// The bucket's rate at `b`'s end, Kbit/s.
+    pub hop_rate_b_to_a_kbps: Option<f64>,
 }
 
 /// Why a sites file was refused. Nothing was started.
@@ -213,6 +238,14 @@ pub enum SitesConfigError {
         "link {a:?}-{b:?}: delay_ms must be at least 0 and finite, loss at least 0 and below 1, rate_kbps above 0 and finite, queue_packets at least 1"
     )]
     BadLinkFault { a: String, b: String },
+    #[error("link {a:?}-{b:?}: {message}")]
+    BadHopRate {
+        a: String,
+        b: String,
+        message: &'static str,
+    },
+    #[error("site {0:?}: uplink_kbps and downlink_kbps must be above 0 and finite, access_queue_packets at least 1")]
+    BadAccess(String),
     #[error("engine settings: {0}")]
     Engine(#[from] SitesError),
     #[error("daemon id {0} is not in the sites file")]
@@ -240,6 +273,23 @@ pub struct SitesPlan {
     pub link_faults: BTreeMap<(SiteId, SiteId), LinkFault>,
     /// Links that do not run Hop, both directions listed.
     pub link_kinds: BTreeMap<(SiteId, SiteId), LinkKind>,
+    /// Hop buckets with their own rate, bit/s, by (sending site,
+    /// receiving site).
+    pub hop_rates: BTreeMap<(SiteId, SiteId), u64>,
+    /// Sites with an emulated access link (`uplink_kbps`,
+    /// `downlink_kbps`).
+    pub access: BTreeMap<SiteId, Access>,
+}
+
+/// A site's emulated access link to the WAN (the sites file's
+/// `uplink_kbps`, `downlink_kbps` and `access_queue_packets`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Access {
+    /// Bits per second out of the site, if limited.
+    pub uplink_bps: Option<f64>,
+    /// Bits per second into the site, if limited.
+    pub downlink_bps: Option<f64>,
+    pub queue_packets: usize,
 }
 
 /// What a daemon's transport does to the datagrams one link carries to
@@ -254,8 +304,9 @@ pub struct LinkFault {
     pub queue_packets: usize,
 }
 
-/// The link's capacity (`rate_kbps`) as the receiving daemon emulates it:
-/// datagrams leave a drop-tail queue one after another at the rate.
+/// A capacity as a daemon emulates it (a link's `rate_kbps`, a site's
+/// uplink or downlink): datagrams leave a drop-tail queue one after
+/// another at the rate.
 #[derive(Debug, Clone)]
 struct LinkQueue {
     rate_bps: f64,
@@ -268,6 +319,14 @@ struct LinkQueue {
 const IP_UDP_BYTES: usize = 28;
 
 impl LinkQueue {
+    fn new(rate_bps: f64, capacity: usize) -> LinkQueue {
+        LinkQueue {
+            rate_bps,
+            capacity,
+            departures: VecDeque::new(),
+        }
+    }
+
     /// When a datagram of `len` bytes that arrived at `now` is through
     /// the link, or `None` if the queue is full (dropped).
     fn admit(&mut self, now: Instant, len: usize) -> Option<Instant> {
@@ -319,6 +378,7 @@ impl SitesPlan {
         let mut by_id: BTreeMap<u32, SocketAddr> = BTreeMap::new();
         let mut seen_addrs = BTreeSet::new();
         let mut topo = Topology::default();
+        let mut access = BTreeMap::new();
         for (i, site) in file.sites.iter().enumerate() {
             if index.insert(&site.name, i as u16).is_some() {
                 return Err(SitesConfigError::DuplicateSite(site.name.clone()));
@@ -337,6 +397,9 @@ impl SitesPlan {
                     return Err(SitesConfigError::DuplicateAddress(d.addr));
                 }
             }
+            if let Some(a) = site_access(site)? {
+                access.insert(SiteId(i as u16), a);
+            }
             topo.sites.push(Site {
                 name: site.name.clone(),
                 daemons: site.daemons.iter().map(|d| NodeId(d.id)).collect(),
@@ -349,8 +412,12 @@ impl SitesPlan {
         let mut pairs = BTreeSet::new();
         let mut link_faults = BTreeMap::new();
         let mut link_kinds = BTreeMap::new();
+        let mut hop_rates = BTreeMap::new();
         for l in &file.links {
             let w = link(l, &index, &mut pairs)?;
+            let (ab, ba) = link_hop_rates(l)?;
+            hop_rates.extend(ab.map(|r| ((w.a, w.b), r)));
+            hop_rates.extend(ba.map(|r| ((w.b, w.a), r)));
             if let Some(f) = link_fault(l)? {
                 link_faults.insert((w.a, w.b), f);
                 link_faults.insert((w.b, w.a), f);
@@ -397,6 +464,8 @@ impl SitesPlan {
             auth,
             link_faults,
             link_kinds,
+            hop_rates,
+            access,
         })
     }
 
@@ -445,11 +514,66 @@ impl SitesPlan {
         {
             daemon.set_link_kind(to, kind);
         }
+        for (&(_, to), &rate) in self.hop_rates.iter().filter(|((from, _), _)| *from == mine) {
+            daemon.set_link_hop_rate(to, Some(rate))?;
+        }
         let mut engine = SiteEngine::new(daemon, &self.topology);
         engine.link_faults = self.link_faults.clone();
+        engine.access = self.access.get(&mine).copied();
         engine.seed_link_faults(u64::from(id));
         Ok(engine)
     }
+}
+
+/// A site's emulated access link, if it has one; refused when out of
+/// range.
+fn site_access(site: &SiteEntry) -> Result<Option<Access>, SitesConfigError> {
+    if site.uplink_kbps.is_none()
+        && site.downlink_kbps.is_none()
+        && site.access_queue_packets.is_none()
+    {
+        return Ok(None);
+    }
+    let rate_ok = |r: Option<f64>| r.is_none_or(|r| r > 0.0 && r.is_finite());
+    let queue_packets = site.access_queue_packets.unwrap_or(100);
+    if !(rate_ok(site.uplink_kbps) && rate_ok(site.downlink_kbps) && queue_packets > 0) {
+        return Err(SitesConfigError::BadAccess(site.name.clone()));
+    }
+    Ok(Some(Access {
+        uplink_bps: site.uplink_kbps.map(|r| r * 1e3),
+        downlink_bps: site.downlink_kbps.map(|r| r * 1e3),
+        queue_packets,
+    }))
+}
+
+/// A link's Hop bucket rates in bit/s, (a to b, b to a), where set.
+fn link_hop_rates(l: &LinkEntry) -> Result<(Option<u64>, Option<u64>), SitesConfigError> {
+    let bad = |message| SitesConfigError::BadHopRate {
+        a: l.a.clone(),
+        b: l.b.clone(),
+        message,
+    };
+    let (ab, ba) =
+        match (
+            l.hop_rate_kbps,
+            l.hop_rate_a_to_b_kbps,
+            l.hop_rate_b_to_a_kbps,
+        ) {
+            (Some(r), None, None) => (Some(r), Some(r)),
+            (None, ab, ba) => (ab, ba),
+            _ => return Err(bad(
+                "give hop_rate_kbps, or hop_rate_a_to_b_kbps and/or hop_rate_b_to_a_kbps, not both",
+            )),
+        };
+    if (ab.is_some() || ba.is_some()) && l.protocol != LinkKind::Hop {
+        return Err(bad("a hop rate on a link that does not run Hop"));
+    }
+    let bps = |r: Option<f64>| match r {
+        None => Ok(None),
+        Some(r) if r.is_finite() && r * 1e3 >= 1.0 => Ok(Some((r * 1e3).round() as u64)),
+        Some(_) => Err(bad("hop rates are at least 0.001 Kbit/s and finite")),
+    };
+    Ok((bps(ab)?, bps(ba)?))
 }
 
 /// A link's injected faults, if it has any; refused when out of range.
@@ -550,6 +674,11 @@ pub struct SiteEngineStats {
     /// this lateness on average).
     pub link_held: u64,
     pub link_late_us: u64,
+    /// Datagrams to other sites dropped at the site's full uplink queue,
+    /// and from other sites at its full downlink queue (`uplink_kbps`,
+    /// `downlink_kbps`, `access_queue_packets`).
+    pub uplink_dropped: u64,
+    pub downlink_dropped: u64,
 }
 
 /// One site daemon as a `shoal_core::Engine`, for a [`Node`](crate::Node).
@@ -569,6 +698,13 @@ pub struct SiteEngine {
     link_layers: BTreeMap<SiteId, crate::Faults>,
     /// The capacity of each link into this daemon's site that has one.
     link_queues: BTreeMap<SiteId, LinkQueue>,
+    /// This daemon's site's emulated access link, if it has one.
+    access: Option<Access>,
+    uplink: Option<LinkQueue>,
+    downlink: Option<LinkQueue>,
+    /// Datagrams to other sites serialised on the uplink, each with the
+    /// time its last bit leaves (in that order).
+    on_uplink: VecDeque<(Instant, Transmit)>,
 }
 
 impl SiteEngine {
@@ -603,46 +739,70 @@ impl SiteEngine {
             link_faults: BTreeMap::new(),
             link_layers: BTreeMap::new(),
             link_queues: BTreeMap::new(),
+            access: None,
+            uplink: None,
+            downlink: None,
+            on_uplink: VecDeque::new(),
         }
     }
 
     /// Starts the per-link fault layers (the sites file's `delay_ms` and
     /// `loss`) from `seed`, one generator per link into this daemon's
-    /// site. Call before any datagram arrives.
+    /// site, and the site's access link (`uplink_kbps`,
+    /// `downlink_kbps`). Call before any datagram arrives.
     pub fn seed_link_faults(&mut self, seed: u64) {
         let mine = self.daemon.site();
+        let layer = |from: SiteId, f: Option<&LinkFault>| {
+            let config = crate::FaultConfig {
+                drop_probability: f.map_or(0.0, |f| f.loss),
+                delay: f.map_or(std::time::Duration::ZERO, |f| f.delay),
+                seed: seed
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    .wrapping_add(u64::from(from.0)),
+                ..crate::FaultConfig::default()
+            };
+            (from, crate::Faults::new(config))
+        };
         self.link_layers = self
             .link_faults
             .iter()
             .filter(|((_, to), _)| *to == mine)
-            .map(|(&(from, _), f)| {
-                let config = crate::FaultConfig {
-                    drop_probability: f.loss,
-                    delay: f.delay,
-                    seed: seed
-                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                        .wrapping_add(u64::from(from.0)),
-                    ..crate::FaultConfig::default()
-                };
-                (from, crate::Faults::new(config))
-            })
+            .map(|(&(from, _), f)| layer(from, Some(f)))
             .collect();
         self.link_queues = self
             .link_faults
             .iter()
             .filter(|((_, to), _)| *to == mine)
             .filter_map(|(&(from, _), f)| {
-                let rate_bps = f.rate_bps?;
-                Some((
-                    from,
-                    LinkQueue {
-                        rate_bps,
-                        capacity: f.queue_packets,
-                        departures: VecDeque::new(),
-                    },
-                ))
+                Some((from, LinkQueue::new(f.rate_bps?, f.queue_packets)))
             })
             .collect();
+        let access = self.access;
+        let queue = |rate: Option<f64>| {
+            let a = access?;
+            Some(LinkQueue::new(rate?, a.queue_packets))
+        };
+        self.uplink = queue(access.and_then(|a| a.uplink_bps));
+        self.downlink = queue(access.and_then(|a| a.downlink_bps));
+        if self.downlink.is_some() {
+            // A datagram the downlink holds is handed over by a link's
+            // layer: every other site gets one.
+            for from in (0..self.site_count()).map(|s| SiteId(s as u16)) {
+                if from != mine && !self.link_layers.contains_key(&from) {
+                    let (from, l) = layer(from, None);
+                    self.link_layers.insert(from, l);
+                }
+            }
+        }
+    }
+
+    fn site_count(&self) -> usize {
+        self.site_of
+            .iter()
+            .filter(|s| s.0 != u16::MAX)
+            .map(|s| usize::from(s.0) + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The daemon: its counters and state.
@@ -662,6 +822,26 @@ impl SiteEngine {
     }
 }
 
+impl SiteEngine {
+    /// Queues a datagram to another site on the emulated uplink: it is
+    /// sent when its last bit would leave, or dropped if the queue is full.
+    fn onto_uplink(&mut self, now: Instant, to: NodeId, payload: Bytes) {
+        let Some(q) = self.uplink.as_mut() else {
+            return;
+        };
+        match q.admit(now, payload.len()) {
+            Some(done) => self.on_uplink.push_back((
+                done,
+                Transmit {
+                    destination: Destination::Node(to),
+                    payload,
+                },
+            )),
+            None => self.stats.uplink_dropped += 1,
+        }
+    }
+}
+
 impl Engine for SiteEngine {
     type Event = sites::Event;
 
@@ -674,18 +854,28 @@ impl Engine for SiteEngine {
             Some(&s) if s == self.daemon.site() => self.daemon.handle_lan(now, from, datagram),
             Some(&s) if s.0 != u16::MAX => {
                 if let Some(layer) = self.link_layers.get_mut(&s) {
-                    // Through the link's queue first (a datagram lost
-                    // after it used the link), then loss and delay.
-                    let through = match self.link_queues.get_mut(&s) {
-                        Some(q) => match q.admit(now, datagram.len()) {
-                            Some(t) => t,
+                    // Through the site's downlink and the link's queue
+                    // first (a datagram lost after it used the link), then
+                    // loss and delay.
+                    let mut through = now;
+                    if let Some(q) = self.downlink.as_mut() {
+                        match q.admit(through, datagram.len()) {
+                            Some(t) => through = t,
+                            None => {
+                                self.stats.downlink_dropped += 1;
+                                return;
+                            }
+                        }
+                    }
+                    if let Some(q) = self.link_queues.get_mut(&s) {
+                        match q.admit(through, datagram.len()) {
+                            Some(t) => through = t,
                             None => {
                                 self.stats.link_queue_dropped += 1;
                                 return;
                             }
-                        },
-                        None => now,
-                    };
+                        }
+                    }
                     let queued = through.saturating_duration_since(now);
                     match layer.judge(now) {
                         crate::Verdict::Drop => {
@@ -733,10 +923,13 @@ impl Engine for SiteEngine {
         })
     }
 
-    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         loop {
             if let Some(t) = self.pending.pop_front() {
                 return Some(t);
+            }
+            if self.on_uplink.front().is_some_and(|(done, _)| *done <= now) {
+                return self.on_uplink.pop_front().map(|(_, t)| t);
             }
             let out = self.daemon.poll_transmit()?;
             match out.target {
@@ -748,6 +941,9 @@ impl Engine for SiteEngine {
                             payload: out.payload.clone(),
                         });
                     }
+                }
+                Target::Wan(n) if self.uplink.is_some() => {
+                    self.onto_uplink(now, n, out.payload);
                 }
                 Target::Lan(Destination::Node(n)) | Target::Wan(n) => {
                     return Some(Transmit {
@@ -767,6 +963,7 @@ impl Engine for SiteEngine {
         self.link_layers
             .values()
             .filter_map(crate::Faults::next_due)
+            .chain(self.on_uplink.front().map(|(done, _)| *done))
             .chain(self.daemon.poll_timeout())
             .min()
     }

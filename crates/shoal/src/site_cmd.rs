@@ -239,6 +239,12 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
             a.link_late_us as f64 / a.link_held.max(1) as f64
         );
     }
+    if a.uplink_dropped > 0 || a.downlink_dropped > 0 {
+        println!(
+            "site daemon {} access link: uplink queue full {}, downlink queue full {}",
+            args.id, a.uplink_dropped, a.downlink_dropped
+        );
+    }
     if let Some(s) = server_stats {
         println!(
             "site daemon {} clients: connections {}, messages in {}, frames out {}, orphaned {}, slow {}, queue-full waits {}",

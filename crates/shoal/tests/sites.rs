@@ -1420,6 +1420,178 @@ fn table4_tree_under_loss_with_real_daemons() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// P-Spread Table 1 with real daemons: the six sites (`CHAIN`'s order,
+/// the simulator's), one `shoal site` daemon each in six network
+/// namespaces, each site's access link emulated by its daemon (the sites
+/// file's `uplink_kbps` and `downlink_kbps`: the simulator's assumed
+/// `ACCESS_BPS`, a 100-datagram queue each way), every overlay link's
+/// delay half the simulator's assumed round trip (`RTT_MS`) and no other
+/// limit (the simulator's core is 1 Gbit/s). The overlay is the fanout
+/// network (every pair joined, weight 1) or the Fig 1 tree (`TREE`'s
+/// edges, weight 1), every link running `protocol`; with Hop each end's
+/// bucket is set as the simulator sets it (95% of the sending site's
+/// uplink split evenly among its links, or of the far site's downlink
+/// if that is less). 1 KB reliable messages from `sender` to a client at
+/// each other site (`stream_point`). Returns the slowest receiver's
+/// Kbit/s and the daemons' lines.
+fn table1_point(
+    net: &Netns,
+    dir: &Path,
+    protocol: &str,
+    tree: bool,
+    sender: usize,
+    seed: u64,
+) -> (f64, String) {
+    use shoal_sim::scenarios::spread_table1_overlay::{ACCESS_BPS, RTT_MS};
+    let n = CHAIN.len();
+    let linked = |a: usize, b: usize| {
+        !tree
+            || TREE
+                .iter()
+                .any(|&(x, y, _, _)| (x, y) == (a, b) || (y, x) == (a, b))
+    };
+    let degree = |a: usize| (0..n).filter(|&b| b != a && linked(a, b)).count() as f64;
+    // The simulator's share (`SHOAL_TABLE1_BUCKET_SHARE` for another).
+    let share: f64 = env_or("SHOAL_TABLE1_BUCKET_SHARE", 0.95);
+    let bucket_kbps =
+        |a: usize, b: usize| share * (ACCESS_BPS[a] / degree(a)).min(ACCESS_BPS[b]) / 1e3;
+    let mut sites = String::new();
+    for (i, name) in CHAIN.iter().enumerate() {
+        let kbps = ACCESS_BPS[i] / 1e3;
+        sites += &format!(
+            "[[site]]\nname = \"{name}\"\ndaemons = [{{ id = {i}, addr = \"10.77.0.{}:4810\" }}]\n\
+             uplink_kbps = {kbps}\ndownlink_kbps = {kbps}\n\n",
+            i + 1
+        );
+    }
+    for a in 0..n {
+        for b in a + 1..n {
+            if !linked(a, b) {
+                continue;
+            }
+            sites += &format!(
+                "[[link]]\na = \"{}\"\nb = \"{}\"\nweight = 1\nprotocol = \"{protocol}\"\n\
+                 delay_ms = {}\n",
+                CHAIN[a],
+                CHAIN[b],
+                RTT_MS[a][b] / 2.0
+            );
+            if protocol == "hop" {
+                sites += &format!(
+                    "hop_rate_a_to_b_kbps = {:.1}\nhop_rate_b_to_a_kbps = {:.1}\n",
+                    bucket_kbps(a, b),
+                    bucket_kbps(b, a)
+                );
+            }
+            sites += "\n";
+        }
+    }
+    let mut settings = stream_settings();
+    if let Ok(ms) = std::env::var("SHOAL_TABLE1_MARKER_MS") {
+        // The markers' spacing (`marker_interval`): every site's markers
+        // cross every link, a cost the simulator's overlay does not pay.
+        settings = settings.replacen(
+            "max_payload = 1024\n",
+            &format!("max_payload = 1024\nmarker_interval = {ms}\n"),
+            1,
+        );
+    }
+    sites += &settings;
+    let receivers: Vec<usize> = (0..n).filter(|&r| r != sender).collect();
+    let r = stream_point(
+        net,
+        dir,
+        &sites,
+        n,
+        sender,
+        &receivers,
+        seed,
+        (4.0, 15.0, 0.0),
+    );
+    let slowest = r.kbps.iter().copied().fold(f64::INFINITY, f64::min);
+    let per_site: Vec<String> = receivers
+        .iter()
+        .zip(r.kbps.iter().zip(&r.delivered))
+        .map(|(&i, (k, d))| format!("{} {k:.1} Kbit/s ({d} in all)", CHAIN[i]))
+        .collect();
+    (slowest, format!("{}{}\n", r.lines, per_site.join(", ")))
+}
+
+/// P-Spread Table 1 (fanout against the shared tree, four senders in
+/// turn) with real daemons (`table1_point`). `SHOAL_TABLE1_PROTOCOL`
+/// (`hop` or `tcp`) picks the links, `SHOAL_TABLE1_RUNS` the runs of the
+/// eight points (median per point), `SHOAL_TABLE1_MARKER_MS` the sites'
+/// `marker_interval` (default 15 ms), `SHOAL_TABLE1_BUCKET_SHARE` the
+/// share of the capacity Hop's buckets get (default 0.95). Prints the table and asserts the
+/// paper's finding where it does not rest on our assumed capacities: a
+/// sender behind a constrained uplink (Rutgers, UCSB) gets at least
+/// twice the throughput from the tree (the simulator: 5x; the paper
+/// 3.1x and 1.8x). About 4 minutes a run, as root, so ignored by
+/// default: `cargo test -p shoal --test sites table1 -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn table1_fanout_against_tree_with_real_daemons() {
+    use shoal_sim::scenarios::spread_table1_overlay::SENDERS;
+    let Some(net) = Netns::up("t1", CHAIN.len()) else {
+        return;
+    };
+    let protocol = link_protocol("SHOAL_TABLE1_PROTOCOL");
+    let runs: u64 = env_or("SHOAL_TABLE1_RUNS", 1);
+    let dir = temp_dir("table1");
+    // kbps[overlay][sender][run]
+    let mut kbps = vec![vec![Vec::new(); SENDERS.len()]; 2];
+    for run in 0..runs {
+        for (o, tree) in [false, true].into_iter().enumerate() {
+            for (s, &sender) in SENDERS.iter().enumerate() {
+                let (k, lines) = table1_point(&net, &dir, &protocol, tree, sender, run);
+                let overlay = if tree { "tree" } else { "fanout" };
+                eprint!(
+                    "{protocol} run {run} {overlay} from {}:\n{lines}",
+                    CHAIN[sender]
+                );
+                eprintln!(
+                    "{protocol} run {run} {overlay} from {}: {k:.1} Kbit/s",
+                    CHAIN[sender]
+                );
+                kbps[o][s].push(k);
+            }
+        }
+    }
+    let median = |v: &Vec<f64>| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "\n{protocol}, slowest receiver, median of {runs}:\n| sender | fanout | tree |\n|---|---|---|"
+    );
+    for (s, &sender) in SENDERS.iter().enumerate() {
+        eprintln!(
+            "| {} | {:.0} | {:.0} |",
+            CHAIN[sender],
+            median(&kbps[0][s]),
+            median(&kbps[1][s])
+        );
+    }
+    for (s, &sender) in SENDERS.iter().enumerate() {
+        let (fanout, tree) = (median(&kbps[0][s]), median(&kbps[1][s]));
+        assert!(
+            tree > 100.0,
+            "from {}: the tree carries a stream",
+            CHAIN[sender]
+        );
+        if CHAIN[sender] == "rutgers" || CHAIN[sender] == "ucsb" {
+            assert!(
+                tree > 2.0 * fanout,
+                "from {}: the tree {tree:.0} against fanout {fanout:.0} Kbit/s",
+                CHAIN[sender]
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The chain of P-Spread Figs 6-7: Mae East-UCSB-OSU-Rutgers-CNDS-Hopkins,
 /// the link round trips the simulator assumes (`docs/spread.md`, "The
 /// emulation"; the paper gives only Mae East-UCSB's 104 ms).

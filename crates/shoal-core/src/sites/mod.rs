@@ -532,6 +532,9 @@ pub struct SiteDaemon {
     links: BTreeMap<SiteId, Link>,
     /// Neighbouring sites whose link is not Hop.
     link_kinds: BTreeMap<SiteId, LinkKind>,
+    /// Neighbouring sites whose Hop link's leaky bucket runs at its own
+    /// rate (bit/s) instead of `config.hop.rate_bps`.
+    hop_rates: BTreeMap<SiteId, u64>,
     link_epoch: u32,
     view_sites: Vec<SiteId>,
     routes: Routes,
@@ -742,6 +745,7 @@ impl SiteDaemon {
             gateway: false,
             links: BTreeMap::new(),
             link_kinds: BTreeMap::new(),
+            hop_rates: BTreeMap::new(),
             link_epoch: epoch,
             view_sites: first_sites.clone(),
             routes,
@@ -883,6 +887,52 @@ impl SiteDaemon {
         }
         if let Some(peer) = self.links.get(&site).map(|l| l.peer) {
             self.new_link(site, peer);
+        }
+    }
+
+    /// Sets the rate (bit/s) of the leaky bucket of the Hop link to
+    /// neighbouring site `site` (P-Spread §3.2: set per link, for
+    /// instance an even share of the site's uplink among its links);
+    /// `None` goes back to `config.hop.rate_bps`. A link already running
+    /// starts afresh with it. Refused (nothing changed) when 0.
+    pub fn set_link_hop_rate(
+        &mut self,
+        site: SiteId,
+        rate_bps: Option<u64>,
+    ) -> Result<(), SitesError> {
+        match rate_bps {
+            Some(rate_bps) => {
+                self.link_hop_config_with(rate_bps).validate()?;
+                self.hop_rates.insert(site, rate_bps);
+            }
+            None => {
+                self.hop_rates.remove(&site);
+            }
+        }
+        if let Some(peer) = self.links.get(&site).map(|l| l.peer) {
+            self.new_link(site, peer);
+        }
+        Ok(())
+    }
+
+    fn link_hop_config_with(&self, rate_bps: u64) -> hop::Config {
+        hop::Config {
+            rate_bps,
+            ..self.config.hop.clone()
+        }
+    }
+
+    /// The rate (bit/s) of the leaky bucket of the Hop link to
+    /// neighbouring site `site`.
+    pub fn link_hop_rate(&self, site: SiteId) -> u64 {
+        self.link_hop_config(site).rate_bps
+    }
+
+    /// The Hop settings of the link to neighbouring site `site`.
+    fn link_hop_config(&self, site: SiteId) -> hop::Config {
+        match self.hop_rates.get(&site) {
+            Some(&rate_bps) => self.link_hop_config_with(rate_bps),
+            None => self.config.hop.clone(),
         }
     }
 
@@ -2276,7 +2326,7 @@ impl SiteDaemon {
     fn new_link(&mut self, site: SiteId, peer: NodeId) {
         let end = match self.link_kind(site) {
             LinkKind::Hop => LinkEnd::Hop(
-                Hop::new(self.config.hop.clone(), 0, self.now).expect("validated at creation"),
+                Hop::new(self.link_hop_config(site), 0, self.now).expect("validated when set"),
             ),
             LinkKind::Tcp => LinkEnd::Tcp(TcpLink::new(self.config.tcp.clone(), self.now)),
         };

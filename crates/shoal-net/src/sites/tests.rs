@@ -441,3 +441,104 @@ fn drain(streams: &mut [Events], records: &mut Vec<shoal_check::Record>, deliver
         }
     }
 }
+
+/// A link's `hop_rate_kbps` sets the bucket at both ends, the directed
+/// ones each end's own; both forms together, a rate on a TCP link and a
+/// rate of 0 are refused.
+#[test]
+fn a_links_hop_rate_sets_each_ends_bucket() {
+    let both = GOOD.replace("weight = 10", "weight = 10\nhop_rate_kbps = 950");
+    let plan = SitesPlan::from_toml(&both).unwrap();
+    let east = plan.engine(0, Instant::ZERO).unwrap();
+    let west = plan.engine(2, Instant::ZERO).unwrap();
+    assert_eq!(east.daemon().link_hop_rate(SiteId(1)), 950_000);
+    assert_eq!(west.daemon().link_hop_rate(SiteId(0)), 950_000);
+
+    let directed = GOOD.replace(
+        "weight = 10",
+        "weight = 10\nhop_rate_a_to_b_kbps = 475\nhop_rate_b_to_a_kbps = 1900.5",
+    );
+    let plan = SitesPlan::from_toml(&directed).unwrap();
+    let east = plan.engine(0, Instant::ZERO).unwrap();
+    let west = plan.engine(2, Instant::ZERO).unwrap();
+    assert_eq!(east.daemon().link_hop_rate(SiteId(1)), 475_000);
+    assert_eq!(west.daemon().link_hop_rate(SiteId(0)), 1_900_500);
+
+    let default = SitesPlan::from_toml(GOOD)
+        .unwrap()
+        .engine(0, Instant::ZERO)
+        .unwrap();
+    assert_eq!(
+        default.daemon().link_hop_rate(SiteId(1)),
+        shoal_core::hop::Config::default().rate_bps
+    );
+
+    let e = err(&GOOD.replace(
+        "weight = 10",
+        "weight = 10\nhop_rate_kbps = 950\nhop_rate_a_to_b_kbps = 1",
+    ));
+    assert!(e.contains("not both"), "{e}");
+    let e = err(&GOOD.replace(
+        "weight = 10",
+        "weight = 10\nprotocol = \"tcp\"\nhop_rate_kbps = 950",
+    ));
+    assert!(e.contains("does not run Hop"), "{e}");
+    let e = err(&GOOD.replace("weight = 10", "weight = 10\nhop_rate_kbps = 0"));
+    assert!(e.contains("at least 0.001"), "{e}");
+}
+
+/// A site's `uplink_kbps` serialises every datagram its daemon sends to
+/// another site (one every (bytes + 28) × 8 / rate, what finds
+/// `access_queue_packets` waiting dropped), and `downlink_kbps` every
+/// datagram it receives from another site; bad values are refused.
+#[test]
+fn a_sites_access_link_queues_both_ways() {
+    let text = GOOD.replace(
+        "name = \"west\"",
+        "name = \"west\"\nuplink_kbps = 1000\ndownlink_kbps = 1000\naccess_queue_packets = 10",
+    );
+    let plan = SitesPlan::from_toml(&text).unwrap();
+    let a = plan.access[&SiteId(1)];
+    assert_eq!(
+        (a.uplink_bps, a.downlink_bps, a.queue_packets),
+        (Some(1e6), Some(1e6), 10)
+    );
+    assert!(!plan.access.contains_key(&SiteId(0)));
+
+    // Uplink: 97 bytes + 28 = 1000 bits, 1 ms each at 1 Mbit/s.
+    let mut west = plan.engine(2, Instant::ZERO).unwrap();
+    let t0 = Instant::ZERO + Duration::from_millis(1);
+    let marked = Bytes::from(vec![0xabu8; 97]);
+    for _ in 0..15 {
+        west.onto_uplink(t0, NodeId(0), marked.clone());
+    }
+    assert_eq!(west.stats().uplink_dropped, 5);
+    let sent_by = |west: &mut SiteEngine, at: Instant| {
+        std::iter::from_fn(|| west.poll_transmit(at))
+            .filter(|t| t.payload == marked)
+            .count()
+    };
+    assert_eq!(sent_by(&mut west, t0), 0, "nothing before its last bit");
+    assert!(west.poll_timeout().unwrap() <= t0 + Duration::from_millis(1));
+    assert_eq!(sent_by(&mut west, t0 + Duration::from_micros(5_500)), 5);
+    assert_eq!(sent_by(&mut west, t0 + Duration::from_millis(11)), 5);
+
+    // Downlink: from another site only, before the link's own faults.
+    let mut west = plan.engine(2, Instant::ZERO).unwrap();
+    for _ in 0..15 {
+        west.handle_datagram(t0, NodeId(0), &[0u8; 97]);
+    }
+    assert_eq!(west.stats().downlink_dropped, 5);
+    assert_eq!(west.link_layers[&SiteId(0)].held(), 10);
+    west.handle_timeout(t0 + Duration::from_micros(5_500));
+    assert_eq!(west.stats().link_held, 5, "five through after 5.5 ms");
+
+    for bad in [
+        "uplink_kbps = 0",
+        "downlink_kbps = -1",
+        "access_queue_packets = 0",
+    ] {
+        let e = err(&GOOD.replace("name = \"west\"", &format!("name = \"west\"\n{bad}")));
+        assert!(e.contains("site \"west\""), "{bad}: {e}");
+    }
+}
