@@ -827,6 +827,14 @@ impl SiteDaemon {
         self.config.membership.enabled
     }
 
+    /// The name of `site` in the topology (`"?"` for a site outside it).
+    pub fn site_name(&self, site: SiteId) -> &str {
+        self.topo
+            .sites
+            .get(usize::from(site.0))
+            .map_or("?", |s| s.name.as_str())
+    }
+
     /// How many sites the topology has.
     pub fn topology_sites(&self) -> usize {
         self.topo.sites.len()

@@ -430,17 +430,30 @@ async fn session(
                     let sent = controls.send(Box::new(move |e: &mut SiteEngine, _, _| {
                         let d = e.daemon();
                         let (epoch, sites, changing) = d.configuration();
+                        let names: Vec<&str> = sites.iter().map(|s| d.site_name(*s)).collect();
+                        let h = d.hop_stats();
+                        let a = e.stats();
                         let _ = otx.send(format!(
-                            "site daemon {name} (id {}, site {})\nlive {}\ngateway {}\nconfiguration epoch {epoch}, sites {sites:?}{}\nrequests waiting {}\noutstanding {}\nmessages sent in parts {}, parts refused {}\n",
+                            "site daemon {name} (id {}, site {})\nlive {}\ngateway {}\nconfiguration epoch {epoch}, sites {}{}\nrequests waiting {}\noutstanding {}\nmessages sent in parts {}, parts refused {}\nhop links: data sent {}, retransmissions {}, received {}, recovered {}, nacks sent {}\nemulated links (experiments): link drops {}, link queue drops {}, uplink drops {}, downlink drops {}\n",
                             d.node_id().0,
-                            d.site().0,
+                            d.site_name(d.site()),
                             d.is_live(),
                             d.is_gateway(),
+                            names.join(", "),
                             if changing { " (changing)" } else { "" },
                             d.waiting(),
                             d.outstanding(),
                             d.stats().sent_in_parts,
                             d.stats().parts_refused,
+                            h.data_sent,
+                            h.retransmissions,
+                            h.data_received,
+                            h.recovered,
+                            h.nacks_sent,
+                            a.link_dropped,
+                            a.link_queue_dropped,
+                            a.uplink_dropped,
+                            a.downlink_dropped,
                         ));
                     }))
                     .is_ok();
