@@ -857,6 +857,14 @@ fn applications_use_site_daemons_through_the_client_library() {
         Service::Agreed,
         Service::Safe,
     ];
+    // `shoal status` of a site daemon names its site and the configuration's.
+    let status = shoal_client::status(
+        &shoal_client::Endpoint::Unix(socket(2)),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(status.contains("(id 2, site s1)"), "{status}");
+    assert!(status.contains("sites s0, s1\n"), "{status}");
     for round in 0..30 {
         for (i, a) in apps.iter_mut().enumerate() {
             a.send(services[(round + i) % services.len()], "g");
