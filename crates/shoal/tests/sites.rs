@@ -1396,13 +1396,18 @@ fn table4_point(net: &Netns, dir: &Path, protocol: &str, loss: f64, seed: u64) -
         seed,
         (4.0, 15.0, slack),
     );
+    slowest_receiver(&r, &[1, 2, 3, 4, 5])
+}
+
+/// A stream run's slowest receiver (Kbit/s), and the daemons' lines
+/// with each receiving site's figure (`receivers` as given to
+/// `stream_point`, indices into `CHAIN`).
+fn slowest_receiver(r: &StreamRun, receivers: &[usize]) -> (f64, String) {
     let slowest = r.kbps.iter().copied().fold(f64::INFINITY, f64::min);
-    let per_site: Vec<String> = r
-        .kbps
+    let per_site: Vec<String> = receivers
         .iter()
-        .zip(&r.delivered)
-        .enumerate()
-        .map(|(i, (k, d))| format!("{} {k:.1} Kbit/s ({d} in all)", CHAIN[i + 1]))
+        .zip(r.kbps.iter().zip(&r.delivered))
+        .map(|(&i, (k, d))| format!("{} {k:.1} Kbit/s ({d} in all)", CHAIN[i]))
         .collect();
     (slowest, format!("{}{}\n", r.lines, per_site.join(", ")))
 }
@@ -1516,13 +1521,7 @@ fn table1_point(
         seed,
         (4.0, 15.0, 0.0),
     );
-    let slowest = r.kbps.iter().copied().fold(f64::INFINITY, f64::min);
-    let per_site: Vec<String> = receivers
-        .iter()
-        .zip(r.kbps.iter().zip(&r.delivered))
-        .map(|(&i, (k, d))| format!("{} {k:.1} Kbit/s ({d} in all)", CHAIN[i]))
-        .collect();
-    (slowest, format!("{}{}\n", r.lines, per_site.join(", ")))
+    slowest_receiver(&r, &receivers)
 }
 
 /// P-Spread Table 1 (fanout against the shared tree, four senders in
@@ -1530,13 +1529,13 @@ fn table1_point(
 /// (`hop` or `tcp`) picks the links, `SHOAL_TABLE1_RUNS` the runs of the
 /// eight points (median per point), `SHOAL_TABLE1_MARKER_MS` the sites'
 /// `marker_interval` (default 15 ms), `SHOAL_TABLE1_BUCKET_SHARE` the
-/// share of the capacity Hop's buckets get (default 0.95). Prints the table and asserts the
-/// paper's finding where it does not rest on our assumed capacities: a
-/// sender behind a constrained uplink (Rutgers, UCSB) gets at least
-/// twice the throughput from the tree (the simulator: 5x; the paper
-/// 3.1x and 1.8x). About 4 minutes a run, as root, so ignored by
-/// default: `cargo test -p shoal --test sites table1 -- --ignored
-/// --nocapture`.
+/// share of the capacity Hop's buckets get (default 0.95). Prints the
+/// table and asserts the paper's finding where it does not rest on our
+/// assumed capacities: a sender behind a constrained uplink (Rutgers,
+/// UCSB) gets at least twice the throughput from the tree (the
+/// simulator: 5x; the paper 3.1x and 1.8x). About 200 s a run, as root,
+/// so ignored by default: `cargo test -p shoal --test sites table1 --
+/// --ignored --nocapture`.
 #[test]
 #[ignore]
 fn table1_fanout_against_tree_with_real_daemons() {
