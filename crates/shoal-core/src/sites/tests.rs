@@ -1079,7 +1079,7 @@ fn fig1_tree(loss: f64) -> (Topology, BTreeMap<(SiteId, SiteId), WanLink>) {
 /// reliable messages from site 0 (Mae East, the root) as fast as its
 /// daemon takes them, for 25 s; per receiving site, the Kbit/s its client
 /// delivered between 5 and 25 s, and the markers every daemon made.
-fn table4_run(seed: u64, loss: f64, config: WorldConfig) -> (Vec<f64>, u64) {
+fn table4_run(seed: u64, loss: f64, config: WorldConfig) -> (Vec<f64>, u64, u64) {
     let (topo, wan) = fig1_tree(loss);
     let mut config = WorldConfig { seed, ..config };
     config.daemon.hop.rate_bps = 1_425_000;
@@ -1109,7 +1109,10 @@ fn table4_run(seed: u64, loss: f64, config: WorldConfig) -> (Vec<f64>, u64) {
     let markers = (0..6)
         .map(|d| w.daemon(NodeId(d)).map_or(0, |x| x.stats().markers))
         .sum();
-    (kbps, markers)
+    let resent = (0..6)
+        .map(|d| w.daemon(NodeId(d)).map_or(0, |x| x.stats().resent))
+        .sum();
+    (kbps, markers, resent)
 }
 
 /// `cargo test -p shoal-core table4_virtual_time -- --ignored --nocapture`
@@ -1126,13 +1129,13 @@ fn table4_virtual_time() {
             config.daemon.marker_interval = Duration::from_millis(interval);
             let mut base = 0.0;
             for loss in [0.0, 0.05, 0.1, 0.2] {
-                let (kbps, markers) = table4_run(seed, loss, config.clone());
+                let (kbps, markers, resent) = table4_run(seed, loss, config.clone());
                 let slowest = kbps.iter().copied().fold(f64::INFINITY, f64::min);
                 if loss == 0.0 {
                     base = slowest;
                 }
                 eprintln!(
-                    "marker interval {interval} ms, seed {seed}, loss {loss}: slowest {slowest:.1} Kbit/s ({:.1}%), per site {kbps:.0?}, markers {markers}",
+                    "marker interval {interval} ms, seed {seed}, loss {loss}: slowest {slowest:.1} Kbit/s ({:.1}%), per site {kbps:.0?}, markers {markers}, resent {resent}",
                     100.0 * slowest / base
                 );
             }
