@@ -95,7 +95,7 @@ fn banner(config: &DaemonConfig) -> String {
 
 /// Sends `state` to the service manager's notification socket (`sd_notify`
 /// of systemd: one datagram on a Unix socket; `@` starts an abstract name).
-fn sd_notify(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+pub(crate) fn sd_notify(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::net::UnixDatagram;
     let socket = UnixDatagram::unbound()?;

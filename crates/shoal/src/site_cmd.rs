@@ -46,7 +46,7 @@ pub struct SiteArgs {
     /// Seeds the fault injection's generator.
     #[arg(long, default_value_t = 1)]
     fault_seed: u64,
-    /// Stop after this many seconds (default: run until interrupted).
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "SECS")]
     run_for: Option<f64>,
     /// Clients of this daemon in the built-in workload (none by default:
@@ -175,7 +175,23 @@ pub fn run(args: SiteArgs) -> anyhow::Result<()> {
         if let Some(path) = &args.socket {
             eprintln!("site daemon {}: clients on {}", args.id, path.display());
         }
-        workload.run(&args, &node, events, server.as_ref()).await?;
+        // SIGTERM (a service manager's stop) ends the run as SIGINT does:
+        // the daemon stops and prints its counters. Handled from before
+        // the daemon says it is ready.
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .context("SIGTERM handler")?;
+        // systemd `Type=notify`: ready once the client socket is open (a
+        // client's requests wait there until the daemon is live in its
+        // site).
+        if let Some(path) = std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()) {
+            if let Err(e) = crate::daemon_cmd::sd_notify(&path, "READY=1") {
+                eprintln!("site daemon {}: cannot notify $NOTIFY_SOCKET: {e}", args.id);
+            }
+        }
+        workload
+            .run(&args, &node, events, server.as_ref(), &mut terminate)
+            .await?;
         anyhow::Ok(server.map(|s| s.stats()))
     })?;
     let (engine, stats) = node.shutdown()?;
@@ -320,6 +336,7 @@ impl Workload {
         node: &Node<SiteEngine>,
         mut events: mpsc::UnboundedReceiver<EventBatch<Event>>,
         server: Option<&ClientServer>,
+        terminate: &mut tokio::signal::unix::Signal,
     ) -> anyhow::Result<()> {
         let start = tokio::time::Instant::now();
         let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
@@ -369,6 +386,7 @@ impl Workload {
                 }
                 _ = tokio::time::sleep_until(end.unwrap_or(far)) => break,
                 _ = tokio::signal::ctrl_c() => break,
+                _ = terminate.recv() => break,
             }
         }
         // What the daemon handed over before it stops.

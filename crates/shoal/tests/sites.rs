@@ -617,6 +617,55 @@ fn sites_split_and_merge_in_network_namespaces() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under a service manager: with `$NOTIFY_SOCKET` the site daemon sends
+/// `READY=1` once its client socket is open, and SIGTERM stops it as
+/// SIGINT does (exit 0, its counters printed).
+#[test]
+fn a_site_daemon_notifies_readiness_and_stops_on_sigterm() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = temp_dir("sigterm");
+    let (config, _) = sites_file(&dir, &[1]);
+    let notify_path = dir.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let socket = dir.join("d0.sock");
+    let mut child = Proc(Some(
+        Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["site", "--config"])
+            .arg(&config)
+            .args(["--id", "0", "--socket"])
+            .arg(&socket)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal site starts"),
+    ));
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(socket.exists(), "the client socket is open when ready");
+    let pid = child.0.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.0.take().unwrap().wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("site daemon 0: gateway true"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_bad_sites_file_is_refused_with_what_is_wrong() {
     let dir = temp_dir("bad");
