@@ -39,12 +39,15 @@
 //! [[site]]
 //! name = "west"
 //! daemons = [{ id = 2, addr = "[2001:db8::1]:4810" }]
+//! # uplink_kbps = 1000   # experiments: the site's access link to the
+//! # downlink_kbps = 1000 # WAN, shared by all its links
 //!
 //! [[link]]
 //! a = "east"
 //! b = "west"
 //! weight = 10            # both directions; or a_to_b / b_to_a
 //! # protocol = "tcp"     # the TCP-model baseline instead of Hop
+//! # hop_rate_kbps = 1425 # Hop's bucket here (or hop_rate_a_to_b_kbps, ...)
 //! # delay_ms = 52        # experiments: delay, loss and a bandwidth
 //! # loss = 0.01          # injected per link and direction by the
 //! # rate_kbps = 1500     # receiving daemon
