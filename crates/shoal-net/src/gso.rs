@@ -7,7 +7,10 @@
 //! such a run: every one but the last has the path's size. Sending them
 //! one `sendto` each cost a system call, a pass through the UDP and IP
 //! layers and often a reschedule per fragment, the largest share of the
-//! sending daemon's CPU.
+//! sending daemon's CPU. So are an engine's datagrams to one address
+//! pulled together, while they have one size (a ring's messages to each
+//! peer, then its token): the runtime joins them into runs (`node.rs`,
+//! `Outgoing::takes`), handed over as one buffer per datagram.
 //!
 //! The control message is built as bytes (no `unsafe`): on 64-bit Linux a
 //! `cmsghdr` is `{ size_t len; int level; int type; }` followed by the data,
