@@ -18,7 +18,7 @@
 set -u
 ROUNDS=${1:-3}; COUNT=${2:-600000}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SHOAL=$REPO/target/release/shoal
+SHOAL=${SHOAL:-$REPO/target/release/shoal}
 PEERS=$REPO/../shared/peers/spread
 B=/tmp/spread-build
 W=$(mktemp -d /tmp/site-vs-spread.XXXXXX)

@@ -233,7 +233,13 @@ mod tests {
         let payload: Vec<u8> = (0..3_000u32).map(|i| (i % 251) as u8).collect();
         tx.writable().await.unwrap();
         let segmented = crate::gso::supported()
-            && crate::gso::send(&tx, rx_socket.local_addr().unwrap(), &payload, 1_200).is_ok();
+            && crate::gso::send(
+                &tx,
+                rx_socket.local_addr().unwrap(),
+                &[std::io::IoSlice::new(&payload)],
+                1_200,
+            )
+            .is_ok();
         if !segmented {
             for chunk in payload.chunks(1_200) {
                 tx.send_to(chunk, rx_socket.local_addr().unwrap())

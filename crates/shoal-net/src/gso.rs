@@ -7,7 +7,10 @@
 //! such a run: every one but the last has the path's size. Sending them
 //! one `sendto` each cost a system call, a pass through the UDP and IP
 //! layers and often a reschedule per fragment, the largest share of the
-//! sending daemon's CPU.
+//! sending daemon's CPU. So are an engine's datagrams to one address
+//! pulled together, while they have one size (a ring's messages to each
+//! peer, then its token): the runtime joins them into runs (`node.rs`,
+//! `Outgoing::takes`), handed over as one buffer per datagram.
 //!
 //! The control message is built as bytes (no `unsafe`): on 64-bit Linux a
 //! `cmsghdr` is `{ size_t len; int level; int type; }` followed by the data,
@@ -54,12 +57,17 @@ fn control(segment: u16) -> [u8; 24] {
     cmsg
 }
 
-/// Sends `payload` to `to` as datagrams of `segment` bytes (the last may
-/// be shorter) in one system call. An error other than `WouldBlock` may
+/// Sends `payload` (its buffers back to back) to `to` as datagrams of
+/// `segment` bytes (the last may be shorter) in one system call. An error other than `WouldBlock` may
 /// mean that the path does not take segmented sends (`EIO` without
 /// checksum offload): the caller sends the datagrams one by one instead.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-pub fn send(socket: &UdpSocket, to: SocketAddr, payload: &[u8], segment: usize) -> io::Result<()> {
+pub fn send(
+    socket: &UdpSocket,
+    to: SocketAddr,
+    payload: &[IoSlice<'_>],
+    segment: usize,
+) -> io::Result<()> {
     let Ok(size) = u16::try_from(segment) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -68,10 +76,9 @@ pub fn send(socket: &UdpSocket, to: SocketAddr, payload: &[u8], segment: usize) 
     };
     let cmsg = control(size);
     let addr = socket2::SockAddr::from(to);
-    let bufs = [IoSlice::new(payload)];
     let msg = socket2::MsgHdr::new()
         .with_addr(&addr)
-        .with_buffers(&bufs)
+        .with_buffers(payload)
         .with_control(&cmsg);
     socket.try_io(Interest::WRITABLE, || {
         socket2::SockRef::from(socket).sendmsg(&msg, 0).map(|_| ())
@@ -82,7 +89,7 @@ pub fn send(socket: &UdpSocket, to: SocketAddr, payload: &[u8], segment: usize) 
 pub fn send(
     _socket: &UdpSocket,
     _to: SocketAddr,
-    _payload: &[u8],
+    _payload: &[IoSlice<'_>],
     _segment: usize,
 ) -> io::Result<()> {
     Err(io::Error::new(
@@ -114,7 +121,13 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let payload: Vec<u8> = (0..3_000u32).map(|i| i as u8).collect();
         tx.writable().await.unwrap();
-        send(&tx, rx.local_addr().unwrap(), &payload, 1_200).unwrap();
+        // In three buffers, cut elsewhere than the segments.
+        let bufs = [
+            IoSlice::new(&payload[..700]),
+            IoSlice::new(&payload[700..2_500]),
+            IoSlice::new(&payload[2_500..]),
+        ];
+        send(&tx, rx.local_addr().unwrap(), &bufs, 1_200).unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 4_096];
         for _ in 0..3 {

@@ -31,7 +31,7 @@
 //! deadline passes, or shutdown is asked for.
 
 use std::collections::{HashSet, VecDeque};
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -188,6 +188,10 @@ pub struct RuntimeStats {
     /// Receives that brought a run of several datagrams at once (UDP GRO;
     /// each datagram is counted in `datagrams_received` too).
     pub gro_runs: u64,
+    /// Sends that carried a run of several datagrams at once (UDP GSO:
+    /// fragments of a large datagram, or datagrams to one address queued
+    /// together; each datagram is counted in `datagrams_sent` too).
+    pub segmented_sends: u64,
     /// Receives cut short by the receive buffer (never expected).
     pub receive_truncated: u64,
     /// Application multicasts refused for now by flow control.
@@ -477,14 +481,84 @@ enum Target {
     Group(SocketAddr),
 }
 
-/// A datagram, or a run of fragments of `segment` bytes each (the last may
-/// be shorter) sent in one call, queued for the socket.
+/// A datagram, or a run of datagrams of `segment` bytes each (the last may
+/// be shorter) sent in one call, queued for the socket: the fragments of
+/// a large datagram, and datagrams to one address queued one after
+/// another (a ring's messages to each peer, then its token).
 struct Outgoing {
     to: SocketAddr,
+    /// The run's bytes: `payload`, then each of `more` (datagrams
+    /// appended one by one; none for a single buffer).
     payload: Bytes,
+    more: Vec<Bytes>,
+    /// The whole run's length.
+    len: usize,
     /// 0: one datagram.
     segment: usize,
 }
+
+impl Outgoing {
+    fn new(to: SocketAddr, payload: Bytes, segment: usize) -> Outgoing {
+        Outgoing {
+            to,
+            len: payload.len(),
+            payload,
+            more: Vec::new(),
+            segment,
+        }
+    }
+
+    /// Whether a datagram of `len` bytes may follow the run in the same
+    /// segmented send: every datagram so far has the run's segment size,
+    /// the new one is no longer, and the run stays within one send.
+    fn takes(&self, len: usize) -> bool {
+        let segment = if self.segment == 0 {
+            self.len
+        } else {
+            self.segment
+        };
+        len > 0
+            && segment > 0
+            && len <= segment
+            && self.len.is_multiple_of(segment)
+            && self.len / segment < crate::gso::segments_per_send(segment)
+            && self.len + len <= crate::gso::MAX_BYTES
+    }
+
+    fn append(&mut self, payload: Bytes) {
+        if self.segment == 0 {
+            self.segment = self.len;
+        }
+        self.len += payload.len();
+        self.more.push(payload);
+    }
+
+    /// Whether this is a run of several datagrams (one segmented send).
+    fn segmented(&self) -> bool {
+        self.segment > 0 && self.len > self.segment
+    }
+
+    /// The run's bytes in one buffer.
+    fn joined(&self) -> Bytes {
+        if self.more.is_empty() {
+            return self.payload.clone();
+        }
+        let mut all = Vec::with_capacity(self.len);
+        all.extend_from_slice(&self.payload);
+        for b in &self.more {
+            all.extend_from_slice(b);
+        }
+        Bytes::from(all)
+    }
+}
+
+/// Datagrams pulled from the engine before the queue is sent, at most:
+/// datagrams to one address pulled together go in one segmented send.
+const PULL_MAX: usize = 256;
+
+/// How far back in the queue a datagram looks for a run to the same
+/// address to join (a run further back is left alone; a new one starts).
+const JOIN_LOOKBACK: usize = 8;
 
 impl<E: Engine> Driver<E> {
     fn new(
@@ -958,24 +1032,30 @@ impl<E: Engine> Driver<E> {
     // ---- 5. send -------------------------------------------------------------
 
     /// Sends what is queued, pulling more from the engine while the socket
-    /// takes it.
+    /// takes it: up to `PULL_MAX` datagrams at a time, so that those to
+    /// one address leave together.
     fn send_pending(&mut self) {
         loop {
             while let Some(out) = self.outgoing.front() {
-                let segmented = out.segment > 0 && out.payload.len() > out.segment;
+                let segmented = out.segmented();
                 let result = if segmented {
-                    crate::gso::send(&self.unicast, out.to, &out.payload, out.segment)
+                    let bufs: Vec<IoSlice<'_>> = std::iter::once(&out.payload)
+                        .chain(out.more.iter())
+                        .map(|b| IoSlice::new(b))
+                        .collect();
+                    crate::gso::send(&self.unicast, out.to, &bufs, out.segment)
                 } else {
                     self.unicast.try_send_to(&out.payload, out.to).map(|_| ())
                 };
                 match result {
                     Ok(()) => {
                         self.stats.datagrams_sent += if segmented {
-                            out.payload.len().div_ceil(out.segment) as u64
+                            self.stats.segmented_sends += 1;
+                            out.len.div_ceil(out.segment) as u64
                         } else {
                             1
                         };
-                        self.stats.bytes_sent += out.payload.len() as u64;
+                        self.stats.bytes_sent += out.len as u64;
                         self.outgoing.pop_front();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -994,17 +1074,28 @@ impl<E: Engine> Driver<E> {
                 }
             }
             self.blocked = false;
+            if !self.pull_transmits() {
+                return;
+            }
+        }
+    }
+
+    /// Queues up to `PULL_MAX` of the engine's datagrams; false if it had
+    /// none.
+    fn pull_transmits(&mut self) -> bool {
+        let now = self.clock.now();
+        for pulled in 0..PULL_MAX {
             self.change_groups();
-            let now = self.clock.now();
             if let Some(transmit) = self.engine.poll_transmit(now) {
                 self.address(Target::Engine(transmit.destination), transmit.payload);
                 continue;
             }
             let Some(transmit) = self.engine.poll_group_transmit(now) else {
-                return;
+                return pulled > 0;
             };
             self.address(Target::Group(transmit.group), transmit.payload);
         }
+        true
     }
 
     /// Joins and leaves the groups the engine asks for, on the socket of
@@ -1053,17 +1144,16 @@ impl<E: Engine> Driver<E> {
         }
         let runs: Vec<Outgoing> = self.outgoing.drain(..).collect();
         for out in runs {
-            if out.segment == 0 {
-                self.outgoing.push_back(out);
+            if !out.segmented() {
+                self.outgoing
+                    .push_back(Outgoing::new(out.to, out.payload, 0));
                 continue;
             }
-            for start in (0..out.payload.len()).step_by(out.segment) {
-                let end = (start + out.segment).min(out.payload.len());
-                self.outgoing.push_back(Outgoing {
-                    to: out.to,
-                    payload: out.payload.slice(start..end),
-                    segment: 0,
-                });
+            let all = out.joined();
+            for start in (0..all.len()).step_by(out.segment) {
+                let end = (start + out.segment).min(all.len());
+                self.outgoing
+                    .push_back(Outgoing::new(out.to, all.slice(start..end), 0));
             }
         }
     }
@@ -1152,14 +1242,7 @@ impl<E: Engine> Driver<E> {
     fn queue(&mut self, target: Target, payload: Bytes, segment: usize) {
         let destination = match target {
             Target::Engine(destination) => destination,
-            Target::Group(group) => {
-                self.outgoing.push_back(Outgoing {
-                    to: group,
-                    payload,
-                    segment,
-                });
-                return;
-            }
+            Target::Group(group) => return self.push_outgoing(group, payload, segment),
         };
         let to = match destination {
             Destination::Node(node) => match self.book.addr(node) {
@@ -1174,11 +1257,27 @@ impl<E: Engine> Driver<E> {
                 None => return self.fan_out(payload, segment),
             },
         };
-        self.outgoing.push_back(Outgoing {
-            to,
-            payload,
-            segment,
-        });
+        self.push_outgoing(to, payload, segment);
+    }
+
+    /// Queues a datagram (or a run of fragments) for `to`. While segmented
+    /// sends work, a single datagram joins the last run queued for `to`
+    /// when it can (`Outgoing::takes`): the datagrams to each address keep
+    /// their order, and those to one address go in one system call.
+    fn push_outgoing(&mut self, to: SocketAddr, payload: Bytes, segment: usize) {
+        if self.gso && segment == 0 {
+            let last = self
+                .outgoing
+                .iter_mut()
+                .rev()
+                .take(JOIN_LOOKBACK)
+                .find(|o| o.to == to);
+            if let Some(run) = last.filter(|run| run.takes(payload.len())) {
+                run.append(payload);
+                return;
+            }
+        }
+        self.outgoing.push_back(Outgoing::new(to, payload, segment));
     }
 
     /// The engine wants IP multicast but none is configured: unicast to all.
@@ -1188,14 +1287,14 @@ impl<E: Engine> Driver<E> {
             tracing::warn!(node = %self.me, "engine asked for IP multicast, none configured: unicast fan-out");
         }
         let me = self.book.slot(self.engine.node_id());
-        for (i, addr) in self.book.bound() {
-            if i != me {
-                self.outgoing.push_back(Outgoing {
-                    to: addr,
-                    payload: payload.clone(),
-                    segment,
-                });
-            }
+        let peers: Vec<SocketAddr> = self
+            .book
+            .bound()
+            .filter(|(i, _)| *i != me)
+            .map(|(_, addr)| addr)
+            .collect();
+        for addr in peers {
+            self.push_outgoing(addr, payload.clone(), segment);
         }
     }
 
@@ -1333,4 +1432,51 @@ fn shutdown_asked(shutdown: &mut oneshot::Receiver<()>) -> bool {
         shutdown.try_recv(),
         Err(oneshot::error::TryRecvError::Empty)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(len: usize) -> Outgoing {
+        Outgoing::new("127.0.0.1:1".parse().unwrap(), Bytes::from(vec![0; len]), 0)
+    }
+
+    #[test]
+    fn a_run_takes_datagrams_of_its_size_and_one_shorter_to_close_it() {
+        let mut run = out(1_000);
+        assert!(run.takes(1_000) && run.takes(1) && !run.takes(1_001) && !run.takes(0));
+        run.append(Bytes::from(vec![1; 1_000]));
+        assert_eq!((run.segment, run.len), (1_000, 2_000));
+        assert!(run.segmented());
+        run.append(Bytes::from(vec![2; 300]));
+        // Closed by the shorter one.
+        assert!(!run.takes(300) && !run.takes(1_000));
+        let joined = run.joined();
+        assert_eq!(joined.len(), 2_300);
+        assert_eq!((joined[999], joined[1_000], joined[2_000]), (0, 1, 2));
+    }
+
+    #[test]
+    fn a_run_stays_within_one_send() {
+        let mut run = out(1_000);
+        for _ in 1..crate::gso::MAX_SEGMENTS {
+            assert!(run.takes(1_000));
+            run.append(Bytes::from(vec![0; 1_000]));
+        }
+        assert!(!run.takes(1_000) && !run.takes(10));
+        let mut big = out(20_000);
+        big.append(Bytes::from(vec![0; 20_000]));
+        assert!(big.takes(20_000));
+        big.append(Bytes::from(vec![0; 20_000]));
+        assert!(!big.takes(1));
+        // A single datagram of one byte or a fragment run of several.
+        assert!(!out(0).takes(0) && !out(0).segmented());
+        let fragments = Outgoing::new(
+            "127.0.0.1:1".parse().unwrap(),
+            Bytes::from(vec![0; 2_944]),
+            1_472,
+        );
+        assert!(fragments.segmented() && fragments.takes(1_472) && !fragments.takes(1_473));
+    }
 }

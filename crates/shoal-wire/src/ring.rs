@@ -187,7 +187,14 @@ impl RingPacket<'_> {
     /// (the rest stay requested next rotation); join lists and commit
     /// entries are cut too, which a ring of that size never reaches.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = RING_MAGIC.to_be_bytes().to_vec();
+        // Sized once: a data message is the payload and its header.
+        let capacity = match self {
+            RingPacket::Data(d) => DATA_OVERHEAD_MAX + d.payload.len(),
+            RingPacket::Token(t) => 64 + 8 * t.rtr.len().min(MAX_LIST),
+            _ => 64,
+        };
+        let mut out = Vec::with_capacity(capacity);
+        out.extend_from_slice(&RING_MAGIC.to_be_bytes());
         out.push(RING_VERSION);
         match self {
             RingPacket::Token(t) => {

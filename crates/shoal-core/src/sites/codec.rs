@@ -382,7 +382,16 @@ pub const RING_PART_HEADER: usize = 9;
 impl RingMsg {
     /// The message's bytes.
     pub fn encode(&self) -> Bytes {
-        let mut w = Writer::default();
+        // Sized once for what it carries (a client's message, an element,
+        // a part), so a large message is not grown step by step.
+        let carried = match self {
+            RingMsg::Own(Body::Data { payload, .. }) => payload.len(),
+            RingMsg::Foreign(b)
+            | RingMsg::Snapshot { bytes: b, .. }
+            | RingMsg::Part { bytes: b, .. } => b.len(),
+            _ => 0,
+        };
+        let mut w = Writer(Vec::with_capacity(carried + 128));
         match self {
             RingMsg::Own(b) => {
                 w.u8(0);

@@ -19,7 +19,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -80,44 +79,93 @@ pub struct ClientStats {
     pub queue_full_waits: u64,
 }
 
-/// What a connection's writer is told.
-enum Out {
-    Frame(Bytes),
-    /// Write what came before, then close the connection.
-    Close,
+/// What waits to be written to one client: its frames back to back, in
+/// the order they were queued. The daemon's events are encoded straight
+/// into it, and the connection's writer takes all of it in one write: one
+/// copy of a message per client, no allocation per frame, one system call
+/// and one wake-up of the client per batch.
+#[derive(Default)]
+struct Outbox {
+    state: Mutex<Pending>,
+    ready: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    /// Bytes the writer took and has not written yet.
+    writing: usize,
+    /// Nothing more is queued: what came before is written, then the
+    /// connection closes.
+    close: bool,
+}
+
+impl Outbox {
+    /// Queues what `encode` appends (nothing if it fails: a frame over
+    /// the codec's limits, which the client could not decode either).
+    /// With `limit`, a frame that would leave more than `limit` bytes
+    /// unwritten is not queued: the client is told it is too slow and the
+    /// connection closes (false).
+    fn queue<E>(
+        &self,
+        limit: Option<usize>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> bool {
+        let mut p = self.state.lock().expect("lock");
+        if p.close {
+            return true;
+        }
+        let start = p.buf.len();
+        if encode(&mut p.buf).is_err() {
+            p.buf.truncate(start);
+            return true;
+        }
+        let slow = limit.is_some_and(|limit| p.buf.len() + p.writing > limit);
+        if slow {
+            p.buf.truncate(start);
+            p.buf.extend_from_slice(&error_bytes(
+                code::SLOW_CLIENT,
+                "the client read too slowly: its queue filled",
+            ));
+            p.close = true;
+        }
+        drop(p);
+        self.ready.notify_one();
+        !slow
+    }
+
+    /// Queues an encoded frame.
+    fn push(&self, frame: &[u8]) {
+        self.queue(None, |buf| {
+            buf.extend_from_slice(frame);
+            Ok::<(), ()>(())
+        });
+    }
+
+    /// Writes what is queued, then closes the connection.
+    fn close(&self) {
+        self.state.lock().expect("lock").close = true;
+        self.ready.notify_one();
+    }
 }
 
 /// A connected client, as the dispatcher reaches it.
 struct Conn {
     id: u64,
-    tx: mpsc::UnboundedSender<Out>,
-    queued: Arc<AtomicUsize>,
+    out: Arc<Outbox>,
     /// Wakes the connection's reader to end the session (slow client).
     kill: Arc<Notify>,
 }
 
 impl Conn {
-    /// Queues `frame`; false if the client is over its queue bound (it is
-    /// then told so and closed).
-    fn send(&self, frame: &Frame, limit: usize) -> bool {
-        let mut buf = Vec::new();
-        if frame.encode(&mut buf).is_err() {
-            // A frame over the codec's limits (a name list longer than
-            // `members_max`): the client could not decode it either.
+    /// Queues what `encode` writes; false if the client is over its queue
+    /// bound (it is then told so and closed).
+    fn send<E>(&self, limit: usize, encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> bool {
+        if self.out.queue(Some(limit), encode) {
             return true;
         }
-        let len = buf.len();
-        if self.queued.fetch_add(len, Ordering::Relaxed) + len > limit {
-            let _ = self.tx.send(Out::Frame(error_bytes(
-                code::SLOW_CLIENT,
-                "the client read too slowly: its queue filled",
-            )));
-            let _ = self.tx.send(Out::Close);
-            self.kill.notify_one();
-            return false;
-        }
-        let _ = self.tx.send(Out::Frame(Bytes::from(buf)));
-        true
+        self.kill.notify_one();
+        false
     }
 }
 
@@ -170,14 +218,32 @@ impl ClientServer {
     /// counted and dropped.
     pub fn dispatch(&self, event: Event) {
         let mut shared = self.shared.lock().expect("lock");
-        let (client, frame) = frame_of(event);
         let limit = self.settings.client_queue;
-        let sent = match shared.conns.get(&client) {
-            None => {
-                shared.stats.orphaned += 1;
-                return;
+        let client = match &event {
+            Event::Deliver { client, .. }
+            | Event::View { client, .. }
+            | Event::Dropped { client } => client,
+        };
+        let Some(conn) = shared.conns.get(client) else {
+            shared.stats.orphaned += 1;
+            return;
+        };
+        let sent = match event {
+            // A message is encoded from the event's own bytes.
+            Event::Deliver {
+                sender,
+                service,
+                groups,
+                payload,
+                ..
+            } => conn.send(limit, |buf| {
+                let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+                client::encode_message(&sender, wire_service(service), 0, &groups, &payload, buf)
+            }),
+            other => {
+                let (_, frame) = frame_of(other);
+                conn.send(limit, |buf| frame.encode(buf))
             }
-            Some(conn) => conn.send(&frame, limit),
         };
         if sent {
             shared.stats.frames_out += 1;
@@ -331,42 +397,36 @@ async fn accept_loop(
     }
 }
 
-async fn writer(
-    mut w: tokio::net::unix::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    queued: Arc<AtomicUsize>,
-) {
-    // Frames queued together leave in one write (up to `WRITE_MAX`
-    // bytes): under a stream, one system call and one wake-up of the
-    // client per batch instead of per message.
-    const WRITE_MAX: usize = 256 * 1024;
-    let mut buf = Vec::with_capacity(WRITE_MAX);
-    'out: while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        let mut close = false;
-        while let Some(out) = next.take() {
-            match out {
-                Out::Frame(bytes) => buf.extend_from_slice(&bytes),
-                Out::Close => {
-                    close = true;
-                    break;
-                }
+async fn writer(mut w: tokio::net::unix::OwnedWriteHalf, out: Arc<Outbox>) {
+    // A buffer larger than this is given back after its write, so that a
+    // burst does not keep its memory for the connection's life.
+    const KEEP_MAX: usize = 1 << 20;
+    let mut taken = Vec::new();
+    loop {
+        let close = {
+            let mut p = out.state.lock().expect("lock");
+            std::mem::swap(&mut p.buf, &mut taken);
+            p.writing = taken.len();
+            p.close
+        };
+        if !taken.is_empty() {
+            if w.write_all(&taken).await.is_err() {
+                break;
             }
-            if buf.len() < WRITE_MAX {
-                next = rx.try_recv().ok();
+            taken.clear();
+            if taken.capacity() > KEEP_MAX {
+                taken = Vec::new();
             }
-        }
-        if !buf.is_empty() {
-            if w.write_all(&buf).await.is_err() {
-                break 'out;
-            }
-            queued.fetch_sub(buf.len(), Ordering::Relaxed);
-            buf.clear();
+            out.state.lock().expect("lock").writing = 0;
+            continue;
         }
         if close {
             break;
         }
+        out.ready.notified().await;
     }
+    // Nothing more is queued to a connection that ended.
+    out.close();
     let _ = w.shutdown().await;
 }
 
@@ -381,20 +441,15 @@ async fn session(
     controls: mpsc::UnboundedSender<Control<SiteEngine>>,
 ) {
     let (mut r, w) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
+    let tx = Arc::new(Outbox::default());
     let kill = Arc::new(Notify::new());
-    tokio::spawn(writer(w, rx, queued.clone()));
+    tokio::spawn(writer(w, tx.clone()));
     let send = |frame: Frame| {
-        let mut buf = Vec::new();
-        if frame.encode(&mut buf).is_ok() {
-            queued.fetch_add(buf.len(), Ordering::Relaxed);
-            let _ = tx.send(Out::Frame(Bytes::from(buf)));
-        }
+        tx.queue(None, |buf| frame.encode(buf));
     };
     let fail = |code: u16, text: String| {
-        let _ = tx.send(Out::Frame(error_bytes(code, &text)));
-        let _ = tx.send(Out::Close);
+        tx.push(&error_bytes(code, &text));
+        tx.close();
     };
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut me: Option<(u64, String)> = None;
@@ -496,8 +551,7 @@ async fn session(
                             pg.clone(),
                             Conn {
                                 id,
-                                tx: tx.clone(),
-                                queued: queued.clone(),
+                                out: tx.clone(),
                                 kill: kill.clone(),
                             },
                         );
@@ -621,7 +675,7 @@ async fn session(
             }))
             .ok();
     }
-    let _ = tx.send(Out::Close);
+    tx.close();
 }
 
 /// Multicasts a connection read, in order, not yet handed to the engine.
@@ -654,7 +708,7 @@ struct Stopped;
 /// stopping.
 async fn hand_over(
     controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
-    tx: &mpsc::UnboundedSender<Out>,
+    tx: &Arc<Outbox>,
     shared: &Mutex<Shared>,
     me: &Option<(u64, String)>,
     batch: &mut Batch,
@@ -665,11 +719,8 @@ async fn hand_over(
     if submit(controls, tx, shared, client, batch).await.is_ok() {
         return true;
     }
-    let _ = tx.send(Out::Frame(error_bytes(
-        code::SHUTDOWN,
-        "the daemon is stopping",
-    )));
-    let _ = tx.send(Out::Close);
+    tx.push(&error_bytes(code::SHUTDOWN, "the daemon is stopping"));
+    tx.close();
     false
 }
 
@@ -681,7 +732,7 @@ async fn hand_over(
 /// on.
 async fn submit(
     controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
-    tx: &mpsc::UnboundedSender<Out>,
+    tx: &Arc<Outbox>,
     shared: &Mutex<Shared>,
     client: &str,
     batch: &mut Batch,
@@ -701,7 +752,7 @@ async fn submit(
                             break;
                         }
                         Err(e) => {
-                            let _ = tx.send(Out::Frame(error_bytes(code::LIMIT, &e.to_string())));
+                            tx.push(&error_bytes(code::LIMIT, &e.to_string()));
                         }
                     }
                 }
@@ -742,7 +793,7 @@ enum Request {
 /// client as an `Error` frame.
 fn request(
     controls: &mpsc::UnboundedSender<Control<SiteEngine>>,
-    tx: &mpsc::UnboundedSender<Out>,
+    tx: &Arc<Outbox>,
     client: &str,
     r: Request,
 ) {
@@ -755,7 +806,7 @@ fn request(
                 Request::Leave(g) => d.leave(now, &client, g),
             };
             if let Err(e) = result {
-                let _ = tx.send(Out::Frame(error_bytes(code::LIMIT, &e.to_string())));
+                tx.push(&error_bytes(code::LIMIT, &e.to_string()));
             }
         }))
         .ok();
