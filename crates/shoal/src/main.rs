@@ -1,14 +1,6 @@
 //! The `shoal` command. Thin: parse arguments, hand each subcommand to its
 //! module (mini-redis style). `anyhow` lives only at this level.
 
-// mimalloc instead of the system's allocator: a site daemon carrying
-// 1 KB messages spent about a quarter of its time in glibc's malloc and
-// free (its large-chunk bins: unlink, consolidate); mimalloc took about
-// 10% off the daemons' CPU and raised a three-daemon site's throughput by
-// 13-20% (`docs/spread.md`, "Side by side with Spread, through clients").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod bench_cmd;
 mod check_cmd;
 mod client_cmd;
