@@ -58,9 +58,10 @@ fn control(segment: u16) -> [u8; 24] {
 }
 
 /// Sends `payload` (its buffers back to back) to `to` as datagrams of
-/// `segment` bytes (the last may be shorter) in one system call. An error other than `WouldBlock` may
-/// mean that the path does not take segmented sends (`EIO` without
-/// checksum offload): the caller sends the datagrams one by one instead.
+/// `segment` bytes (the last may be shorter) in one system call. An
+/// error other than `WouldBlock` may mean that the path does not take
+/// segmented sends (`EIO` without checksum offload): the caller sends
+/// the datagrams one by one instead.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 pub fn send(
     socket: &UdpSocket,
