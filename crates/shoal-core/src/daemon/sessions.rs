@@ -250,6 +250,10 @@ struct HeldBatch {
     /// effect within the batch ([`Sessions::install_table`]). Only there,
     /// and only until the view its replay comes to.
     skip: u32,
+    /// Not a batch but a view change's removal of the daemons that left,
+    /// deferred behind the batches held when it came
+    /// ([`Sessions::defer_removal`]).
+    gone: Option<BTreeSet<NodeId>>,
 }
 
 /// The id of a regular view: the epoch (32 bits), raised each time a
@@ -474,6 +478,9 @@ pub struct SessionStats {
     /// Batches with a `safe` message (or behind one) held until every
     /// daemon of the view had them.
     pub batches_held: u64,
+    /// View changes whose removal of the daemons that left waited behind
+    /// `safe` batches not every daemon moving on had said it held.
+    pub removals_deferred: u64,
     /// Batches of unreliable and probabilistic messages sent by pbcast alone.
     pub unsequenced_batches_sent: u64,
     pub unsequenced_batches_received: u64,
@@ -578,6 +585,10 @@ pub struct Sessions {
     /// While held batches are applied at a view change in transitional
     /// views: the daemons that left ([`Sessions::begin_transitional`]).
     transitional_gone: BTreeSet<NodeId>,
+    /// The daemons of the removals deferred among the held batches
+    /// ([`Sessions::defer_removal`]): a held batch applied before them goes
+    /// in transitional views without their clients.
+    deferred_gone: BTreeSet<NodeId>,
     /// Groups in such a transitional view: the id of the regular view it
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
@@ -636,6 +647,7 @@ impl Sessions {
             quorum: true,
             stats: SessionStats::default(),
             transitional_gone: BTreeSet::new(),
+            deferred_gone: BTreeSet::new(),
             in_transitional: BTreeMap::new(),
             view_release: None,
             release_at_view: None,
@@ -1241,6 +1253,7 @@ impl Sessions {
             payload,
             safe,
             skip,
+            gone: None,
         });
     }
 
@@ -1447,14 +1460,35 @@ impl Sessions {
         }
     }
 
-    /// Applies the oldest held batch.
+    /// Applies the oldest held batch (or deferred removal).
     fn apply_held(&mut self) {
         let Some(batch) = self.held.pop_front() else {
             return;
         };
+        if let Some(gone) = batch.gone {
+            self.deferred_gone = self
+                .held
+                .iter()
+                .filter_map(|b| b.gone.as_ref())
+                .flatten()
+                .copied()
+                .collect();
+            self.remove_gone(&gone);
+            return;
+        }
+        // Before a deferred removal, in transitional views without its
+        // daemons' clients too (not for what pbcast alone carries meanwhile).
+        let widened = (!self.deferred_gone.is_empty()).then(|| {
+            let mut gone = self.transitional_gone.clone();
+            gone.extend(self.deferred_gone.iter().copied());
+            std::mem::replace(&mut self.transitional_gone, gone)
+        });
         // Decoded once already on arrival.
         if let Ok(items) = groups::decode(&batch.payload) {
             self.apply_items(batch.sender, batch.gseq, items, batch.skip);
+        }
+        if let Some(gone) = widened {
+            self.transitional_gone = gone;
         }
     }
 
@@ -2296,22 +2330,39 @@ impl Sessions {
         // what it holds (seed 4727).
         let joined = view.members.iter().any(|d| !self.daemons.contains(d));
         let table_awaited = self.daemons.iter().any(|d| !self.settled.contains(d));
+        //
+        // Unless a daemon that moves on has not said it holds a held `safe`
+        // batch: it is listed in the view, but it may never install it (cut
+        // off after it acknowledged the change; the long run across hosts,
+        // seed 20261128, found it: a survivor that never got the batch was
+        // named in the transitional view it was delivered in). The removal
+        // of the gone daemons' clients then waits behind the held batches
+        // (`defer_removal`), which wait for the RECEIVED of every daemon of
+        // this view, or for a later view that drops the silent ones, and
+        // go in transitional views without the gone daemons' clients.
         let as_the_others = self.release_at_view.take();
+        let defer = as_the_others.is_none()
+            && !gone.is_empty()
+            && !joined
+            && !table_awaited
+            && !self.held_stable_among(&view.members);
         let transitional =
             as_the_others.unwrap_or_else(|| !gone.is_empty() && self.held_unstable_safe());
-        if transitional {
+        if transitional && !defer {
             self.transitional_gone = gone.clone();
         }
-        if as_the_others.is_some() || !gone.is_empty() || joined || table_awaited {
+        if defer {
+            self.defer_removal(gone.clone(), view.gseq, me);
+        } else if as_the_others.is_some() || !gone.is_empty() || joined || table_awaited {
             self.view_release = Some(!self.transitional_gone.is_empty());
             while !self.held.is_empty() {
                 self.apply_held();
             }
             self.view_release = None;
+            // The gone members' removal below installs the regular views.
+            self.in_transitional.clear();
         }
-        // The gone members' removal below installs the regular views.
         self.transitional_gone.clear();
-        self.in_transitional.clear();
         self.received.retain(|d, _| view.members.contains(d));
         // Batches sent before a view change may come back in it or not at
         // all: stop waiting for them (`in_flight` only paces batching).
@@ -2346,12 +2397,8 @@ impl Sessions {
         }
         self.settled.retain(|d| view.members.contains(d));
         self.awaiting_table.retain(|d| view.members.contains(d));
-        if !gone.is_empty() {
-            self.count_change();
-            let view_id = self.view_id();
-            self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
-            self.partials.retain(|(d, _), _| !gone.contains(d));
-            self.snapshot_before.retain(|d, _| !gone.contains(d));
+        if !gone.is_empty() && !defer {
+            self.remove_gone(&gone);
         }
         if !gone.is_empty() && self.designated() == self.me {
             // The member that was to send a joiner its table may be gone
@@ -2371,6 +2418,64 @@ impl Sessions {
         }
         self.saved_tables.retain(|d, _| view.members.contains(d));
         self.daemons = view.members;
+        self.acknowledge_held();
+    }
+
+    /// Whether every daemon of `members` has said it holds each held
+    /// `safe` batch.
+    fn held_stable_among(&self, members: &[NodeId]) -> bool {
+        self.held.iter().filter(|b| b.safe).all(|b| {
+            members
+                .iter()
+                .all(|d| self.received.get(d).is_some_and(|r| *r >= b.gseq))
+        })
+    }
+
+    /// Defers the removal of the `gone` daemons' clients at a view change
+    /// (Newview `gseq`) behind the batches held now (see [`Sessions::view`]).
+    fn defer_removal(&mut self, gone: BTreeSet<NodeId>, gseq: u64, me: NodeId) {
+        self.stats.removals_deferred += 1;
+        self.deferred_gone.extend(gone.iter().copied());
+        self.held.push_back(HeldBatch {
+            sender: me,
+            gseq,
+            payload: Bytes::new(),
+            safe: false,
+            skip: 0,
+            gone: Some(gone),
+        });
+    }
+
+    /// Takes the `gone` daemons' clients out of every group, reason
+    /// `network`: a view change's regular views.
+    fn remove_gone(&mut self, gone: &BTreeSet<NodeId>) {
+        // A group in a transitional view this removal changes gets its
+        // regular view from it; one it does not change stays in its
+        // transitional view (a later deferred removal changes it).
+        let table = &self.table;
+        self.in_transitional.retain(|g, _| {
+            !table
+                .get(g)
+                .is_some_and(|ms| ms.iter().any(|m| gone.contains(&m.daemon)))
+        });
+        self.count_change();
+        let view_id = self.view_id();
+        self.remove_everywhere(|m| gone.contains(&m.daemon), view_id, Reason::Network);
+        self.partials.retain(|(d, _), _| !gone.contains(d));
+        self.snapshot_before.retain(|d, _| !gone.contains(d));
+    }
+
+    /// At a view, with `safe` batches held: says again that this daemon
+    /// holds them. Its RECEIVED items may have been in a batch the view
+    /// change dropped, and held batches now wait for those of this view's
+    /// daemons.
+    fn acknowledge_held(&mut self) {
+        if self.joining.is_some() || !self.held_unstable_safe() {
+            return;
+        }
+        if let Some(gseq) = self.held.iter().filter(|b| b.safe).map(|b| b.gseq).max() {
+            self.acknowledge(gseq);
+        }
     }
 
     /// Sets the quorum flag of the views announced from now on (the daemon
@@ -2816,6 +2921,12 @@ impl Sessions {
         let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
         let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
         let held_table = self.holds_table();
+        // Clients in a transitional view of a deferred removal get the
+        // regular view of its members before their cut-off daemon's own.
+        self.end_transitional();
+        self.transitional_gone.clear();
+        self.deferred_gone.clear();
+        self.held.retain(|b| b.gone.is_none());
         let held_changes = if rejoining && self.cut_off.is_none() && self.cut_off_batches.is_empty()
         {
             self.apply_held_group_changes()
@@ -3223,6 +3334,9 @@ impl Sessions {
             })
         };
         for batch in &self.held {
+            if batch.gone.is_some() {
+                return true;
+            }
             if batch.safe && !stable(batch.gseq) {
                 return false;
             }
@@ -3239,7 +3353,8 @@ impl Sessions {
     /// view of the same daemons this overstates).
     pub fn held_may_change_table(&self, changes: impl Fn(&Item<'_>) -> bool) -> bool {
         self.held.iter().any(|batch| {
-            groups::decode(&batch.payload).is_ok_and(|items| items.iter().any(&changes))
+            batch.gone.is_some()
+                || groups::decode(&batch.payload).is_ok_and(|items| items.iter().any(&changes))
         })
     }
 
@@ -3297,9 +3412,10 @@ impl Sessions {
             s.slow_clients, s.malformed_batches
         ));
         lines.push(format!(
-            "safe: batches held {} (waiting now {})",
+            "safe: batches held {} (waiting now {}); view changes' removals deferred behind them {}",
             s.batches_held,
-            self.held.len()
+            self.held.iter().filter(|b| b.gone.is_none()).count(),
+            s.removals_deferred
         ));
         lines.push(format!(
             "unsequenced (unreliable, probabilistic): batches sent {} received {}",

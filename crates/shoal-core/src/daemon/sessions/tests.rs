@@ -187,6 +187,21 @@ impl Cluster {
         self.collect();
     }
 
+    /// Installs a view of `members` (indexes) at `at` only (the others
+    /// never install it: cut off after they acknowledged the change).
+    fn install_at(&mut self, members: &[usize], at: &[usize]) {
+        self.view_id += 1;
+        let ids: Vec<NodeId> = members.iter().map(|i| self.ids[*i]).collect();
+        let gseq = self.gseq;
+        self.gseq += 1;
+        for &i in at {
+            let v = view(self.view_id, &ids, gseq, &[], false);
+            let me = self.ids[i];
+            self.cores[i].cluster_event(me, Event::View(v));
+        }
+        self.collect();
+    }
+
     /// Installs a view of `members` (indexes) at each of them.
     fn install(&mut self, members: &[usize], joined: &[usize]) {
         self.view_id += 1;
@@ -388,6 +403,105 @@ fn a_view_that_drops_nobody_releases_no_safe_message_before_every_daemon_holds_i
     let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
     assert_eq!(messages(&c.take(0, 1)), expect);
     assert_eq!(messages(&c.take(1, 1)), expect);
+}
+
+/// Alice, bob and carol in "chat", on daemons 0, 1 and 2.
+fn three_in_chat() -> Cluster {
+    let mut c = two_in_chat();
+    c.connect(2, 7, "carol");
+    c.frame(2, 7, join("chat"));
+    c.settle();
+    for (d, session) in [(0, 1), (1, 1), (2, 7)] {
+        c.take(d, session);
+    }
+    c
+}
+
+/// Each membership frame: transitional or not, and its members.
+fn views(frames: &[Frame]) -> Vec<(bool, Vec<String>)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Membership {
+                transitional,
+                members,
+                ..
+            } => Some((*transitional, members.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A view that drops a daemon is no proof either that the daemons it
+/// keeps hold a held `safe` batch: one may never install it (cut off after
+/// it acknowledged the change). The long schedule across network
+/// namespaces found it (seed 20261128): a daemon delivered its client's
+/// `safe` message in the transitional view of such a change, and a member
+/// it listed there, cut off, never had it. The removal of the gone
+/// daemon's clients now waits behind the held batches, which wait for the
+/// daemons kept, or for a view that drops the silent ones.
+#[test]
+fn a_view_that_drops_a_daemon_waits_until_the_daemons_it_keeps_hold_the_safe_batches() {
+    let mut c = three_in_chat();
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    // Only daemon 0 gets it, and says so.
+    assert!(c.order_to(0, &[0]));
+    assert!(c.order_to(0, &[0]));
+    // Carol's daemon is dropped; bob's is kept but never installs the view.
+    c.install_at(&[0, 1], &[0]);
+    assert!(
+        c.take(0, 1).is_empty(),
+        "bob's daemon has not said it holds it"
+    );
+    // Bob's daemon is dropped at the next view: alice gets the message in a
+    // transitional view without bob, then the regular views of the two
+    // changes.
+    c.install_at(&[0], &[0]);
+    let frames = c.take(0, 1);
+    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
+    assert_eq!(messages(&frames), expect);
+    assert_eq!(
+        views(&frames),
+        vec![
+            (true, vec![s("#alice#n0")]),
+            (false, vec![s("#alice#n0"), s("#bob#n1")]),
+            (false, vec![s("#alice#n0")]),
+        ]
+    );
+    assert!(matches!(frames[0], Frame::Membership { .. }));
+    assert_eq!(c.cores[0].stats().removals_deferred, 1);
+}
+
+/// The same change when the daemon kept does install the view: its
+/// acknowledgement (its first was in a batch the change dropped) comes in
+/// the new view, and both deliver in the transitional view of the two.
+#[test]
+fn a_view_that_drops_a_daemon_releases_the_safe_batches_once_the_daemons_it_keeps_say_so() {
+    let mut c = three_in_chat();
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    assert!(c.order_to(0, &[0, 1]));
+    // Daemon 1's acknowledgement is lost with the old view.
+    assert!(c.cores[1].take_batch().is_some());
+    assert!(c.order_to(0, &[0, 1]));
+    c.install_at(&[0, 1], &[0, 1]);
+    assert!(c.take(0, 1).is_empty());
+    assert!(c.take(1, 1).is_empty());
+    // Nothing else was sent meanwhile: the batches of the new view are
+    // the acknowledgements the view made each daemon send again.
+    assert!(c.order_to(0, &[0, 1]));
+    assert!(c.take(0, 1).is_empty(), "bob's daemon has not said it yet");
+    assert!(c.order_to(1, &[0, 1]));
+    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
+    let pair = vec![s("#alice#n0"), s("#bob#n1")];
+    for d in [0, 1] {
+        let frames = c.take(d, 1);
+        assert_eq!(messages(&frames), expect);
+        assert_eq!(
+            views(&frames),
+            vec![(true, pair.clone()), (false, pair.clone())]
+        );
+    }
+    c.settle();
 }
 
 #[test]
