@@ -123,6 +123,11 @@ pub struct SimArgs {
     /// on its own (the transport beyond loopback: 1472) [default: whole].
     #[arg(long)]
     pub fragment_bytes: Option<usize>,
+    /// swarm: the daemons' periodic view change in milliseconds
+    /// (`[cluster.vsync] view_period`; the long schedule across hosts
+    /// runs 2000) [default: the daemon's, 20000].
+    #[arg(long)]
+    pub view_period_ms: Option<u64>,
 }
 
 /// Runs this command again, the same arguments and environment, with
@@ -474,6 +479,12 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
     if args.fragment_bytes.is_some_and(|f| f < 64) {
         bail!("--fragment-bytes must be at least 64");
     }
+    if args
+        .view_period_ms
+        .is_some_and(|ms| !(100..=600_000).contains(&ms))
+    {
+        bail!("--view-period-ms must be 100 to 600000");
+    }
     if args.fault_phase.is_some_and(|s| !(1..=86_400).contains(&s)) {
         bail!("--fault-phase must be 1 to 86400 seconds");
     }
@@ -486,6 +497,7 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         fault_phase: args.fault_phase.map(std::time::Duration::from_secs),
         floor_loss_ppm: args.floor_loss.map_or(0, |l| (l * 1e6).round() as u32),
         fragment_bytes: args.fragment_bytes,
+        view_period: args.view_period_ms.map(std::time::Duration::from_millis),
     };
     let started = std::time::Instant::now();
     let outcomes = shoal_sim::swarm::run_seeds_shaped(a..b, args.threads.unwrap_or(2), shape);

@@ -1422,22 +1422,42 @@ impl Sessions {
     /// id is the one before plus one in the owner's bits, below the next
     /// counted id; it takes no count either ([`Sessions::begin_transitional`]).
     fn end_transitional(&mut self) {
+        self.end_transitional_as(None);
+    }
+
+    /// [`Sessions::end_transitional`]; with `apart` (this daemon's slot, as
+    /// it is cut off), under ids of its own: the others may still deliver
+    /// held batches in that transitional view before their regular view of
+    /// the next id, and this daemon's clients get none of them.
+    fn end_transitional_as(&mut self, apart: Option<u32>) {
         let Some(me) = self.me else {
             return;
         };
         for (group, (view_id, names)) in std::mem::take(&mut self.in_transitional) {
-            if view_id & 0xFF == 0xFF {
+            if view_id & 0xFF == 0xFF && apart.is_none() {
                 continue;
             }
-            let view_id = view_id + 1;
-            let local: Vec<SessionId> = self
-                .table
-                .get(&group)
-                .into_iter()
-                .flatten()
-                .filter(|m| m.daemon == me && names.contains(&m.client))
-                .filter_map(|m| self.by_name.get(&m.client).copied())
-                .collect();
+            let view_id = match apart {
+                Some(slot) => self.own_view_id(slot),
+                None => view_id + 1,
+            };
+            let local: Vec<SessionId> = match apart {
+                // Every local client shown the transitional view, also one
+                // whose leave among the held batches has been applied (the
+                // cut-off walk): it hears that it left once back.
+                Some(_) => names
+                    .iter()
+                    .filter_map(|n| self.by_name.get(n).copied())
+                    .collect(),
+                None => self
+                    .table
+                    .get(&group)
+                    .into_iter()
+                    .flatten()
+                    .filter(|m| m.daemon == me && names.contains(&m.client))
+                    .filter_map(|m| self.by_name.get(&m.client).copied())
+                    .collect(),
+            };
             let frame = Frame::Membership {
                 group: group.clone(),
                 view_id,
@@ -1640,7 +1660,14 @@ impl Sessions {
             }
             Item::Table { joiner, last, .. } => {
                 if last && self.me.is_some_and(|me| me.0 != joiner) {
-                    self.settled.insert(NodeId(joiner));
+                    // Not a daemon that left the view before its table was
+                    // ordered: settled, it would be the designated sender of
+                    // later joiners' tables (the lowest slot), and they would
+                    // wait for ever (swarm seed 234 with a 2 s view period:
+                    // two joiners never got their table).
+                    if self.daemons.contains(&NodeId(joiner)) {
+                        self.settled.insert(NodeId(joiner));
+                    }
                     self.awaiting_table.remove(&NodeId(joiner));
                     self.saved_tables.remove(&NodeId(joiner));
                 }
@@ -2921,18 +2948,19 @@ impl Sessions {
         let slot = self.me.map_or(0, crate::daemon::membership::slot_of);
         let rejoining = reason == RemovedReason::Dropped && !self.shutting_down;
         let held_table = self.holds_table();
-        // Clients in a transitional view of a deferred removal get the
-        // regular view of its members before their cut-off daemon's own.
-        self.end_transitional();
-        self.transitional_gone.clear();
-        self.deferred_gone.clear();
-        self.held.retain(|b| b.gone.is_none());
         let held_changes = if rejoining && self.cut_off.is_none() && self.cut_off_batches.is_empty()
         {
             self.apply_held_group_changes()
         } else {
             HeldChanges::default()
         };
+        // Clients still in a transitional view of a deferred removal get a
+        // regular view of its members, under an id of this daemon's own,
+        // before their cut-off daemon's transitional view.
+        self.end_transitional_as(Some(slot));
+        self.transitional_gone.clear();
+        self.deferred_gone.clear();
+        self.held.retain(|b| b.gone.is_none());
         // The groups each local client has been shown a regular view of
         // (the table holds what was announced; a join not yet ordered is
         // not in it, and while joining the table is empty); a client shown
@@ -3076,16 +3104,28 @@ impl Sessions {
         let Some(me) = self.me else {
             return changes;
         };
-        if self.joining.is_some() || !self.in_transitional.is_empty() {
+        if self.joining.is_some() {
             return changes;
         }
-        let held: Vec<(NodeId, Bytes)> = self
+        // Groups in the transitional view of a deferred removal: the
+        // others may deliver more there before they end it, so a change
+        // among the held batches does not end it here; a group whose
+        // change is shown is out of it (its regular view follows), the
+        // others end after the walk (`removed`).
+        let in_transitional = std::mem::take(&mut self.in_transitional);
+        let held: Vec<(NodeId, Bytes, Option<BTreeSet<NodeId>>)> = self
             .held
             .iter()
-            .map(|b| (b.sender, b.payload.clone()))
+            .map(|b| (b.sender, b.payload.clone(), b.gone.clone()))
             .collect();
         let mut at = 0;
-        'walk: for (sender, payload) in &held {
+        'walk: for (sender, payload, gone) in &held {
+            if let Some(gone) = gone {
+                // A deferred removal, in its place in the order, as the
+                // others apply it.
+                self.remove_gone(gone);
+                continue;
+            }
             let Ok(items) = groups::decode(payload) else {
                 continue;
             };
@@ -3152,6 +3192,10 @@ impl Sessions {
             }
         }
         self.withheld.clear();
+        self.in_transitional = in_transitional;
+        let announced = &self.announced;
+        self.in_transitional
+            .retain(|g, _| !announced.contains_key(g));
         changes
     }
 
