@@ -1520,6 +1520,33 @@ fn daemons_1_and_2_restarted() -> Cluster {
     c
 }
 
+/// Daemon 0 restarts and joins; daemon 1 owes it the table, but daemon 0
+/// leaves before that table is ordered. The table, ordered afterwards,
+/// must not settle a daemon that left: settled, with the lowest slot, it
+/// would be the designated sender of later joiners' tables, and they
+/// would wait for ever (fix 36; swarm seed 234 with `--view-period-ms
+/// 2000`). Here daemon 0 comes back and gets its table from daemon 1.
+#[test]
+fn a_table_ordered_after_its_joiner_left_does_not_settle_it() {
+    let mut c = Cluster::new(3);
+    c.cores[0] = Sessions::new("n0", Limits::default(), BATCH_MAX);
+    c.install(&[1, 2], &[]);
+    c.install(&[0, 1, 2], &[0]);
+    assert!(c.order(0), "daemon 0's snapshot");
+    c.install(&[1, 2], &[]);
+    c.settle();
+    for d in [1, 2] {
+        assert!(
+            !c.cores[d].settled_daemons().contains(&c.ids[0]),
+            "daemon {d} counts the departed joiner settled"
+        );
+    }
+    c.cores[0] = Sessions::new("n0", Limits::default(), BATCH_MAX);
+    c.install(&[0, 1, 2], &[0]);
+    c.settle();
+    assert!(c.cores[0].ready(), "daemon 1 sent the table");
+}
+
 /// Daemons 1 and 2 restart and join daemon 0's view; daemon 0 applies their
 /// snapshots but is cut off before the tables it owes them are ordered.
 /// The view of 1 and 2 alone has no settled daemon to send a table, and
