@@ -129,6 +129,16 @@ struct Cluster {
     clock: Clock,
 }
 
+/// Stops `node` (off the async runtime: shutting down blocks) and returns
+/// its runtime counters.
+async fn stats_at_shutdown(node: Node<Toy>) -> shoal_net::RuntimeStats {
+    tokio::task::spawn_blocking(|| node.shutdown())
+        .await
+        .unwrap()
+        .unwrap()
+        .1
+}
+
 fn cluster(n: u32, group: Option<MulticastGroup>, faults: FaultConfig) -> Cluster {
     cluster_with(n, group, faults, |_| {})
 }
@@ -234,10 +244,7 @@ async fn two_nodes_exchange_over_unicast() {
         assert_eq!(payloads, expected);
     }
     for node in c.nodes {
-        let (_engine, stats) = tokio::task::spawn_blocking(|| node.shutdown())
-            .await
-            .unwrap()
-            .unwrap();
+        let stats = stats_at_shutdown(node).await;
         assert_eq!(stats.datagrams_sent, 100);
         assert_eq!(stats.datagrams_received, 100);
         assert_eq!(stats.unknown_source, 0);
@@ -283,10 +290,7 @@ async fn ip_multicast_on_loopback_reaches_others_not_self() {
         assert!(got.iter().all(|(from, _)| *from == NodeId(0)));
     }
     let sender = c.nodes.remove(0);
-    let (_engine, stats) = tokio::task::spawn_blocking(|| sender.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(sender).await;
     // One datagram per multicast; looped-back copies (if read before the
     // shutdown) were filtered, never handed to the engine.
     assert_eq!(stats.datagrams_sent, 20);
@@ -356,10 +360,7 @@ async fn injected_loss_drops_about_the_configured_share() {
     }
     let mut nodes = c.nodes;
     let receiver = nodes.remove(1);
-    let (_engine, stats) = tokio::task::spawn_blocking(|| receiver.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(receiver).await;
     // Seeded: the exact count is fixed for a given arrival count; bounds are
     // wide in case the kernel itself dropped some.
     assert!(stats.datagrams_received <= 400);
@@ -397,10 +398,7 @@ async fn injected_duplication_hands_some_datagrams_over_twice() {
     }
     let mut nodes = c.nodes;
     let receiver = nodes.remove(1);
-    let (_engine, stats) = tokio::task::spawn_blocking(|| receiver.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(receiver).await;
     // Every datagram received reached the engine once, plus one more time
     // per duplicate; about 30% were duplicated (seeded; wide bounds).
     assert_eq!(
@@ -437,10 +435,7 @@ async fn injected_send_loss_drops_at_the_sender() {
     }
     let mut nodes = c.nodes;
     let sender = nodes.remove(0);
-    let (_engine, stats) = tokio::task::spawn_blocking(|| sender.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(sender).await;
     // The sender dropped about half of its 400 datagrams before the
     // socket; the receiver got at most the rest (seeded; wide bounds).
     let share = stats.fault_send_drops as f64 / 400.0;
@@ -484,10 +479,7 @@ async fn datagrams_larger_than_the_path_arrive_whole_and_in_order() {
     assert_eq!(payloads, sent);
     let receiver = c.nodes.pop().unwrap();
     let sender = c.nodes.pop().unwrap();
-    let (_engine, stats) = tokio::task::spawn_blocking(|| sender.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(sender).await;
     // 1,000 and 1,472 bytes fit; the other four sizes do not.
     assert_eq!(stats.datagrams_split, 40);
     let fragments: usize = sent
@@ -497,10 +489,7 @@ async fn datagrams_larger_than_the_path_arrive_whole_and_in_order() {
         .sum();
     assert_eq!(stats.fragments_sent, fragments as u64);
     assert_eq!(stats.datagrams_sent, 20 + fragments as u64);
-    let (_engine, stats) = tokio::task::spawn_blocking(|| receiver.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(receiver).await;
     assert_eq!(stats.datagrams_joined, 40);
     assert_eq!(stats.fragments_received, fragments as u64);
     assert_eq!(stats.fragments_refused + stats.partial_dropped, 0);
@@ -529,10 +518,7 @@ async fn datagrams_to_one_peer_leave_together_and_arrive_in_order() {
     assert_eq!(payloads, sent);
     let receiver = c.nodes.pop().unwrap();
     let sender = c.nodes.pop().unwrap();
-    let (_engine, stats) = tokio::task::spawn_blocking(|| sender.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(sender).await;
     assert_eq!(stats.datagrams_sent, sent.len() as u64);
     if cfg!(all(target_os = "linux", target_pointer_width = "64")) {
         // At most 64 datagrams a send: at least 150/64 + 49/54 sends.
@@ -542,10 +528,7 @@ async fn datagrams_to_one_peer_leave_together_and_arrive_in_order() {
             stats.segmented_sends
         );
     }
-    let (_engine, stats) = tokio::task::spawn_blocking(|| receiver.shutdown())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = stats_at_shutdown(receiver).await;
     assert_eq!(stats.datagrams_received, sent.len() as u64);
 }
 
@@ -716,10 +699,7 @@ async fn engine_groups_are_joined_sent_to_and_left() {
     let late = tokio::time::timeout(Duration::from_millis(300), received(&mut events[2])).await;
     assert!(late.is_err(), "node 2 received after leaving");
     for node in nodes {
-        let (_engine, stats) = tokio::task::spawn_blocking(|| node.shutdown())
-            .await
-            .unwrap()
-            .unwrap();
+        let stats = stats_at_shutdown(node).await;
         assert_eq!(stats.group_change_errors, 0);
     }
 }
