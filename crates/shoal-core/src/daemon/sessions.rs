@@ -1336,7 +1336,12 @@ impl Sessions {
 
     /// Whether every daemon of the view holds `gseq`.
     fn stable(&self, gseq: u64) -> bool {
-        self.daemons
+        self.stable_among(&self.daemons, gseq)
+    }
+
+    /// Whether every daemon of `members` has said it holds `gseq`.
+    fn stable_among(&self, members: &[NodeId], gseq: u64) -> bool {
+        members
             .iter()
             .all(|d| self.received.get(d).is_some_and(|r| *r >= gseq))
     }
@@ -2451,11 +2456,10 @@ impl Sessions {
     /// Whether every daemon of `members` has said it holds each held
     /// `safe` batch.
     fn held_stable_among(&self, members: &[NodeId]) -> bool {
-        self.held.iter().filter(|b| b.safe).all(|b| {
-            members
-                .iter()
-                .all(|d| self.received.get(d).is_some_and(|r| *r >= b.gseq))
-        })
+        self.held
+            .iter()
+            .filter(|b| b.safe)
+            .all(|b| self.stable_among(members, b.gseq))
     }
 
     /// Defers the removal of the `gone` daemons' clients at a view change
