@@ -481,6 +481,9 @@ pub struct SessionStats {
     /// View changes whose removal of the daemons that left waited behind
     /// `safe` batches not every daemon moving on had said it held.
     pub removals_deferred: u64,
+    /// View changes that added daemons and kept holding `safe` batches not
+    /// every daemon moving on had said it held.
+    pub join_releases_held: u64,
     /// Batches of unreliable and probabilistic messages sent by pbcast alone.
     pub unsequenced_batches_sent: u64,
     pub unsequenced_batches_received: u64,
@@ -573,6 +576,10 @@ pub struct Sessions {
     /// The highest global sequence number each daemon of the view has said
     /// (RECEIVED items) it holds.
     received: BTreeMap<NodeId, u64>,
+    /// The Newview gseq at which each daemon that joined while this one
+    /// was in the view did so: it never holds a batch ordered before, so
+    /// it is not waited for ([`Sessions::stable_among`]).
+    joined_at: BTreeMap<NodeId, u64>,
     shutting_down: bool,
     goodbye_delivered: bool,
     /// Snapshots being applied (their parts may interleave with other
@@ -641,6 +648,7 @@ impl Sessions {
             arena: Vec::new(),
             held: VecDeque::new(),
             received: BTreeMap::new(),
+            joined_at: BTreeMap::new(),
             shutting_down: false,
             goodbye_delivered: false,
             snapshot_before: BTreeMap::new(),
@@ -1339,10 +1347,12 @@ impl Sessions {
         self.stable_among(&self.daemons, gseq)
     }
 
-    /// Whether every daemon of `members` has said it holds `gseq`.
+    /// Whether every daemon of `members` that was in the view when `gseq`
+    /// was ordered has said it holds it.
     fn stable_among(&self, members: &[NodeId], gseq: u64) -> bool {
         members
             .iter()
+            .filter(|d| self.joined_at.get(d).is_none_or(|at| *at < gseq))
             .all(|d| self.received.get(d).is_some_and(|r| *r >= gseq))
     }
 
@@ -2367,25 +2377,54 @@ impl Sessions {
         // batch: it is listed in the view, but it may never install it (cut
         // off after it acknowledged the change; the long run across hosts,
         // seed 20261128, found it: a survivor that never got the batch was
-        // named in the transitional view it was delivered in). The removal
-        // of the gone daemons' clients then waits behind the held batches
-        // (`defer_removal`), which wait for the RECEIVED of every daemon of
-        // this view, or for a later view that drops the silent ones, and
-        // go in transitional views without the gone daemons' clients.
+        // named in the transitional view it was delivered in; swarm seed
+        // 548 found the same at a view that added the daemon's next
+        // incarnation, listing the stale one). The held batches then wait
+        // for the RECEIVED of every daemon of this view that was in the
+        // view they were ordered in (a joiner never holds them: its
+        // snapshot, ordered after them, waits behind them and its table
+        // follows them), or for a later view that drops the silent ones.
+        //
+        // At a view that drops daemons, the removal of their clients waits
+        // behind them (`defer_removal`), and they go in transitional views
+        // without those clients. Not while a daemon waits for its table: a
+        // table made meanwhile would not tell its joiner that what follows
+        // goes in such views (seed 1220); that view releases what it holds
+        // as before. At a view that adds daemons or has one waiting for its
+        // table and drops none, the batches stay held, to go in regular
+        // views once stable, or at the view that drops the silent daemon
+        // (a table made at either point is as any other).
         let as_the_others = self.release_at_view.take();
+        let changes = !gone.is_empty() || joined || table_awaited;
+        let awaited = joined || table_awaited;
+        // Judged among the daemons it keeps that host members of groups: a
+        // silent one without any has no client to miss a message (swarm
+        // seed 396: a joiner that crashed before its snapshot held every
+        // delivery back until the group dropped it, and the table-less
+        // survivors churned past the swarm's deadline).
+        let kept: Vec<NodeId> = view
+            .members
+            .iter()
+            .copied()
+            .filter(|d| self.daemons.contains(d) && self.may_host_members(*d))
+            .collect();
         let defer = as_the_others.is_none()
-            && !gone.is_empty()
-            && !joined
-            && !table_awaited
-            && !self.held_stable_among(&view.members);
+            && (gone.is_empty() == awaited)
+            && !self.held_stable_among(&kept);
         let transitional =
             as_the_others.unwrap_or_else(|| !gone.is_empty() && self.held_unstable_safe());
         if transitional && !defer {
             self.transitional_gone = gone.clone();
         }
-        if defer {
+        for d in view.members.iter().filter(|d| !self.daemons.contains(d)) {
+            self.joined_at.insert(*d, view.gseq);
+        }
+        self.joined_at.retain(|d, _| view.members.contains(d));
+        if defer && !gone.is_empty() {
             self.defer_removal(gone.clone(), view.gseq, me);
-        } else if as_the_others.is_some() || !gone.is_empty() || joined || table_awaited {
+        } else if defer {
+            self.stats.join_releases_held += 1;
+        } else if as_the_others.is_some() || changes {
             self.view_release = Some(!self.transitional_gone.is_empty());
             while !self.held.is_empty() {
                 self.apply_held();
@@ -2440,7 +2479,8 @@ impl Sessions {
             // clients' messages among them (as of this view, the joiner's
             // clients missed those the others delivered in a transitional
             // view at this change). Without a saved one (this daemon was
-            // the designated one), as of this view.
+            // the designated one), as of this view. (Never while a removal
+            // is deferred: no daemon then waits for its table.)
             for joiner in self.awaiting_table.clone() {
                 match self.saved_tables.remove(&joiner) {
                     Some(table) => self.pending.append(table),
@@ -2451,6 +2491,24 @@ impl Sessions {
         self.saved_tables.retain(|d, _| view.members.contains(d));
         self.daemons = view.members;
         self.acknowledge_held();
+    }
+
+    /// Whether a client of `daemon` is a member of a group, or becomes one
+    /// among the held batches (its snapshot or a join: swarm seed 1220).
+    fn may_host_members(&self, daemon: NodeId) -> bool {
+        let adds = |item: &Item<'_>| match item {
+            Item::Snapshot { clients, .. } => !clients.is_empty(),
+            Item::Join { .. } => true,
+            _ => false,
+        };
+        self.table
+            .values()
+            .any(|members| members.iter().any(|m| m.daemon == daemon))
+            || self
+                .held
+                .iter()
+                .filter(|b| b.sender == daemon && b.gone.is_none())
+                .any(|b| groups::decode(&b.payload).is_ok_and(|items| items.iter().any(adds)))
     }
 
     /// Whether every daemon of `members` has said it holds each held
@@ -3371,7 +3429,8 @@ impl Sessions {
             return false;
         };
         let stable = |gseq: u64| {
-            self.daemons.iter().all(|d| {
+            let counted = |d: &&NodeId| self.joined_at.get(d).is_none_or(|at| *at < gseq);
+            self.daemons.iter().filter(counted).all(|d| {
                 let known = self.received.get(d).copied();
                 let known = if *d == sender {
                     Some(known.unwrap_or(0).max(acked))
@@ -3460,10 +3519,11 @@ impl Sessions {
             s.slow_clients, s.malformed_batches
         ));
         lines.push(format!(
-            "safe: batches held {} (waiting now {}); view changes' removals deferred behind them {}",
+            "safe: batches held {} (waiting now {}); view changes' removals deferred behind them {}; joins that kept them held {}",
             s.batches_held,
             self.held.iter().filter(|b| b.gone.is_none()).count(),
-            s.removals_deferred
+            s.removals_deferred,
+            s.join_releases_held
         ));
         lines.push(format!(
             "unsequenced (unreliable, probabilistic): batches sent {} received {}",

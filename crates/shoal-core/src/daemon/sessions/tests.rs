@@ -204,12 +204,17 @@ impl Cluster {
 
     /// Installs a view of `members` (indexes) at each of them.
     fn install(&mut self, members: &[usize], joined: &[usize]) {
+        self.install_joined_at(members, joined, members);
+    }
+
+    /// Installs a view of `members`, `joined` new among them, at `at` only.
+    fn install_joined_at(&mut self, members: &[usize], joined: &[usize], at: &[usize]) {
         self.view_id += 1;
         let ids: Vec<NodeId> = members.iter().map(|i| self.ids[*i]).collect();
         let joined_ids: Vec<NodeId> = joined.iter().map(|i| self.ids[*i]).collect();
         let gseq = self.gseq;
         self.gseq += 1;
-        for &i in members {
+        for &i in at {
             let v = view(self.view_id, &ids, gseq, &joined_ids, joined.contains(&i));
             let me = self.ids[i];
             self.cores[i].cluster_event(me, Event::View(v));
@@ -502,6 +507,52 @@ fn a_view_that_drops_a_daemon_releases_the_safe_batches_once_the_daemons_it_keep
         );
     }
     c.settle();
+}
+
+/// Nor is a view that adds a daemon: the daemons it keeps may include one
+/// that never installs it (swarm seed 548: a stale incarnation listed
+/// beside its successor). The held batches wait for the daemons kept (the
+/// joiner never holds them: its snapshot and table come after them), or
+/// for the view that drops the silent one.
+#[test]
+fn a_view_that_adds_a_daemon_waits_until_the_daemons_it_keeps_hold_the_safe_batches() {
+    let mut c = two_in_chat();
+    c.take(0, 1);
+    c.take(1, 1);
+    c.install(&[0, 1], &[]);
+    c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    // Only daemon 0 gets it, and says so; bob's daemon is cut off.
+    assert!(c.order_to(0, &[0]));
+    assert!(c.order_to(0, &[0]));
+    // Daemon 2 joins; bob's daemon is kept but never installs the view.
+    c.install_joined_at(&[0, 1, 2], &[2], &[0, 2]);
+    assert!(
+        c.take(0, 1).is_empty(),
+        "bob's daemon has not said it holds it"
+    );
+    assert_eq!(c.cores[0].stats().join_releases_held, 1);
+    // Daemon 2's snapshot waits behind the held batch.
+    assert!(c.order_to(2, &[0, 2]));
+    assert!(!c.cores[2].ready());
+    // Bob's daemon is dropped: alice gets the message in a transitional
+    // view without bob, then regular views without him.
+    c.install_at(&[0, 2], &[0, 2]);
+    let frames = c.take(0, 1);
+    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
+    assert_eq!(messages(&frames), expect);
+    assert!(
+        matches!(&frames[0], Frame::Membership { transitional: true, members, .. } if *members == [s("#alice#n0")])
+    );
+    assert!(views(&frames)[1..]
+        .iter()
+        .all(|v| *v == (false, vec![s("#alice#n0")])));
+    // The joiner gets its table after them, and serves.
+    for _ in 0..8 {
+        c.order_to(0, &[0, 2]);
+        c.order_to(2, &[0, 2]);
+    }
+    assert!(c.cores[2].ready());
 }
 
 #[test]
