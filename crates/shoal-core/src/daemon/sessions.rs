@@ -2494,7 +2494,8 @@ impl Sessions {
     }
 
     /// Whether a client of `daemon` is a member of a group, or becomes one
-    /// among the held batches (its snapshot or a join: swarm seed 1220).
+    /// among the held batches (a snapshot with clients, or a join), before
+    /// the held messages after it are delivered.
     fn may_host_members(&self, daemon: NodeId) -> bool {
         let adds = |item: &Item<'_>| match item {
             Item::Snapshot { clients, .. } => !clients.is_empty(),
