@@ -1408,19 +1408,27 @@ mod tests {
     /// and d4 and came while their new incarnations waited for their
     /// tables released the held `safe` batches at once, in transitional
     /// views without the stale incarnations' clients; d4's table was made
-    /// during that release, and d4 delivered a message of it in a regular
-    /// view naming d3's client, which never got it (fix 37 leaves such a
-    /// change as it was; deferring it made joiners' tables skip what the
-    /// others then delivered).
+    /// during that release (`release_at_view`), and d4 mirrored it until a
+    /// group change within it (at gseq 7192): then d0 opened g2's next
+    /// transitional view, while d4, which had recorded no regular view of
+    /// g2 after that change, opened none, and delivered the rest in the
+    /// regular view naming d3's client, which never got them. Fix 37
+    /// leaves such a change as it was (deferring it made joiners' tables
+    /// skip what the others then delivered).
     #[test]
     #[ignore]
     fn a_change_that_adds_and_drops_daemons_releases_safe_batches_alike_at_its_joiners() {
         assert_ok_with_short_views(1220);
     }
 
-    /// Not traced: a causal message of a client that had just joined `g2`
+    /// Not fixed: a causal message of a client that had just joined `g2`
     /// on a daemon back from an eviction is never delivered, not to its
-    /// sender either (`own-delivery`); fails before fix 35 too.
+    /// sender either (`own-delivery`); fails before fix 35 too. Traced so
+    /// far: d1 had founded a group of its own (view 0 alone, 13.9 s); its
+    /// client c3x82 joined g2 there and sent; at the merge d1 installed a
+    /// view 1 of three daemons where the others' view 1 had five, showed
+    /// c3x82 a g2 view without itself (15.2 s) and delivered its earlier
+    /// messages, not message 15; d1 was then dropped and rejoined.
     #[test]
     #[ignore]
     fn a_message_after_a_join_on_a_returning_daemon_reaches_its_sender() {
