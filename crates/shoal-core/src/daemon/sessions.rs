@@ -481,8 +481,9 @@ pub struct SessionStats {
     /// View changes whose removal of the daemons that left waited behind
     /// `safe` batches not every daemon moving on had said it held.
     pub removals_deferred: u64,
-    /// View changes that added daemons and kept holding `safe` batches not
-    /// every daemon moving on had said it held.
+    /// View changes that added daemons (or came while one waited for its
+    /// table), dropped none, and kept holding `safe` batches not every
+    /// daemon moving on had said it held.
     pub join_releases_held: u64,
     /// Batches of unreliable and probabilistic messages sent by pbcast alone.
     pub unsequenced_batches_sent: u64,
