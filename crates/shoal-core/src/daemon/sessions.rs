@@ -1564,7 +1564,16 @@ impl Sessions {
                     daemon,
                     client: client.to_string(),
                 };
-                if self.remove_member(group, &member) {
+                // With the client's entry under an earlier incarnation of
+                // its daemon, still listed until the view that drops it
+                // (its clients kept across a rejoin): the view that says it
+                // left would list it (names are per client), and it would
+                // not hear that it left (swarm seed 1220).
+                let mut removed = self.remove_member(group, &member);
+                for stale in self.stale_entries(group, &member) {
+                    removed |= self.remove_member(group, &stale);
+                }
+                if removed {
                     self.announce(group, view_id, Reason::Leave, Some(&member));
                 }
             }
@@ -1574,11 +1583,13 @@ impl Sessions {
                     3 => Reason::Network,
                     _ => Reason::Disconnect,
                 };
-                let member = Member {
-                    daemon,
-                    client: client.to_string(),
-                };
-                self.remove_everywhere(|m| *m == member, view_id, reason);
+                // Under earlier incarnations of its daemon too (see Leave).
+                let slot = crate::daemon::membership::slot_of(daemon);
+                self.remove_everywhere(
+                    |m| m.client == client && crate::daemon::membership::slot_of(m.daemon) == slot,
+                    view_id,
+                    reason,
+                );
             }
             Item::Message {
                 client,
@@ -1849,6 +1860,19 @@ impl Sessions {
         self.stats.frames_to_clients += recipients.len() as u64;
         self.outputs
             .push(Output::Deliver(recipients, start..self.arena.len()));
+    }
+
+    /// `member`'s client in `group` under other incarnations of its daemon.
+    fn stale_entries(&self, group: &str, member: &Member) -> Vec<Member> {
+        let slot = crate::daemon::membership::slot_of(member.daemon);
+        self.table
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter(|m| m.client == member.client && m.daemon != member.daemon)
+            .filter(|m| crate::daemon::membership::slot_of(m.daemon) == slot)
+            .cloned()
+            .collect()
     }
 
     fn remove_member(&mut self, group: &str, member: &Member) -> bool {
