@@ -63,6 +63,16 @@ struct Member {
     client: String,
 }
 
+impl Member {
+    /// Whether `self` is `other`'s client under any incarnation of its
+    /// daemon: a daemon back from an eviction keeps its clients, listed
+    /// under both ids until the view that drops the old one.
+    fn is_client(&self, other: &Member) -> bool {
+        use crate::daemon::membership::slot_of;
+        self.client == other.client && slot_of(self.daemon) == slot_of(other.daemon)
+    }
+}
+
 struct Session {
     private_group: String,
     /// Groups joined or asked for (the table is updated on delivery).
@@ -1353,8 +1363,14 @@ impl Sessions {
     fn stable_among(&self, members: &[NodeId], gseq: u64) -> bool {
         members
             .iter()
-            .filter(|d| self.joined_at.get(d).is_none_or(|at| *at < gseq))
+            .filter(|d| self.was_in_view_at(**d, gseq))
             .all(|d| self.received.get(d).is_some_and(|r| *r >= gseq))
+    }
+
+    /// Whether `daemon` was in the view when batch `gseq` was ordered (a
+    /// daemon that joined later never holds it).
+    fn was_in_view_at(&self, daemon: NodeId, gseq: u64) -> bool {
+        self.joined_at.get(&daemon).is_none_or(|at| *at < gseq)
     }
 
     /// Applies held batches from the front while they are stable.
@@ -1569,9 +1585,9 @@ impl Sessions {
                 // (its clients kept across a rejoin): the view that says it
                 // left would list it (names are per client), and it would
                 // not hear that it left (swarm seed 1220).
-                let mut removed = self.remove_member(group, &member);
-                for stale in self.stale_entries(group, &member) {
-                    removed |= self.remove_member(group, &stale);
+                let mut removed = false;
+                for entry in self.entries_of(group, &member) {
+                    removed |= self.remove_member(group, &entry);
                 }
                 if removed {
                     self.announce(group, view_id, Reason::Leave, Some(&member));
@@ -1584,12 +1600,11 @@ impl Sessions {
                     _ => Reason::Disconnect,
                 };
                 // Under earlier incarnations of its daemon too (see Leave).
-                let slot = crate::daemon::membership::slot_of(daemon);
-                self.remove_everywhere(
-                    |m| m.client == client && crate::daemon::membership::slot_of(m.daemon) == slot,
-                    view_id,
-                    reason,
-                );
+                let member = Member {
+                    daemon,
+                    client: client.to_string(),
+                };
+                self.remove_everywhere(|m| m.is_client(&member), view_id, reason);
             }
             Item::Message {
                 client,
@@ -1862,15 +1877,14 @@ impl Sessions {
             .push(Output::Deliver(recipients, start..self.arena.len()));
     }
 
-    /// `member`'s client in `group` under other incarnations of its daemon.
-    fn stale_entries(&self, group: &str, member: &Member) -> Vec<Member> {
-        let slot = crate::daemon::membership::slot_of(member.daemon);
+    /// `member`'s client's entries in `group`, under any incarnation of
+    /// its daemon ([`Member::is_client`]).
+    fn entries_of(&self, group: &str, member: &Member) -> Vec<Member> {
         self.table
             .get(group)
             .into_iter()
             .flatten()
-            .filter(|m| m.client == member.client && m.daemon != member.daemon)
-            .filter(|m| crate::daemon::membership::slot_of(m.daemon) == slot)
+            .filter(|m| m.is_client(member))
             .cloned()
             .collect()
     }
@@ -2427,15 +2441,10 @@ impl Sessions {
         // seed 396: a joiner that crashed before its snapshot held every
         // delivery back until the group dropped it, and the table-less
         // survivors churned past the swarm's deadline).
-        let kept: Vec<NodeId> = view
-            .members
-            .iter()
-            .copied()
-            .filter(|d| self.daemons.contains(d) && self.may_host_members(*d))
-            .collect();
         let defer = as_the_others.is_none()
             && (gone.is_empty() == awaited)
-            && !self.held_stable_among(&kept);
+            && !self.held.is_empty()
+            && !self.held_stable_among(&self.kept_hosting_members(&view.members));
         let transitional =
             as_the_others.unwrap_or_else(|| !gone.is_empty() && self.held_unstable_safe());
         if transitional && !defer {
@@ -2518,23 +2527,30 @@ impl Sessions {
         self.acknowledge_held();
     }
 
-    /// Whether a client of `daemon` is a member of a group, or becomes one
-    /// among the held batches (a snapshot with clients, or a join), before
-    /// the held messages after it are delivered.
-    fn may_host_members(&self, daemon: NodeId) -> bool {
+    /// The daemons of `members` this view keeps (in the view before it)
+    /// whose clients are members of a group, or become members among the
+    /// held batches (a snapshot with clients, or a join) before the held
+    /// messages after it are delivered.
+    fn kept_hosting_members(&self, members: &[NodeId]) -> Vec<NodeId> {
         let adds = |item: &Item<'_>| match item {
             Item::Snapshot { clients, .. } => !clients.is_empty(),
             Item::Join { .. } => true,
             _ => false,
         };
-        self.table
-            .values()
-            .any(|members| members.iter().any(|m| m.daemon == daemon))
-            || self
-                .held
-                .iter()
-                .filter(|b| b.sender == daemon && b.gone.is_none())
-                .any(|b| groups::decode(&b.payload).is_ok_and(|items| items.iter().any(adds)))
+        let mut hosting: BTreeSet<NodeId> =
+            self.table.values().flatten().map(|m| m.daemon).collect();
+        for b in self.held.iter().filter(|b| b.gone.is_none()) {
+            if !hosting.contains(&b.sender)
+                && groups::decode(&b.payload).is_ok_and(|items| items.iter().any(adds))
+            {
+                hosting.insert(b.sender);
+            }
+        }
+        members
+            .iter()
+            .copied()
+            .filter(|d| self.daemons.contains(d) && hosting.contains(d))
+            .collect()
     }
 
     /// Whether every daemon of `members` has said it holds each held
@@ -3455,7 +3471,7 @@ impl Sessions {
             return false;
         };
         let stable = |gseq: u64| {
-            let counted = |d: &&NodeId| self.joined_at.get(d).is_none_or(|at| *at < gseq);
+            let counted = |d: &&NodeId| self.was_in_view_at(**d, gseq);
             self.daemons.iter().filter(counted).all(|d| {
                 let known = self.received.get(d).copied();
                 let known = if *d == sender {
