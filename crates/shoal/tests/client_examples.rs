@@ -601,6 +601,10 @@ fn a_python_kv_replica_joins_a_rust_one() {
     for i in 0..200 {
         r1.send(&format!("set k{i} v{i}"));
     }
+    // The Rust replica holds these 200 before the Python one joins (on a
+    // loaded machine it may not even be in the group yet; the Python one
+    // would then found the store alone, and its first dump would lack them).
+    assert_eq!(dump(&r1).len(), 200);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/kv.py");
     let mut py = Command::new("python3")
         .arg(&script)
