@@ -1417,16 +1417,16 @@ mod tests {
         assert_ok_with_short_views(1220);
     }
 
-    /// Not fixed: a causal message of a client that had just joined `g2`
-    /// on a daemon back from an eviction is never delivered, not to its
-    /// sender either (`own-delivery`); fails before fix 35 too. Traced so
-    /// far: d1 had founded a group of its own (view 0 alone, 13.9 s); its
-    /// client c3x82 joined g2 there and sent; at the merge d1 installed a
-    /// view 1 of three daemons where the others' view 1 had five, showed
-    /// c3x82 a g2 view without itself (15.2 s) and delivered its earlier
-    /// messages, not message 15; d1 was then dropped and rejoined.
+    /// A causal message of a client that had just joined `g2` was never
+    /// delivered, not to its sender either (`own-delivery`). d1, cut off
+    /// at 10.1 s, founded a group of its own at 13.9 s with one cut-off
+    /// batch left over (no client had been shown a view of its groups, so
+    /// nothing took it); dropped again at 16.4 s, it took itself for still
+    /// cut off and skipped the group changes held behind an unstable `safe`
+    /// batch, c3x82's re-join of g2 among them, so its message to g2 after
+    /// that join went to nobody (fix 39: a founder back from a cut takes
+    /// its cut-off batches whether or not a client was shown a view).
     #[test]
-    #[ignore]
     fn a_message_after_a_join_on_a_returning_daemon_reaches_its_sender() {
         assert_ok_with_short_views(51);
     }

@@ -1675,12 +1675,20 @@ impl Sessions {
                         self.new_epoch(theirs);
                     }
                     let view_id = self.view_id();
-                    if Some(daemon) == self.me && self.cut_off.is_some() {
+                    if Some(daemon) == self.me
+                        && (self.cut_off.is_some() || !self.cut_off_batches.is_empty())
+                    {
                         // Back from a cut as the founder of a group (no
                         // table to wait for, so no `install_table`): as
                         // there, its clients' transitional views and what
                         // it held of the old order go before the regular
-                        // views its snapshot brings.
+                        // views its snapshot brings. Cut-off batches with
+                        // no client shown a view of theirs go too: left
+                        // over, they made the next removal take the daemon
+                        // for one still cut off, and it skipped the group
+                        // changes held for `safe` (a client's join among
+                        // them never shown, its messages after it never
+                        // delivered to it: swarm seed 51).
                         let moving = self.transitional_views(daemon);
                         self.deliver_cut_off_batches(&moving);
                         self.left_while_cut_off(&moving, view_id);
