@@ -290,6 +290,9 @@ pub struct Daemon {
     in_flight: VecDeque<(u64, Bytes)>,
     left: bool,
     last_now: Instant,
+    /// The first time the engine was called: `epoch_floor` is the clock's
+    /// reading then ([`Daemon::epoch_floor_now`]).
+    first_now: Option<Instant>,
     stats: DaemonStats,
     /// The last [`VIEW_HISTORY`] daemon membership changes, oldest first.
     history: VecDeque<ViewRecord>,
@@ -319,6 +322,7 @@ impl Daemon {
             in_flight: VecDeque::new(),
             left: false,
             last_now: Instant::ZERO,
+            first_now: None,
             stats: DaemonStats::default(),
             history: VecDeque::new(),
         }
@@ -512,8 +516,19 @@ impl Daemon {
     }
 
     fn advance(&mut self, now: Instant) -> Instant {
+        self.first_now.get_or_insert(now);
         self.last_now = self.last_now.max(now);
         self.last_now
+    }
+
+    /// `epoch_floor` moved on by the time since the engine started: the
+    /// clock's reading now, in milliseconds, as the runtime reads it at
+    /// start (32 bits).
+    fn epoch_floor_now(&self) -> u64 {
+        let since = self
+            .last_now
+            .saturating_duration_since(self.first_now.unwrap_or(self.last_now));
+        self.settings.epoch_floor + since.as_millis() as u64
     }
 
     fn client_frame(&mut self, now: Instant, id: SessionId, frame: Frame) {
@@ -691,6 +706,18 @@ impl Daemon {
             if let Event::View(v) = &ev.event {
                 let quorum = self.membership.holds_quorum(v.members.len());
                 self.sessions.set_quorum(quorum);
+            }
+            if let Event::View(v) = &ev.event {
+                if v.first && v.members == [ev.me] {
+                    // A daemon that founds a group alone starts its view
+                    // ids' epoch from the clock, as a restarted one does:
+                    // counting on from its old epoch, it named views as its
+                    // old cluster had, which went on counting that epoch
+                    // with this daemon's slot as owner while its dropped
+                    // incarnation was still listed (swarm seed 123 under
+                    // loss: one view id, two member lists).
+                    self.sessions.set_epoch_floor(self.epoch_floor_now());
+                }
             }
             self.sessions.cluster_event(ev.me, ev.event);
             if self.sessions.take_table_lost() {
