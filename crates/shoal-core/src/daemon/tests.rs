@@ -664,3 +664,37 @@ fn a_closed_slow_clients_bytes_count_until_its_driver_drops_them() {
     assert_eq!(d.client_queue_bytes(), waiting);
     d.check_invariants();
 }
+
+/// A daemon that founds a group alone starts its view ids' epoch from the
+/// clock: `epoch_floor` (the clock at start) moved on by the time since
+/// (fix 40: counting on from its old epoch, a founder named a view as its
+/// old cluster had).
+#[test]
+fn a_lone_founder_starts_its_epoch_from_the_clock() {
+    let config = membership::Config::default();
+    let batch_max = config.vsync.max_payload();
+    let started = Instant::from_nanos(500 * MS);
+    let m = Membership::new(0, 1, 1, config.clone(), 7, started).expect("config");
+    let mut settings = Settings::new("d0", Limits::default(), batch_max);
+    settings.epoch_floor = 1_000;
+    let mut d = Daemon::new(settings, m);
+    let mut now = started;
+    d.handle_timeout(now);
+    run_until(&mut d, &mut now, Instant::from_nanos(4_000 * MS));
+    assert!(d.membership().is_member(), "founded its group");
+    connect_client(&mut d, now, 1, false);
+    d.handle_client(now, ClientInput::Frame(1, join("g")));
+    let events = run_until(&mut d, &mut now, Instant::from_nanos(4_100 * MS));
+    let view_id = frames(&events, 1)
+        .iter()
+        .find_map(|f| match f {
+            Frame::Membership { view_id, .. } => Some(*view_id),
+            _ => None,
+        })
+        .expect("a view of g");
+    // Founded `found_after` (2 s) after it started, at the earliest.
+    let epoch = view_id >> 32;
+    let found_after_ms = config.found_after.as_millis() as u64;
+    assert!(epoch > 1_000 + found_after_ms, "epoch {epoch}");
+    assert!(epoch <= 1_000 + 3_500 + 1, "epoch {epoch}");
+}
