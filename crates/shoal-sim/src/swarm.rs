@@ -1119,6 +1119,9 @@ impl World {
             if !m.is_member() {
                 return (false, Some(format!("d{slot} is not a member")));
             }
+            if !engine.sessions().holds_table() {
+                return (false, Some(format!("d{slot} still waits for its table")));
+            }
             views.insert(slot, (m.vsync().view_id(), m.vsync().members().len()));
         }
         let first = views.values().next().copied();
