@@ -659,11 +659,17 @@ impl Vsync {
                     }),
             );
         self.stats.repairs_sent += encoded.len() as u64;
-        encoded.extend(bodies(std::iter::once(Message::RepairDone {
+        let done = bodies(std::iter::once(Message::RepairDone {
             committed: c.committed,
             view,
-        })));
-        self.send_bodies(from, encoded);
+        }));
+        if self.config.repair_done_apart {
+            self.send_bodies(from, encoded);
+            self.send_bodies(from, done);
+        } else {
+            encoded.extend(done);
+            self.send_bodies(from, encoded);
+        }
     }
 
     // ---- replication ------------------------------------------------------

@@ -1329,3 +1329,60 @@ fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
         .foreign_answers_ignored;
     assert_eq!(ignored, 4);
 }
+
+/// With `repair_done_apart`, a repair answer's REPAIR_DONE comes in a
+/// datagram of its own, so that losing the answer's last (large, in a
+/// daemon fragmented) datagram does not also lose the member's cue to ask
+/// for the rest at once; without it, it is packed after the entries.
+#[test]
+fn a_repair_answers_end_goes_alone_when_set_apart() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    for apart in [false, true] {
+        let config = Config {
+            repair_done_apart: apart,
+            ..fast_config(1)
+        };
+        let mut sim = group(2, 2, 5, &config);
+        sim.run_until(200);
+        for i in 0..3u8 {
+            sim.multicast(0, &[i; 100]).unwrap();
+        }
+        sim.run_until(400);
+        // Per datagram from the primary to the member: the kinds it carries.
+        let seen: Rc<RefCell<Vec<Vec<&'static str>>>> = Rc::default();
+        let record = seen.clone();
+        sim.drop_if = Some(Box::new(move |_, from, to, bytes| {
+            if from == 0 && to == 1 {
+                let kinds = shoal_wire::packets(bytes)
+                    .filter_map(|p| match p {
+                        Ok((_, shoal_wire::Packet::Vsync { body })) => {
+                            match shoal_wire::vsync::decode(body) {
+                                Ok(Message::RepairDone { .. }) => Some("done"),
+                                Ok(Message::Entry { .. }) => Some("entry"),
+                                _ => Some("other"),
+                            }
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                record.borrow_mut().push(kinds);
+            }
+            false
+        }));
+        let request = Message::RepairReq { next: 0, upto: 100 }.to_vec().unwrap();
+        let mut datagram = Vec::new();
+        shoal_wire::Packet::Vsync { body: &request }
+            .encode(1, &mut datagram)
+            .unwrap();
+        sim.with(0, |e, now| e.handle_datagram(now, NodeId(1), &datagram));
+        let seen = seen.borrow();
+        let with_done = seen
+            .iter()
+            .find(|d| d.contains(&"done"))
+            .expect("the answer ends with REPAIR_DONE");
+        let entries = seen.iter().flatten().filter(|k| **k == "entry").count();
+        assert!(entries >= 3, "apart {apart}: {entries} entries");
+        assert_eq!(with_done.len() == 1, apart, "apart {apart}: {with_done:?}");
+    }
+}

@@ -452,7 +452,10 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// than holding every record of a view period (gigabytes at full rate);
 /// committee members delivering from their stores (`committee_delivery`),
 /// which takes two hops off an ordered message's way to them, and, in a
-/// cluster no larger than its committee, the pbcast of every payload.
+/// cluster no larger than its committee, the pbcast of every payload; and
+/// a repair answer's end in a datagram of its own (`repair_done_apart`),
+/// so that a lost fragment of the answer's last datagram does not also
+/// lose the member's cue to ask for the rest.
 pub fn default_cluster() -> shoal_core::daemon::membership::Config {
     // The shared daemon defaults, with this runtime's datagram size for
     // loopback (parsing a file sets it from `max_datagram`).
@@ -1055,6 +1058,7 @@ mod tests {
         );
         assert_eq!(c.cluster.vsync.progress_interval.as_millis(), 100);
         assert!(c.cluster.vsync.committee_delivery);
+        assert!(c.cluster.vsync.repair_done_apart);
         let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
         assert_eq!(c.cluster.found_after.as_millis(), 700);
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
