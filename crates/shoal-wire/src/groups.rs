@@ -111,18 +111,21 @@ pub enum Item<'a> {
     /// a daemon that joined, with the daemons that hold the whole table
     /// (`settled`). In one or more parts.
     /// `view_ids` are the view-id counters as of that point (epoch,
-    /// changes, owner slot). `release` is `Some` when the table's point
-    /// fell while its sender applied, at a view change, the batches it had
-    /// held back for `safe`: the rest of the old view's batches after the
-    /// point went out in that release, in a transitional configuration when
-    /// `Some(true)`, and the joiner applies them so too at that view.
+    /// changes, owner slot). `release` is `Some((transitional, gseq))`
+    /// when the table's point fell while its sender applied, at the view
+    /// change of global sequence number `gseq`, the batches it had held
+    /// back for `safe`: the rest of the old view's batches after the point
+    /// went out in that release, in a transitional configuration when
+    /// `transitional`, and the joiner applies them so too at that view
+    /// (which need not be the first after the point: the batches may stay
+    /// held across views that add daemons).
     Table {
         joiner: u32,
         as_of: (u64, u32),
         view_ids: (u64, u64, u32),
         first: bool,
         last: bool,
-        release: Option<bool>,
+        release: Option<(bool, u64)>,
         settled: Vec<u32>,
         entries: Vec<(u32, &'a str, Vec<&'a str>)>,
     },
@@ -269,12 +272,16 @@ impl Item<'_> {
             Item::Received { .. } => 8,
             Item::RegionFlush { delivered, .. } => 4 + 1 + 8 + 2 + 12 * delivered.len(),
             Item::Table {
-                settled, entries, ..
+                release,
+                settled,
+                entries,
+                ..
             } => {
                 4 + 8
                     + 4
                     + 20
                     + 1
+                    + if release.is_some() { 8 } else { 0 }
                     + 2
                     + 4 * settled.len()
                     + 4
@@ -436,12 +443,15 @@ impl Item<'_> {
                 w.out.extend_from_slice(&view_ids.0.to_be_bytes());
                 w.out.extend_from_slice(&view_ids.1.to_be_bytes());
                 w.out.extend_from_slice(&view_ids.2.to_be_bytes());
-                let release = match release {
+                let flags = match release {
                     None => 0,
-                    Some(false) => 4,
-                    Some(true) => 4 | 8,
+                    Some((false, _)) => 4,
+                    Some((true, _)) => 4 | 8,
                 };
-                w.u8(u8::from(*first) | u8::from(*last) << 1 | release);
+                w.u8(u8::from(*first) | u8::from(*last) << 1 | flags);
+                if let Some((_, at)) = release {
+                    w.out.extend_from_slice(&at.to_be_bytes());
+                }
                 let too_long = |len| GroupsError::TooLong { what: "table", len };
                 let n = u16::try_from(settled.len()).map_err(|_| too_long(settled.len()))?;
                 w.out.extend_from_slice(&n.to_be_bytes());
@@ -666,6 +676,11 @@ impl<'a> Reader<'a> {
                 if flags > 15 || flags & 12 == 8 {
                     return Err(GroupsError::BadFlags(flags));
                 }
+                let release = if flags & 4 != 0 {
+                    Some((flags & 8 != 0, self.u64("table release view")?))
+                } else {
+                    None
+                };
                 let n = usize::from(self.u16("table settled")?);
                 if n > self.rest.len() / 4 {
                     return Err(GroupsError::CountTooLarge {
@@ -695,7 +710,7 @@ impl<'a> Reader<'a> {
                     view_ids,
                     first: flags & 1 != 0,
                     last: flags & 2 != 0,
-                    release: (flags & 4 != 0).then_some(flags & 8 != 0),
+                    release,
                     settled,
                     entries,
                 }
@@ -843,7 +858,7 @@ mod tests {
                 view_ids: (5, 9, 1),
                 first: true,
                 last: true,
-                release: Some(true),
+                release: Some((true, 77)),
                 settled: vec![0x100, 0x102],
                 entries: vec![(0x100, "#a#n0", vec!["chat"]), (0x102, "#b#n2", vec![])],
             },
@@ -853,7 +868,7 @@ mod tests {
                 view_ids: (5, 10, 1),
                 first: false,
                 last: true,
-                release: Some(false),
+                release: Some((false, 1 << 40)),
                 settled: vec![],
                 entries: vec![],
             },

@@ -152,7 +152,6 @@ impl Config {
         c.vsync.pbcast.max_datagram_size = 65_000;
         c.vsync.progress_interval = Duration::from_millis(100);
         c.vsync.committee_delivery = true;
-        c.vsync.repair_done_apart = true;
         c
     }
 }

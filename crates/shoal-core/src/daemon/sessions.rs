@@ -367,7 +367,7 @@ struct Joining {
     settled: Vec<NodeId>,
     view_ids: (u64, u64, u32),
     /// The table's `release` ([`Item::Table`]).
-    release: Option<bool>,
+    release: Option<(bool, u64)>,
     /// Daemons known to wait for a table too: their snapshot came in this
     /// daemon's buffer (a daemon sends one at its first view), and no
     /// complete table for them since. Only a settled daemon sends tables,
@@ -611,12 +611,16 @@ pub struct Sessions {
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
     /// While a view change applies every held batch: whether in
-    /// transitional views. A table made meanwhile tells its joiner.
-    view_release: Option<bool>,
+    /// transitional views, and the view's gseq. A table made meanwhile
+    /// tells its joiner.
+    view_release: Option<(bool, u64)>,
     /// A joined daemon whose table was made during such a release: it
     /// holds the old view's batches after the table's point and applies
-    /// them at the next view as the others did then.
+    /// them at the view of that release as the others did then.
     release_at_view: Option<bool>,
+    /// Replaying, before that view: the others kept the batches held at
+    /// this one (fix 37's hold across a view that adds daemons).
+    hold_at_view: bool,
 }
 
 impl Sessions {
@@ -670,6 +674,7 @@ impl Sessions {
             in_transitional: BTreeMap::new(),
             view_release: None,
             release_at_view: None,
+            hold_at_view: false,
         }
     }
 
@@ -2442,6 +2447,7 @@ impl Sessions {
         // views once stable, or at the view that drops the silent daemon
         // (a table made at either point is as any other).
         let as_the_others = self.release_at_view.take();
+        let as_the_others_held = std::mem::take(&mut self.hold_at_view);
         let changes = !gone.is_empty() || joined || table_awaited;
         let awaited = joined || table_awaited;
         // Judged among the daemons it keeps that host members of groups: a
@@ -2449,10 +2455,11 @@ impl Sessions {
         // seed 396: a joiner that crashed before its snapshot held every
         // delivery back until the group dropped it, and the table-less
         // survivors churned past the swarm's deadline).
-        let defer = as_the_others.is_none()
-            && (gone.is_empty() == awaited)
-            && !self.held.is_empty()
-            && !self.held_stable_among(&self.kept_hosting_members(&view.members));
+        let defer = (as_the_others_held && !self.held.is_empty())
+            || (as_the_others.is_none()
+                && (gone.is_empty() == awaited)
+                && !self.held.is_empty()
+                && !self.held_stable_among(&self.kept_hosting_members(&view.members)));
         let transitional =
             as_the_others.unwrap_or_else(|| !gone.is_empty() && self.held_unstable_safe());
         if transitional && !defer {
@@ -2467,7 +2474,7 @@ impl Sessions {
         } else if defer {
             self.stats.join_releases_held += 1;
         } else if as_the_others.is_some() || changes {
-            self.view_release = Some(!self.transitional_gone.is_empty());
+            self.view_release = Some((!self.transitional_gone.is_empty(), view.gseq));
             while !self.held.is_empty() {
                 self.apply_held();
             }
@@ -2911,7 +2918,20 @@ impl Sessions {
         for event in joining.buffer {
             match event {
                 Buffered::View(view) if (view.gseq, 0) > as_of => {
-                    self.release_at_view = release.take();
+                    // At the view of the release, as the others did then;
+                    // at a view before it they kept the batches held (swarm
+                    // seed 197 under loss: released at the first view after
+                    // the table's point, a joiner delivered in regular views
+                    // what the others delivered a view later in
+                    // transitional ones).
+                    match release {
+                        Some((transitional, at)) if at <= view.gseq => {
+                            self.release_at_view = Some(transitional);
+                            release = None;
+                        }
+                        Some(_) => self.hold_at_view = true,
+                        None => {}
+                    }
                     self.view(me, view);
                 }
                 Buffered::View(view) => self.daemons = view.members,
@@ -2938,7 +2958,7 @@ impl Sessions {
         }
         self.replaying = false;
         // (Always a view between: the table went out after it.)
-        self.release_at_view = self.release_at_view.or(release);
+        self.release_at_view = self.release_at_view.or(release.map(|(t, _)| t));
     }
 
     /// The rejoined daemon's clients are all in the table now (its snapshot

@@ -113,7 +113,8 @@ pub struct Config {
     /// waited out a backed-off repair timeout each time (in the swarm's
     /// harshest shape, 27 of 50 seeds ended with a daemon still repairing;
     /// 1 with this on). Off by default (the simulator's figures keep their
-    /// datagrams); the daemon turns it on.
+    /// datagrams); the daemon turns it on where its engines' datagrams go
+    /// in fragments (beyond loopback by default).
     pub repair_done_apart: bool,
 }
 

@@ -452,10 +452,11 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// than holding every record of a view period (gigabytes at full rate);
 /// committee members delivering from their stores (`committee_delivery`),
 /// which takes two hops off an ordered message's way to them, and, in a
-/// cluster no larger than its committee, the pbcast of every payload; and
-/// a repair answer's end in a datagram of its own (`repair_done_apart`),
-/// so that a lost fragment of the answer's last datagram does not also
-/// lose the member's cue to ask for the rest.
+/// cluster no larger than its committee, the pbcast of every payload.
+/// Where the engines' datagrams go in fragments (beyond loopback), parsing
+/// also turns on `repair_done_apart`: a repair answer's end in a datagram
+/// of its own, so that a lost fragment of the answer's last datagram does
+/// not also lose the member's cue to ask for the rest.
 pub fn default_cluster() -> shoal_core::daemon::membership::Config {
     // The shared daemon defaults, with this runtime's datagram size for
     // loopback (parsing a file sets it from `max_datagram`).
@@ -610,6 +611,11 @@ impl DaemonConfig {
     fn fit_datagram_size(&mut self, explicit: bool) -> Result<(), ConfigError> {
         let size = self.engine_datagram_size();
         let room = self.engine_room();
+        if size > self.datagram_size() {
+            // Datagrams in fragments: one lost fragment loses a whole
+            // repair answer, and its end must not go with it.
+            self.cluster.vsync.repair_done_apart = true;
+        }
         let engine = &mut self.cluster.vsync.pbcast.max_datagram_size;
         if !explicit {
             *engine = room;
@@ -1058,7 +1064,7 @@ mod tests {
         );
         assert_eq!(c.cluster.vsync.progress_interval.as_millis(), 100);
         assert!(c.cluster.vsync.committee_delivery);
-        assert!(c.cluster.vsync.repair_done_apart);
+        assert!(!c.cluster.vsync.repair_done_apart, "loopback: no fragments");
         let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
         assert_eq!(c.cluster.found_after.as_millis(), 700);
         assert_eq!(c.cluster.vsync.committee_size.get(), 3);
@@ -1415,7 +1421,11 @@ mod tests {
         // fragments of the path's size.
         assert_eq!(c.engine_datagram_size(), LAN_ENGINE_DATAGRAM);
         assert_eq!(engine(&c), LAN_ENGINE_DATAGRAM);
+        // ... and a repair answer's end goes alone (`repair_done_apart`).
+        assert!(c.cluster.vsync.repair_done_apart);
+        assert!(!DaemonConfig::parse("").unwrap().cluster.vsync.repair_done_apart);
         let c = DaemonConfig::parse(&format!("engine_datagram = 1472\n{lan}")).unwrap();
+        assert!(!c.cluster.vsync.repair_done_apart, "whole datagrams");
         assert_eq!(
             engine(&c),
             1_472 - crate::OVERHEAD,
