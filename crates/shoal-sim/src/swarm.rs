@@ -38,8 +38,8 @@ fn membership_config(cfg: &SwarmConfig) -> membership::Config {
     let mut c = membership::Config::daemon_defaults();
     if cfg.fragment_bytes.is_some() {
         c.vsync.pbcast.max_datagram_size = 16_000;
-        c.vsync.repair_done_apart = true;
     }
+    c.vsync.repair_done_apart = cfg.fragment_bytes.is_some() || cfg.repair_done_apart;
     if let Some(period) = cfg.view_period {
         c.vsync.view_period = period;
     }
@@ -83,6 +83,10 @@ pub struct SwarmConfig {
     /// instead of the default 20 s: a short one (the long schedule across
     /// hosts runs 2 s) puts more faults in the middle of a view change.
     pub view_period: Option<Duration>,
+    /// The daemons' vsync sends a repair answer's end apart
+    /// (`repair_done_apart`) even unfragmented; with fragments it always
+    /// does, as the daemon beyond loopback.
+    pub repair_done_apart: bool,
 }
 
 /// A fault at a fixed time ([`SwarmConfig::script`]).
@@ -146,6 +150,7 @@ impl SwarmConfig {
             floor_loss_ppm: 0,
             fragment_bytes: None,
             view_period: None,
+            repair_done_apart: false,
         }
     }
 }
@@ -1345,6 +1350,26 @@ mod tests {
     #[test]
     fn a_joiner_releases_at_the_view_the_others_released_at() {
         assert_ok_under_heavy_loss(197);
+    }
+
+    /// Not fixed: with a repair answer's end sent apart in the short-view
+    /// shape (unfragmented; fix 41 as first landed turned it on for every
+    /// daemon), these seeds fail `safe` (974: d2's client delivered a safe
+    /// message in a regular view at view 5 that listed d4, which had been
+    /// cut off since view 3 and never installed views 4 or 5). The
+    /// timing, not the setting, draws them: the class fix 40's notes leave
+    /// open (seed 148 under loss).
+    #[test]
+    #[ignore]
+    fn safe_in_a_view_listing_a_daemon_that_never_installs_it() {
+        for seed in [974, 1243, 2270] {
+            let mut cfg = SwarmConfig::from_seed(seed);
+            cfg.daemons = 5;
+            cfg.view_period = Some(Duration::from_secs(2));
+            cfg.repair_done_apart = true;
+            let o = run(cfg);
+            assert!(o.ok(), "{}", describe(&o));
+        }
     }
 
     #[test]

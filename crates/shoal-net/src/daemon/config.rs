@@ -1423,7 +1423,13 @@ mod tests {
         assert_eq!(engine(&c), LAN_ENGINE_DATAGRAM);
         // ... and a repair answer's end goes alone (`repair_done_apart`).
         assert!(c.cluster.vsync.repair_done_apart);
-        assert!(!DaemonConfig::parse("").unwrap().cluster.vsync.repair_done_apart);
+        assert!(
+            !DaemonConfig::parse("")
+                .unwrap()
+                .cluster
+                .vsync
+                .repair_done_apart
+        );
         let c = DaemonConfig::parse(&format!("engine_datagram = 1472\n{lan}")).unwrap();
         assert!(!c.cluster.vsync.repair_done_apart, "whole datagrams");
         assert_eq!(
