@@ -1329,13 +1329,21 @@ mod tests {
 
     /// The harshest shape (`--daemons 5 --floor-loss 0.05 --fragment-bytes
     /// 1472 --fault-phase 60`): 43% of the daemons' datagrams lost.
-    fn assert_ok_under_heavy_loss(seed: u64) {
+    fn heavy_loss(seed: u64) -> SwarmConfig {
         let mut cfg = SwarmConfig::from_seed(seed);
         cfg.daemons = 5;
         cfg.floor_loss_ppm = 50_000;
         cfg.fragment_bytes = Some(1472);
         cfg.fault_phase = Duration::from_secs(60);
         cfg.fault_count_factor = 3; // as `--fault-phase 60` sets it
+        cfg
+    }
+
+    fn assert_ok_under_heavy_loss(seed: u64) {
+        assert_run_ok(heavy_loss(seed));
+    }
+
+    fn assert_run_ok(cfg: SwarmConfig) {
         let o = run(cfg);
         assert!(o.ok(), "{}", describe(&o));
     }
@@ -1363,12 +1371,9 @@ mod tests {
     #[ignore]
     fn safe_in_a_view_listing_a_daemon_that_never_installs_it() {
         for seed in [974, 1243, 2270] {
-            let mut cfg = SwarmConfig::from_seed(seed);
-            cfg.daemons = 5;
-            cfg.view_period = Some(Duration::from_secs(2));
+            let mut cfg = short_views(seed);
             cfg.repair_done_apart = true;
-            let o = run(cfg);
-            assert!(o.ok(), "{}", describe(&o));
+            assert_run_ok(cfg);
         }
     }
 
@@ -1435,12 +1440,15 @@ mod tests {
     /// A run shaped like the long schedule across hosts: 5 daemons, the
     /// daemons' periodic view change every 2 s (`--daemons 5
     /// --view-period-ms 2000`).
-    fn assert_ok_with_short_views(seed: u64) {
+    fn short_views(seed: u64) -> SwarmConfig {
         let mut cfg = SwarmConfig::from_seed(seed);
         cfg.daemons = 5;
         cfg.view_period = Some(Duration::from_secs(2));
-        let o = run(cfg);
-        assert!(o.ok(), "{}", describe(&o));
+        cfg
+    }
+
+    fn assert_ok_with_short_views(seed: u64) {
+        assert_run_ok(short_views(seed));
     }
 
     /// A daemon (d0) joined and left the view before the table a settled

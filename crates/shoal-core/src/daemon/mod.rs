@@ -706,8 +706,6 @@ impl Daemon {
             if let Event::View(v) = &ev.event {
                 let quorum = self.membership.holds_quorum(v.members.len());
                 self.sessions.set_quorum(quorum);
-            }
-            if let Event::View(v) = &ev.event {
                 if v.first && v.members == [ev.me] {
                     // A daemon that founds a group alone starts its view
                     // ids' epoch from the clock, as a restarted one does:
