@@ -1202,6 +1202,8 @@ pub struct Shape {
     pub fragment_bytes: Option<usize>,
     /// [`SwarmConfig::view_period`].
     pub view_period: Option<Duration>,
+    /// [`SwarmConfig::repair_done_apart`].
+    pub repair_done_apart: bool,
 }
 
 /// Runs seeds `seeds` on `threads` threads; returns outcomes in seed order.
@@ -1230,6 +1232,7 @@ pub fn run_seeds_shaped(seeds: std::ops::Range<u64>, threads: usize, shape: Shap
                 cfg.floor_loss_ppm = shape.floor_loss_ppm;
                 cfg.fragment_bytes = shape.fragment_bytes;
                 cfg.view_period = shape.view_period;
+                cfg.repair_done_apart = shape.repair_done_apart;
                 if let Some(phase) = shape.fault_phase {
                     cfg.fault_phase = phase;
                     cfg.fault_count_factor = (phase.as_secs_f64() / 17.5).round().max(1.0) as u32;

@@ -128,6 +128,11 @@ pub struct SimArgs {
     /// runs 2000) [default: the daemon's, 20000].
     #[arg(long)]
     pub view_period_ms: Option<u64>,
+    /// swarm: a repair answer's end in a datagram of its own
+    /// (`[cluster.vsync] repair_done_apart`) even without fragments; with
+    /// `--fragment-bytes` it is on anyway, as in the daemon.
+    #[arg(long)]
+    pub repair_done_apart: bool,
 }
 
 /// Runs this command again, the same arguments and environment, with
@@ -498,6 +503,7 @@ fn run_swarm(args: &SimArgs) -> anyhow::Result<()> {
         floor_loss_ppm: args.floor_loss.map_or(0, |l| (l * 1e6).round() as u32),
         fragment_bytes: args.fragment_bytes,
         view_period: args.view_period_ms.map(std::time::Duration::from_millis),
+        repair_done_apart: args.repair_done_apart,
     };
     let started = std::time::Instant::now();
     let outcomes = shoal_sim::swarm::run_seeds_shaped(a..b, args.threads.unwrap_or(2), shape);

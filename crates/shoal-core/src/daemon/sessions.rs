@@ -368,6 +368,8 @@ struct Joining {
     view_ids: (u64, u64, u32),
     /// The table's `release` ([`Item::Table`]).
     release: Option<(bool, u64)>,
+    /// The table's `deferred` removals ([`Item::Table`]).
+    deferred: BTreeMap<u64, BTreeSet<NodeId>>,
     /// Daemons known to wait for a table too: their snapshot came in this
     /// daemon's buffer (a daemon sends one at its first view), and no
     /// complete table for them since. Only a settled daemon sends tables,
@@ -607,6 +609,14 @@ pub struct Sessions {
     /// ([`Sessions::defer_removal`]): a held batch applied before them goes
     /// in transitional views without their clients.
     deferred_gone: BTreeSet<NodeId>,
+    /// A daemon that joined: the removals its table's sender had deferred
+    /// behind held batches after the table's point, by the gseq of the
+    /// view that dropped them, until this daemon replays that view. What
+    /// it applies before then goes as it went there, in transitional views
+    /// without those daemons' clients (swarm seed 1243 with short views:
+    /// applied at once in regular views, the joiner's first batches after
+    /// its table differed from the others').
+    table_deferred: BTreeMap<u64, BTreeSet<NodeId>>,
     /// Groups in such a transitional view: the id of the regular view it
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
@@ -671,6 +681,7 @@ impl Sessions {
             stats: SessionStats::default(),
             transitional_gone: BTreeSet::new(),
             deferred_gone: BTreeSet::new(),
+            table_deferred: BTreeMap::new(),
             in_transitional: BTreeMap::new(),
             view_release: None,
             release_at_view: None,
@@ -1257,7 +1268,7 @@ impl Sessions {
         if safe && !self.replaying {
             self.acknowledge(gseq);
         }
-        if self.held.is_empty() && !safe {
+        if self.held.is_empty() && self.deferred_gone.is_empty() && !safe {
             self.apply_batch(sender, gseq, items);
             return;
         }
@@ -1523,26 +1534,33 @@ impl Sessions {
             return;
         };
         if let Some(gone) = batch.gone {
-            self.deferred_gone = self
-                .held
-                .iter()
-                .filter_map(|b| b.gone.as_ref())
-                .flatten()
-                .copied()
-                .collect();
+            self.refresh_deferred_gone();
             self.remove_gone(&gone);
             return;
         }
-        // Before a deferred removal, in transitional views without its
-        // daemons' clients too (not for what pbcast alone carries meanwhile).
+        // Decoded once already on arrival.
+        self.apply_before_deferred(batch.sender, batch.gseq, &batch.payload, batch.skip);
+    }
+
+    /// The daemons whose removal is deferred: those of the removals held,
+    /// and those of the table's still ahead (a joiner's).
+    fn refresh_deferred_gone(&mut self) {
+        let held = self.held.iter().filter_map(|b| b.gone.as_ref()).flatten();
+        let table = self.table_deferred.values().flatten();
+        self.deferred_gone = held.chain(table).copied().collect();
+    }
+
+    /// Applies the items of a batch after the first `skip`: before a
+    /// deferred removal, in transitional views without its daemons'
+    /// clients too (not for what pbcast alone carries meanwhile).
+    fn apply_before_deferred(&mut self, sender: NodeId, gseq: u64, payload: &[u8], skip: u32) {
         let widened = (!self.deferred_gone.is_empty()).then(|| {
             let mut gone = self.transitional_gone.clone();
             gone.extend(self.deferred_gone.iter().copied());
             std::mem::replace(&mut self.transitional_gone, gone)
         });
-        // Decoded once already on arrival.
-        if let Ok(items) = groups::decode(&batch.payload) {
-            self.apply_items(batch.sender, batch.gseq, items, batch.skip);
+        if let Ok(items) = groups::decode(payload) {
+            self.apply_items(sender, gseq, items, skip);
         }
         if let Some(gone) = widened {
             self.transitional_gone = gone;
@@ -2391,6 +2409,12 @@ impl Sessions {
 
     fn view(&mut self, me: NodeId, view: View) {
         let me_first = view.first;
+        // A table's deferred removal of this view or before: this view
+        // decides it here, as it did at the table's sender.
+        if !self.table_deferred.is_empty() {
+            self.table_deferred.retain(|at, _| *at > view.gseq);
+            self.refresh_deferred_gone();
+        }
         let gone: BTreeSet<NodeId> = self
             .daemons
             .iter()
@@ -2423,7 +2447,15 @@ impl Sessions {
         // others does as they did (`release_at_view`): it cannot tell from
         // what it holds (seed 4727).
         let joined = view.members.iter().any(|d| !self.daemons.contains(d));
-        let table_awaited = self.daemons.iter().any(|d| !self.settled.contains(d));
+        // Only a daemon this view keeps can still get a table: one that
+        // waited for its table and is dropped now makes none (seed 974
+        // with `repair_done_apart`: a joiner cut off before its table was
+        // dropped, and the view released the held batches at once into
+        // transitional views naming a kept daemon that never had them).
+        let table_awaited = self
+            .daemons
+            .iter()
+            .any(|d| view.members.contains(d) && !self.settled.contains(d));
         //
         // Unless a daemon that moves on has not said it holds a held `safe`
         // batch: it is listed in the view, but it may never install it (cut
@@ -2457,7 +2489,7 @@ impl Sessions {
         // survivors churned past the swarm's deadline).
         let defer = (as_the_others_held && !self.held.is_empty())
             || (as_the_others.is_none()
-                && (gone.is_empty() == awaited)
+                && (!gone.is_empty() || awaited)
                 && !self.held.is_empty()
                 && !self.held_stable_among(&self.kept_hosting_members(&view.members)));
         let transitional =
@@ -2690,6 +2722,13 @@ impl Sessions {
             }
         }
         let settled: Vec<u32> = self.settled.iter().map(|d| d.0).collect();
+        // The removals deferred behind what this daemon still holds: all
+        // after the table's point (it is made as its snapshot is applied).
+        let deferred: Vec<(u64, Vec<u32>)> = self
+            .held
+            .iter()
+            .filter_map(|b| Some((b.gseq, b.gone.as_ref()?.iter().map(|d| d.0).collect())))
+            .collect();
         let empty = Item::Table {
             joiner: joiner.0,
             as_of,
@@ -2697,6 +2736,7 @@ impl Sessions {
             first: true,
             last: true,
             release: self.view_release,
+            deferred: deferred.clone(),
             settled: settled.clone(),
             entries: Vec::new(),
         };
@@ -2713,6 +2753,7 @@ impl Sessions {
             first,
             last,
             release: self.view_release,
+            deferred: deferred.clone(),
             settled: settled.clone(),
             entries,
         };
@@ -2796,6 +2837,7 @@ impl Sessions {
                 first,
                 last,
                 release,
+                deferred,
                 settled,
                 entries,
             } = item
@@ -2812,6 +2854,10 @@ impl Sessions {
                 joining.settled = settled.iter().map(|d| NodeId(*d)).collect();
                 joining.view_ids = *view_ids;
                 joining.release = *release;
+                joining.deferred = deferred
+                    .iter()
+                    .map(|(at, ds)| (*at, ds.iter().map(|d| NodeId(*d)).collect()))
+                    .collect();
             }
             joining.parts.extend(entries.iter().map(|(d, c, g)| {
                 let groups = g.iter().map(|x| x.to_string()).collect();
@@ -2865,6 +2911,7 @@ impl Sessions {
             joining.parts.clear();
             joining.settled.clear();
             joining.release = None;
+            joining.deferred.clear();
             joining.view_ids = (self.epoch + 1, 0, crate::daemon::membership::slot_of(me));
             self.install_table(me, (0, 0));
         }
@@ -2888,6 +2935,8 @@ impl Sessions {
         }
         self.settled = joining.settled.into_iter().collect();
         self.settled.insert(me);
+        self.table_deferred = joining.deferred;
+        self.refresh_deferred_gone();
         self.snapshot_before.clear();
         (self.epoch, self.changes, self.owner) = joining.view_ids;
         let view_id = self.view_id();
@@ -3005,9 +3054,7 @@ impl Sessions {
 
     /// Applies the items of a batch after the one at `index` (1-based).
     fn replay_after(&mut self, sender: NodeId, gseq: u64, payload: &[u8], index: u32) {
-        if let Ok(items) = groups::decode(payload) {
-            self.apply_items(sender, gseq, items, index);
-        }
+        self.apply_before_deferred(sender, gseq, payload, index);
     }
 
     /// This daemon's clients and their groups, for the others. A client
@@ -3092,6 +3139,7 @@ impl Sessions {
         self.end_transitional_as(Some(slot));
         self.transitional_gone.clear();
         self.deferred_gone.clear();
+        self.table_deferred.clear();
         self.held.retain(|b| b.gone.is_none());
         // The groups each local client has been shown a regular view of
         // (the table holds what was announced; a join not yet ordered is
