@@ -2471,17 +2471,18 @@ impl Sessions {
         //
         // At a view that drops daemons, the removal of their clients waits
         // behind them (`defer_removal`), and they go in transitional views
-        // without those clients. Not while a daemon waits for its table: a
-        // table made meanwhile would not tell its joiner that what follows
-        // goes in such views (seed 1220); that view releases what it holds
-        // as before. At a view that adds daemons or has one waiting for its
-        // table and drops none, the batches stay held, to go in regular
-        // views once stable, or at the view that drops the silent daemon
-        // (a table made at either point is as any other).
+        // without those clients. Also when it adds daemons or one waits for
+        // its table (fix 43, seed 1243): a table made meanwhile carries the
+        // removals still deferred after its point (`table_deferred`), so
+        // that its joiner applies what follows in the same transitional
+        // views (without it, seed 1220; that view used to release what it
+        // held at once, naming a silent daemon). At a view that adds
+        // daemons or has one waiting for its table and drops none, the
+        // batches stay held, to go in regular views once stable, or at the
+        // view that drops the silent daemon.
         let as_the_others = self.release_at_view.take();
         let as_the_others_held = std::mem::take(&mut self.hold_at_view);
         let changes = !gone.is_empty() || joined || table_awaited;
-        let awaited = joined || table_awaited;
         // Judged among the daemons it keeps that host members of groups: a
         // silent one without any has no client to miss a message (swarm
         // seed 396: a joiner that crashed before its snapshot held every
@@ -2489,7 +2490,7 @@ impl Sessions {
         // survivors churned past the swarm's deadline).
         let defer = (as_the_others_held && !self.held.is_empty())
             || (as_the_others.is_none()
-                && (!gone.is_empty() || awaited)
+                && changes
                 && !self.held.is_empty()
                 && !self.held_stable_among(&self.kept_hosting_members(&view.members)));
         let transitional =
