@@ -1384,6 +1384,23 @@ mod tests {
         }
     }
 
+    /// Fix 44 (seed 1283 in the same shape): d2, the committee's primary,
+    /// sequenced a batch of d0's and crashed; d1 took over, put view 10's
+    /// Newview at that gseq and sequenced the batch again after it, and
+    /// crashed too; d0, which had missed d1's replicas after the Newview,
+    /// took over with d2's stale records still in its store after it. It
+    /// counted the local ids in them as sequenced and answered d0's own
+    /// Gseq Req for the batch as a duplicate it had no record of: one
+    /// `fifo` message never reached the order (`own-delivery`). A takeover
+    /// now cuts its store at the first record after the latest Newview
+    /// written in an older epoch than the Newview's.
+    #[test]
+    fn a_takeover_drops_an_older_primarys_records_after_the_newview() {
+        let mut cfg = short_views(1283);
+        cfg.repair_done_apart = true;
+        assert_run_ok(cfg);
+    }
+
     #[test]
     fn a_quiet_cluster_is_clean_and_converges() {
         let mut cfg = SwarmConfig::from_seed(1);

@@ -1158,6 +1158,10 @@ impl Vsync {
         }
         let mut end = c.store_end();
         c.store.split_off(&end);
+        if let Some(stale) = first_stale_after_newview(&c.store) {
+            c.store.split_off(&stale);
+            end = stale;
+        }
         c.committed = c.committed.max(delivered).min(end);
         // A Newview at the end of the store that is not known to be
         // committed may or may not have been chosen: set it aside, and let
@@ -1251,6 +1255,27 @@ fn proposer(epoch: u64) -> u64 {
     epoch & 0xF_FFFF
 }
 
+/// The first gseq after the store's latest Newview that holds a record
+/// written in an epoch older than that Newview's: an earlier primary's,
+/// which a later one overwrote at the Newview's gseq and after. None was
+/// committed (a record after the Newview commits only under a primary
+/// that followed it, in its epoch or a later one), and a takeover that
+/// kept it (swarm seed 1283 with short views: a backup that missed the
+/// next primary's replicas kept the crashed one's records after the
+/// Newview) counted the local ids in it as sequenced and answered their
+/// senders' Gseq Reqs as duplicates it had no record of: a message that
+/// never reached the order, its sender retrying forever.
+fn first_stale_after_newview(store: &Store) -> Option<u64> {
+    let (at, epoch) = store
+        .iter()
+        .rev()
+        .find_map(|(g, s)| matches!(s.record, Record::Newview(_)).then_some((*g, s.epoch)))?;
+    store
+        .range(at + 1..)
+        .find(|(_, s)| s.epoch < epoch)
+        .map(|(g, _)| *g)
+}
+
 fn latest_view(store: &Store) -> Option<(NewView, u64)> {
     store.iter().rev().find_map(|(g, s)| match &s.record {
         Record::Newview(v) => Some((v.clone(), *g)),
@@ -1261,4 +1286,58 @@ fn latest_view(store: &Store) -> Option<(NewView, u64)> {
 /// Encodes messages into vsync bodies (so the store's borrow ends before sending).
 fn bodies<'a>(messages: impl Iterator<Item = Message<'a>>) -> Vec<Vec<u8>> {
     messages.filter_map(|m| m.to_vec().ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(local_id: u64, epoch: u64) -> Stored {
+        let record = Record::Data {
+            sender: NodeId(1),
+            local_id,
+            payload: Bytes::new(),
+        };
+        Stored {
+            record,
+            epoch,
+            open: false,
+        }
+    }
+
+    fn newview(epoch: u64) -> Stored {
+        let record = Record::Newview(NewView {
+            view: 10,
+            epoch,
+            members: vec![1, 2],
+            committee: vec![1],
+            left: Vec::new(),
+            reasons: 0,
+        });
+        Stored {
+            record,
+            epoch,
+            open: false,
+        }
+    }
+
+    /// Swarm seed 1283's store at the takeover: a Newview written in epoch
+    /// 7, then records of the primary of epoch 5 that the next primary
+    /// overwrote everywhere but here.
+    #[test]
+    fn an_older_epochs_records_after_the_latest_newview_are_stale() {
+        let mut store = Store::new();
+        store.insert(40, data(1, 5));
+        store.insert(41, newview(7));
+        store.insert(42, data(2, 7));
+        store.insert(43, data(3, 9));
+        assert_eq!(first_stale_after_newview(&store), None);
+        store.insert(44, data(4, 5));
+        store.insert(45, data(5, 9));
+        assert_eq!(first_stale_after_newview(&store), Some(44));
+        // Before the latest Newview, an older epoch's record is the log
+        // that Newview followed.
+        store.insert(46, newview(9));
+        assert_eq!(first_stale_after_newview(&store), None);
+    }
 }
