@@ -617,9 +617,6 @@ pub struct Sessions {
     /// applied at once in regular views, the joiner's first batches after
     /// its table differed from the others').
     table_deferred: BTreeMap<u64, BTreeSet<NodeId>>,
-    /// Joiners whose table this daemon sends again once a deferred
-    /// removal is applied ([`Sessions::view`]).
-    tables_at_removal: BTreeSet<NodeId>,
     /// Groups in such a transitional view: the id of the regular view it
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
@@ -685,7 +682,6 @@ impl Sessions {
             transitional_gone: BTreeSet::new(),
             deferred_gone: BTreeSet::new(),
             table_deferred: BTreeMap::new(),
-            tables_at_removal: BTreeSet::new(),
             in_transitional: BTreeMap::new(),
             view_release: None,
             release_at_view: None,
@@ -1540,11 +1536,6 @@ impl Sessions {
         if let Some(gone) = batch.gone {
             self.refresh_deferred_gone();
             self.remove_gone(&gone);
-            for joiner in std::mem::take(&mut self.tables_at_removal) {
-                if self.awaiting_table.contains(&joiner) {
-                    self.send_table(joiner, self.position);
-                }
-            }
             return;
         }
         // Decoded once already on arrival.
@@ -2570,16 +2561,11 @@ impl Sessions {
             // clients' messages among them (as of this view, the joiner's
             // clients missed those the others delivered in a transitional
             // view at this change). Without a saved one (this daemon was
-            // the designated one), as of this view; or, while this view's
-            // removal is deferred behind held batches (fix 43), as of the
-            // point where it is applied, after them: this daemon's table
-            // does not hold them yet.
+            // the designated one), as of this view. (Never while a removal
+            // is deferred: no daemon then waits for its table.)
             for joiner in self.awaiting_table.clone() {
                 match self.saved_tables.remove(&joiner) {
                     Some(table) => self.pending.append(table),
-                    None if defer => {
-                        self.tables_at_removal.insert(joiner);
-                    }
                     None => self.send_table(joiner, self.position),
                 }
             }
@@ -3155,7 +3141,6 @@ impl Sessions {
         self.transitional_gone.clear();
         self.deferred_gone.clear();
         self.table_deferred.clear();
-        self.tables_at_removal.clear();
         self.held.retain(|b| b.gone.is_none());
         // The groups each local client has been shown a regular view of
         // (the table holds what was announced; a join not yet ordered is
