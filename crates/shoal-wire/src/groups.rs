@@ -118,11 +118,7 @@ pub enum Item<'a> {
     /// went out in that release, in a transitional configuration when
     /// `transitional`, and the joiner applies them so too at that view
     /// (which need not be the first after the point: the batches may stay
-    /// held across views that add daemons). `deferred` lists the removals
-    /// its sender had deferred behind held batches after the point (the
-    /// Newview gseq of the view that dropped them, and the daemons): until
-    /// the joiner replays that view, it applies what it holds as the sender
-    /// did, in transitional views without those daemons' clients.
+    /// held across views that add daemons).
     Table {
         joiner: u32,
         as_of: (u64, u32),
@@ -130,7 +126,6 @@ pub enum Item<'a> {
         first: bool,
         last: bool,
         release: Option<(bool, u64)>,
-        deferred: Vec<(u64, Vec<u32>)>,
         settled: Vec<u32>,
         entries: Vec<(u32, &'a str, Vec<&'a str>)>,
     },
@@ -278,7 +273,6 @@ impl Item<'_> {
             Item::RegionFlush { delivered, .. } => 4 + 1 + 8 + 2 + 12 * delivered.len(),
             Item::Table {
                 release,
-                deferred,
                 settled,
                 entries,
                 ..
@@ -288,14 +282,6 @@ impl Item<'_> {
                     + 20
                     + 1
                     + if release.is_some() { 8 } else { 0 }
-                    + if deferred.is_empty() {
-                        0
-                    } else {
-                        2 + deferred
-                            .iter()
-                            .map(|(_, d)| 10 + 4 * d.len())
-                            .sum::<usize>()
-                    }
                     + 2
                     + 4 * settled.len()
                     + 4
@@ -447,7 +433,6 @@ impl Item<'_> {
                 first,
                 last,
                 release,
-                deferred,
                 settled,
                 entries,
             } => {
@@ -463,25 +448,11 @@ impl Item<'_> {
                     Some((false, _)) => 4,
                     Some((true, _)) => 4 | 8,
                 };
-                let flags = flags | if deferred.is_empty() { 0 } else { 16 };
                 w.u8(u8::from(*first) | u8::from(*last) << 1 | flags);
                 if let Some((_, at)) = release {
                     w.out.extend_from_slice(&at.to_be_bytes());
                 }
                 let too_long = |len| GroupsError::TooLong { what: "table", len };
-                if !deferred.is_empty() {
-                    let n = u16::try_from(deferred.len()).map_err(|_| too_long(deferred.len()))?;
-                    w.out.extend_from_slice(&n.to_be_bytes());
-                    for (at, daemons) in deferred {
-                        w.out.extend_from_slice(&at.to_be_bytes());
-                        let n =
-                            u16::try_from(daemons.len()).map_err(|_| too_long(daemons.len()))?;
-                        w.out.extend_from_slice(&n.to_be_bytes());
-                        for d in daemons {
-                            w.out.extend_from_slice(&d.to_be_bytes());
-                        }
-                    }
-                }
                 let n = u16::try_from(settled.len()).map_err(|_| too_long(settled.len()))?;
                 w.out.extend_from_slice(&n.to_be_bytes());
                 for d in settled {
@@ -701,9 +672,8 @@ impl<'a> Reader<'a> {
                     self.u32("table owner")?,
                 );
                 let flags = self.u8("table flags")?;
-                // Bit 8 (transitional) only with bit 4 (a release); bit 16:
-                // deferred removals follow.
-                if flags > 31 || flags & 12 == 8 {
+                // Bit 8 (transitional) only with bit 4 (a release).
+                if flags > 15 || flags & 12 == 8 {
                     return Err(GroupsError::BadFlags(flags));
                 }
                 let release = if flags & 4 != 0 {
@@ -711,31 +681,6 @@ impl<'a> Reader<'a> {
                 } else {
                     None
                 };
-                let mut deferred = Vec::new();
-                if flags & 16 != 0 {
-                    let n = usize::from(self.u16("table deferred")?);
-                    // Each takes at least 10 bytes.
-                    if n > self.rest.len() / 10 {
-                        return Err(GroupsError::CountTooLarge {
-                            what: "table deferred",
-                            count: n,
-                        });
-                    }
-                    for _ in 0..n {
-                        let at = self.u64("table deferred view")?;
-                        let k = usize::from(self.u16("table deferred daemons")?);
-                        if k > self.rest.len() / 4 {
-                            return Err(GroupsError::CountTooLarge {
-                                what: "table deferred daemons",
-                                count: k,
-                            });
-                        }
-                        let daemons = (0..k)
-                            .map(|_| self.u32("table deferred daemon"))
-                            .collect::<Result<_, _>>()?;
-                        deferred.push((at, daemons));
-                    }
-                }
                 let n = usize::from(self.u16("table settled")?);
                 if n > self.rest.len() / 4 {
                     return Err(GroupsError::CountTooLarge {
@@ -766,7 +711,6 @@ impl<'a> Reader<'a> {
                     first: flags & 1 != 0,
                     last: flags & 2 != 0,
                     release,
-                    deferred,
                     settled,
                     entries,
                 }
@@ -915,7 +859,6 @@ mod tests {
                 first: true,
                 last: true,
                 release: Some((true, 77)),
-                deferred: vec![],
                 settled: vec![0x100, 0x102],
                 entries: vec![(0x100, "#a#n0", vec!["chat"]), (0x102, "#b#n2", vec![])],
             },
@@ -926,7 +869,6 @@ mod tests {
                 first: false,
                 last: true,
                 release: Some((false, 1 << 40)),
-                deferred: vec![(1 << 40, vec![0x100, 0x7_0001]), (1 << 41, vec![])],
                 settled: vec![],
                 entries: vec![],
             },
@@ -937,7 +879,6 @@ mod tests {
                 first: true,
                 last: false,
                 release: None,
-                deferred: vec![(9, vec![0x102])],
                 settled: vec![0x100],
                 entries: vec![],
             },
@@ -1001,18 +942,6 @@ mod tests {
                 // A transitional release bit without the release bit.
                 [&[0, 1, TABLE][..], &[0; 36], &[8]].concat(),
                 GroupsError::BadFlags(8),
-            ),
-            (
-                [&[0, 1, TABLE][..], &[0; 36], &[32]].concat(),
-                GroupsError::BadFlags(32),
-            ),
-            (
-                // More deferred removals than the bytes left could hold.
-                [&[0, 1, TABLE][..], &[0; 36], &[16, 0xFF, 0xFF]].concat(),
-                GroupsError::CountTooLarge {
-                    what: "table deferred",
-                    count: 0xFFFF,
-                },
             ),
             (
                 vec![0, 1, RECEIVED, 0, 0, 0],

@@ -368,8 +368,6 @@ struct Joining {
     view_ids: (u64, u64, u32),
     /// The table's `release` ([`Item::Table`]).
     release: Option<(bool, u64)>,
-    /// The table's `deferred` removals ([`Item::Table`]).
-    deferred: BTreeMap<u64, BTreeSet<NodeId>>,
     /// Daemons known to wait for a table too: their snapshot came in this
     /// daemon's buffer (a daemon sends one at its first view), and no
     /// complete table for them since. Only a settled daemon sends tables,
@@ -609,14 +607,6 @@ pub struct Sessions {
     /// ([`Sessions::defer_removal`]): a held batch applied before them goes
     /// in transitional views without their clients.
     deferred_gone: BTreeSet<NodeId>,
-    /// A daemon that joined: the removals its table's sender had deferred
-    /// behind held batches after the table's point, by the gseq of the
-    /// view that dropped them, until this daemon replays that view. What
-    /// it applies before then goes as it went there, in transitional views
-    /// without those daemons' clients (swarm seed 1243 with short views:
-    /// applied at once in regular views, the joiner's first batches after
-    /// its table differed from the others').
-    table_deferred: BTreeMap<u64, BTreeSet<NodeId>>,
     /// Groups in such a transitional view: the id of the regular view it
     /// follows and its members.
     in_transitional: BTreeMap<String, (u64, Vec<String>)>,
@@ -681,7 +671,6 @@ impl Sessions {
             stats: SessionStats::default(),
             transitional_gone: BTreeSet::new(),
             deferred_gone: BTreeSet::new(),
-            table_deferred: BTreeMap::new(),
             in_transitional: BTreeMap::new(),
             view_release: None,
             release_at_view: None,
@@ -1268,7 +1257,7 @@ impl Sessions {
         if safe && !self.replaying {
             self.acknowledge(gseq);
         }
-        if self.held.is_empty() && self.deferred_gone.is_empty() && !safe {
+        if self.held.is_empty() && !safe {
             self.apply_batch(sender, gseq, items);
             return;
         }
@@ -1534,33 +1523,26 @@ impl Sessions {
             return;
         };
         if let Some(gone) = batch.gone {
-            self.refresh_deferred_gone();
+            self.deferred_gone = self
+                .held
+                .iter()
+                .filter_map(|b| b.gone.as_ref())
+                .flatten()
+                .copied()
+                .collect();
             self.remove_gone(&gone);
             return;
         }
-        // Decoded once already on arrival.
-        self.apply_before_deferred(batch.sender, batch.gseq, &batch.payload, batch.skip);
-    }
-
-    /// The daemons whose removal is deferred: those of the removals held,
-    /// and those of the table's still ahead (a joiner's).
-    fn refresh_deferred_gone(&mut self) {
-        let held = self.held.iter().filter_map(|b| b.gone.as_ref()).flatten();
-        let table = self.table_deferred.values().flatten();
-        self.deferred_gone = held.chain(table).copied().collect();
-    }
-
-    /// Applies the items of a batch after the first `skip`: before a
-    /// deferred removal, in transitional views without its daemons'
-    /// clients too (not for what pbcast alone carries meanwhile).
-    fn apply_before_deferred(&mut self, sender: NodeId, gseq: u64, payload: &[u8], skip: u32) {
+        // Before a deferred removal, in transitional views without its
+        // daemons' clients too (not for what pbcast alone carries meanwhile).
         let widened = (!self.deferred_gone.is_empty()).then(|| {
             let mut gone = self.transitional_gone.clone();
             gone.extend(self.deferred_gone.iter().copied());
             std::mem::replace(&mut self.transitional_gone, gone)
         });
-        if let Ok(items) = groups::decode(payload) {
-            self.apply_items(sender, gseq, items, skip);
+        // Decoded once already on arrival.
+        if let Ok(items) = groups::decode(&batch.payload) {
+            self.apply_items(batch.sender, batch.gseq, items, batch.skip);
         }
         if let Some(gone) = widened {
             self.transitional_gone = gone;
@@ -2409,12 +2391,6 @@ impl Sessions {
 
     fn view(&mut self, me: NodeId, view: View) {
         let me_first = view.first;
-        // A table's deferred removal of this view or before: this view
-        // decides it here, as it did at the table's sender.
-        if !self.table_deferred.is_empty() {
-            self.table_deferred.retain(|at, _| *at > view.gseq);
-            self.refresh_deferred_gone();
-        }
         let gone: BTreeSet<NodeId> = self
             .daemons
             .iter()
@@ -2447,15 +2423,7 @@ impl Sessions {
         // others does as they did (`release_at_view`): it cannot tell from
         // what it holds (seed 4727).
         let joined = view.members.iter().any(|d| !self.daemons.contains(d));
-        // Only a daemon this view keeps can still get a table: one that
-        // waited for its table and is dropped now makes none (seed 974
-        // with `repair_done_apart`: a joiner cut off before its table was
-        // dropped, and the view released the held batches at once into
-        // transitional views naming a kept daemon that never had them).
-        let table_awaited = self
-            .daemons
-            .iter()
-            .any(|d| view.members.contains(d) && !self.settled.contains(d));
+        let table_awaited = self.daemons.iter().any(|d| !self.settled.contains(d));
         //
         // Unless a daemon that moves on has not said it holds a held `safe`
         // batch: it is listed in the view, but it may never install it (cut
@@ -2471,18 +2439,17 @@ impl Sessions {
         //
         // At a view that drops daemons, the removal of their clients waits
         // behind them (`defer_removal`), and they go in transitional views
-        // without those clients. Also when it adds daemons or one waits for
-        // its table (fix 43, seed 1243): a table made meanwhile carries the
-        // removals still deferred after its point (`table_deferred`), so
-        // that its joiner applies what follows in the same transitional
-        // views (without it, seed 1220; that view used to release what it
-        // held at once, naming a silent daemon). At a view that adds
-        // daemons or has one waiting for its table and drops none, the
-        // batches stay held, to go in regular views once stable, or at the
-        // view that drops the silent daemon.
+        // without those clients. Not while a daemon waits for its table: a
+        // table made meanwhile would not tell its joiner that what follows
+        // goes in such views (seed 1220); that view releases what it holds
+        // as before. At a view that adds daemons or has one waiting for its
+        // table and drops none, the batches stay held, to go in regular
+        // views once stable, or at the view that drops the silent daemon
+        // (a table made at either point is as any other).
         let as_the_others = self.release_at_view.take();
         let as_the_others_held = std::mem::take(&mut self.hold_at_view);
         let changes = !gone.is_empty() || joined || table_awaited;
+        let awaited = joined || table_awaited;
         // Judged among the daemons it keeps that host members of groups: a
         // silent one without any has no client to miss a message (swarm
         // seed 396: a joiner that crashed before its snapshot held every
@@ -2490,7 +2457,7 @@ impl Sessions {
         // survivors churned past the swarm's deadline).
         let defer = (as_the_others_held && !self.held.is_empty())
             || (as_the_others.is_none()
-                && changes
+                && (gone.is_empty() == awaited)
                 && !self.held.is_empty()
                 && !self.held_stable_among(&self.kept_hosting_members(&view.members)));
         let transitional =
@@ -2723,13 +2690,6 @@ impl Sessions {
             }
         }
         let settled: Vec<u32> = self.settled.iter().map(|d| d.0).collect();
-        // The removals deferred behind what this daemon still holds: all
-        // after the table's point (it is made as its snapshot is applied).
-        let deferred: Vec<(u64, Vec<u32>)> = self
-            .held
-            .iter()
-            .filter_map(|b| Some((b.gseq, b.gone.as_ref()?.iter().map(|d| d.0).collect())))
-            .collect();
         let empty = Item::Table {
             joiner: joiner.0,
             as_of,
@@ -2737,7 +2697,6 @@ impl Sessions {
             first: true,
             last: true,
             release: self.view_release,
-            deferred: deferred.clone(),
             settled: settled.clone(),
             entries: Vec::new(),
         };
@@ -2754,7 +2713,6 @@ impl Sessions {
             first,
             last,
             release: self.view_release,
-            deferred: deferred.clone(),
             settled: settled.clone(),
             entries,
         };
@@ -2838,7 +2796,6 @@ impl Sessions {
                 first,
                 last,
                 release,
-                deferred,
                 settled,
                 entries,
             } = item
@@ -2855,10 +2812,6 @@ impl Sessions {
                 joining.settled = settled.iter().map(|d| NodeId(*d)).collect();
                 joining.view_ids = *view_ids;
                 joining.release = *release;
-                joining.deferred = deferred
-                    .iter()
-                    .map(|(at, ds)| (*at, ds.iter().map(|d| NodeId(*d)).collect()))
-                    .collect();
             }
             joining.parts.extend(entries.iter().map(|(d, c, g)| {
                 let groups = g.iter().map(|x| x.to_string()).collect();
@@ -2912,7 +2865,6 @@ impl Sessions {
             joining.parts.clear();
             joining.settled.clear();
             joining.release = None;
-            joining.deferred.clear();
             joining.view_ids = (self.epoch + 1, 0, crate::daemon::membership::slot_of(me));
             self.install_table(me, (0, 0));
         }
@@ -2936,8 +2888,6 @@ impl Sessions {
         }
         self.settled = joining.settled.into_iter().collect();
         self.settled.insert(me);
-        self.table_deferred = joining.deferred;
-        self.refresh_deferred_gone();
         self.snapshot_before.clear();
         (self.epoch, self.changes, self.owner) = joining.view_ids;
         let view_id = self.view_id();
@@ -3055,7 +3005,9 @@ impl Sessions {
 
     /// Applies the items of a batch after the one at `index` (1-based).
     fn replay_after(&mut self, sender: NodeId, gseq: u64, payload: &[u8], index: u32) {
-        self.apply_before_deferred(sender, gseq, payload, index);
+        if let Ok(items) = groups::decode(payload) {
+            self.apply_items(sender, gseq, items, index);
+        }
     }
 
     /// This daemon's clients and their groups, for the others. A client
@@ -3140,7 +3092,6 @@ impl Sessions {
         self.end_transitional_as(Some(slot));
         self.transitional_gone.clear();
         self.deferred_gone.clear();
-        self.table_deferred.clear();
         self.held.retain(|b| b.gone.is_none());
         // The groups each local client has been shown a regular view of
         // (the table holds what was announced; a join not yet ordered is

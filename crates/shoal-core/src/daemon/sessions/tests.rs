@@ -555,59 +555,6 @@ fn a_view_that_adds_a_daemon_waits_until_the_daemons_it_keeps_hold_the_safe_batc
     assert!(c.cores[2].ready());
 }
 
-/// Nor a view that both adds and drops daemons (swarm seed 1243 with
-/// short views: it released the held batches at once, in transitional
-/// views naming a daemon kept but silent, a stale incarnation that never
-/// installed it). The removal waits behind the held batches as at a view
-/// that only drops, and the joiner's snapshot behind both.
-#[test]
-fn a_view_that_adds_and_drops_daemons_waits_until_the_daemons_it_keeps_hold_the_safe_batches() {
-    let mut c = Cluster::new(4);
-    c.connect(0, 1, "alice");
-    c.connect(1, 1, "bob");
-    c.connect(2, 7, "carol");
-    for (d, session) in [(0, 1), (1, 1), (2, 7)] {
-        c.frame(d, session, join("chat"));
-    }
-    c.settle();
-    // Daemon 3 leaves, and comes back as a new incarnation below.
-    c.install(&[0, 1, 2], &[]);
-    c.cores[3] = Sessions::new("n3", Limits::default(), BATCH_MAX);
-    for (d, session) in [(0, 1), (1, 1), (2, 7)] {
-        c.take(d, session);
-    }
-    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"safe"));
-    // Only daemon 0 gets it, and says so.
-    assert!(c.order_to(0, &[0]));
-    assert!(c.order_to(0, &[0]));
-    // Carol's daemon is dropped and daemon 3 joins; bob's is kept but
-    // never installs the view.
-    c.install_joined_at(&[0, 1, 3], &[3], &[0, 3]);
-    assert!(
-        c.take(0, 1).is_empty(),
-        "bob's daemon has not said it holds it"
-    );
-    assert_eq!(c.cores[0].stats().removals_deferred, 1);
-    assert!(c.order_to(3, &[0, 3]));
-    assert!(!c.cores[3].ready());
-    // Bob's daemon is dropped: alice gets the message in a transitional
-    // view of her alone, then regular views.
-    c.install_at(&[0, 3], &[0, 3]);
-    let frames = c.take(0, 1);
-    let expect = vec![(s("#alice#n0"), vec![s("chat")], b"safe".to_vec())];
-    assert_eq!(messages(&frames), expect);
-    assert!(
-        matches!(&frames[0], Frame::Membership { transitional: true, members, .. } if *members == [s("#alice#n0")])
-    );
-    assert!(views(&frames)[1..].iter().all(|(t, _)| !t));
-    assert_eq!(views(&frames).last(), Some(&(false, vec![s("#alice#n0")])));
-    for _ in 0..8 {
-        c.order_to(0, &[0, 3]);
-        c.order_to(3, &[0, 3]);
-    }
-    assert!(c.cores[3].ready());
-}
-
 #[test]
 fn safe_in_a_cluster_of_one_is_delivered_at_once() {
     let mut c = Cluster::new(1);
