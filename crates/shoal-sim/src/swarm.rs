@@ -1390,7 +1390,10 @@ mod tests {
     /// Gseq Req for the batch as a duplicate it had no record of: one
     /// `fifo` message never reached the order (`own-delivery`). A takeover
     /// now cuts its store at the first record after the latest Newview
-    /// written in an older epoch than the Newview's.
+    /// written in an older epoch than the Newview's. The timing that drew
+    /// it came from fix 43, since reverted: on the code as it stands this
+    /// seed passes with or without fix 44, so it guards the shape, and the
+    /// committee's unit test (`first_stale_after_newview`) the rule.
     #[test]
     fn a_takeover_drops_an_older_primarys_records_after_the_newview() {
         let mut cfg = short_views(1283);

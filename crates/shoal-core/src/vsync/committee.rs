@@ -1266,10 +1266,8 @@ fn proposer(epoch: u64) -> u64 {
 /// senders' Gseq Reqs as duplicates it had no record of: a message that
 /// never reached the order, its sender retrying forever.
 fn first_stale_after_newview(store: &Store) -> Option<u64> {
-    let (at, epoch) = store
-        .iter()
-        .rev()
-        .find_map(|(g, s)| matches!(s.record, Record::Newview(_)).then_some((*g, s.epoch)))?;
+    let (_, at) = latest_view(store)?;
+    let epoch = store[&at].epoch;
     store
         .range(at + 1..)
         .find(|(_, s)| s.epoch < epoch)
