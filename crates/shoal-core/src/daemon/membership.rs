@@ -183,6 +183,10 @@ pub struct Stats {
     /// Times this daemon, joining, saw every member that could send it the
     /// table leave before it did, and started over ([`Membership::give_up_group`]).
     pub tables_lost: u64,
+    /// Times this daemon left a group whose view lists a majority of
+    /// daemons that have since come back under another id
+    /// ([`Membership::majority_gone_deadline`]).
+    pub majorities_gone: u64,
     /// Unsequenced multicasts refused (pbcast's send window full, or no
     /// view yet): lost at the sender, as their services allow.
     pub unsequenced_refused: u64,
@@ -233,6 +237,10 @@ pub struct Membership {
     /// Members of other groups heard since this view was installed, with
     /// when each was first heard.
     foreign: BTreeMap<NodeId, Instant>,
+    /// While a member: slots of this view's members heard from under
+    /// another id (restarted, or rejoined elsewhere), with that id and when
+    /// it was first and last heard. The id the view lists is gone for good.
+    successors: BTreeMap<u32, (NodeId, Instant, Instant)>,
     /// When this daemon last installed a view (while a member).
     last_view_at: Instant,
     outbox: VecDeque<Transmit>,
@@ -279,6 +287,7 @@ impl Membership {
             answered: BTreeMap::new(),
             next_probe: None,
             foreign: BTreeMap::new(),
+            successors: BTreeMap::new(),
             last_view_at: now,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
@@ -462,6 +471,9 @@ impl Membership {
         if slot_of(from) == self.slot {
             return;
         }
+        if self.is_member() {
+            self.note_successor(now, from);
+        }
         let interval = self.config.presence_interval;
         match &mut self.phase {
             Phase::Joining {
@@ -503,6 +515,61 @@ impl Membership {
             }
             _ => {}
         }
+    }
+
+    /// Notes `from` if its slot's member in this view has another id: that
+    /// daemon restarted, or was evicted and rejoined, so the id the view
+    /// lists will never acknowledge a view change again.
+    fn note_successor(&mut self, now: Instant, from: NodeId) {
+        let slot = slot_of(from);
+        let replaced = self
+            .inner
+            .members()
+            .iter()
+            .any(|m| slot_of(*m) == slot && *m != from);
+        if !replaced {
+            return;
+        }
+        let heard = self.successors.entry(slot).or_insert((from, now, now));
+        if heard.0 == from {
+            heard.2 = now;
+        } else {
+            *heard = (from, now, now);
+        }
+    }
+
+    /// When this member takes its group as lost because too many of its
+    /// view's daemons came back under another id: with at most half of the
+    /// view left, no view change can gather the majority of the old view it
+    /// needs (viewchange.rs), so the group would wait out
+    /// `view_period + partition_grace` for nothing (swarm seeds 9, 55 and 86
+    /// of the harshest shape: 20 s stalled after the faults ended). A
+    /// successor counts once heard twice, `presence_interval` apart (one
+    /// stray datagram of an older incarnation must not count), and from
+    /// `2 × merge_probe_interval` after it was first heard, so that a
+    /// member a step behind its group, which moved on without those
+    /// daemons, has time to install the view that drops them.
+    fn majority_gone_deadline(&self) -> Option<Instant> {
+        if !self.is_member() {
+            return None;
+        }
+        let members = self.inner.members();
+        let needed = members.len() - members.len() / 2;
+        let settle = self.config.merge_probe_interval * 2;
+        let mut due: Vec<Instant> = self
+            .successors
+            .iter()
+            .filter(|(slot, (id, first, last))| {
+                *last >= *first + self.config.presence_interval
+                    && members.iter().any(|m| slot_of(*m) == **slot && m != id)
+            })
+            .map(|(_, (_, first, _))| *first + settle)
+            .collect();
+        if due.len() < needed.max(1) {
+            return None;
+        }
+        due.sort();
+        Some(due[needed.max(1) - 1])
     }
 
     /// Restarts the vsync joiner with `contact` (a member) to ask.
@@ -627,6 +694,7 @@ impl Membership {
         let contacts: Vec<NodeId> = contacts.into_iter().filter(|m| *m != me).collect();
         self.next_probe = None;
         self.foreign.clear();
+        self.successors.clear();
         if let Ok(inner) = Vsync::joining(
             me,
             &contacts,
@@ -657,6 +725,7 @@ impl Membership {
                         self.next_probe = Some(now + self.config.merge_probe_interval);
                     }
                     self.foreign.clear();
+                    self.successors.clear();
                 }
                 Event::Removed {
                     reason: RemovedReason::Dropped,
@@ -696,6 +765,11 @@ impl Membership {
     /// While a member: probe for other groups.
     fn member_timers(&mut self, now: Instant) {
         if self.partition_deadline().is_some_and(|t| t <= now) || self.stalled_as_primary() {
+            self.leave_lost_group(now);
+            return;
+        }
+        if self.majority_gone_deadline().is_some_and(|t| t <= now) {
+            self.stats.majorities_gone += 1;
             self.leave_lost_group(now);
             return;
         }
@@ -917,6 +991,7 @@ impl Engine for Membership {
             self.joining_deadline(),
             probe,
             self.partition_deadline(),
+            self.majority_gone_deadline(),
         ]
         .into_iter()
         .flatten()

@@ -1239,8 +1239,8 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
         ),
         format!("vsync state: {}", v.debug_line()),
         format!(
-            "membership: founded {}, rejoins {}, merges {}, partitions {}, tables lost {}, presence sent {} received {}, unsequenced refused {}",
-            c.founded, c.rejoins, c.merges, c.partitions, c.tables_lost, c.presence_sent, c.presence_received, c.unsequenced_refused
+            "membership: founded {}, rejoins {}, merges {}, partitions {}, majorities gone {}, tables lost {}, presence sent {} received {}, unsequenced refused {}",
+            c.founded, c.rejoins, c.merges, c.partitions, c.majorities_gone, c.tables_lost, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
             "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}",
