@@ -776,12 +776,9 @@ fn of_two_daemons_the_primary_stopping_hands_the_group_to_the_other_at_once() {
     assert_eq!(h.daemon(1).stats().rejoins, 0);
 }
 
-/// Two of a view of four restart: the two left can never gather the old
-/// view's majority a view change needs, so they leave at once (once each
-/// successor was heard for `2 × merge_probe_interval`) rather than after
-/// `view_period + partition_grace`, and all four form one group again.
-#[test]
-fn members_leave_a_view_whose_majority_came_back_under_new_ids() {
+/// Four daemons in one group, with a `partition_grace` (60 s) no test
+/// below reaches, so that only the rule of a majority gone can break it up.
+fn four_in_one_group_with_a_long_grace() -> Harness {
     let mut h = Harness::new(4);
     h.config.partition_grace = Duration::from_secs(60);
     for slot in 0..4 {
@@ -789,6 +786,16 @@ fn members_leave_a_view_whose_majority_came_back_under_new_ids() {
     }
     h.run_until(6_000);
     h.assert_one_group_of(&[0, 1, 2, 3]);
+    h
+}
+
+/// Two of a view of four restart: the two left can never gather the old
+/// view's majority a view change needs, so they leave at once (once each
+/// successor was heard for `2 × merge_probe_interval`) rather than after
+/// `view_period + partition_grace`, and all four form one group again.
+#[test]
+fn members_leave_a_view_whose_majority_came_back_under_new_ids() {
+    let mut h = four_in_one_group_with_a_long_grace();
     h.crash(2);
     h.crash(3);
     h.start(2, 2);
@@ -803,12 +810,7 @@ fn members_leave_a_view_whose_majority_came_back_under_new_ids() {
 /// next view change: nobody leaves on its account.
 #[test]
 fn one_restarted_member_of_four_does_not_break_up_the_group() {
-    let mut h = Harness::new(4);
-    h.config.partition_grace = Duration::from_secs(60);
-    for slot in 0..4 {
-        h.start(slot, 1);
-    }
-    h.run_until(6_000);
+    let mut h = four_in_one_group_with_a_long_grace();
     h.crash(3);
     h.start(3, 2);
     h.run_until(14_000);
