@@ -550,11 +550,12 @@ impl Membership {
     /// member a step behind its group, which moved on without those
     /// daemons, has time to install the view that drops them.
     fn majority_gone_deadline(&self) -> Option<Instant> {
-        if !self.is_member() {
+        // Polled with every timeout: nothing to count in the usual case.
+        if !self.is_member() || self.successors.is_empty() {
             return None;
         }
         let members = self.inner.members();
-        let needed = members.len() - members.len() / 2;
+        let needed = (members.len() - members.len() / 2).max(1);
         let settle = self.config.merge_probe_interval * 2;
         let mut due: Vec<Instant> = self
             .successors
@@ -565,11 +566,11 @@ impl Membership {
             })
             .map(|(_, (_, first, _))| *first + settle)
             .collect();
-        if due.len() < needed.max(1) {
+        if due.len() < needed {
             return None;
         }
         due.sort();
-        Some(due[needed.max(1) - 1])
+        Some(due[needed - 1])
     }
 
     /// Restarts the vsync joiner with `contact` (a member) to ask.
