@@ -1390,17 +1390,15 @@ mod tests {
         assert_ok(3972);
     }
 
-    /// Not fixed (harshest shape, seed 454): d3 was cut off at 15.8 s
-    /// while its client `c6` was in a transitional view of `g2`; at view
-    /// 4 (17.85 s), which dropped d3, d0 delivered a `safe` message in a
-    /// transitional view listing `c6`, every daemon's acknowledgement in
-    /// hand. d3's cut-off walk (18.75 s) ended `c6`'s transitional view
-    /// in a regular view of its own without delivering the message there
-    /// (`safe`). Seed 377 with fix 43 (branch fix43b) fails the same way
-    /// (docs/reliability.md, "Still failing").
+    /// Harshest shape, seed 454: d3 was cut off at 15.8 s while its
+    /// client `c6` was in the transitional view of a deferred removal of
+    /// `g2`, holding a `safe` message it had acknowledged; the others found
+    /// it stable and delivered it in that view. The cut-off walk showed `c6`
+    /// the regular view that ends it at once, and `c6` was gone before d3
+    /// was back to deliver the message in its own transitional view
+    /// (`safe`). The view now waits for the daemon's return (fix 46).
     #[test]
-    #[ignore]
-    fn a_cut_off_daemon_delivers_in_the_transitional_view_what_the_others_did() {
+    fn a_client_cut_off_in_a_transitional_view_stays_there_until_its_daemon_is_back() {
         assert_ok_under_heavy_loss(454);
     }
 

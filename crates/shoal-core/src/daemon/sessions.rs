@@ -559,6 +559,16 @@ pub struct Sessions {
     /// While those go: per group, the local clients of its transitional
     /// view, who receive them instead of the table's members.
     transitional_recipients: Option<BTreeMap<String, Vec<String>>>,
+    /// Cut off while its clients were in the transitional view of a
+    /// deferred removal: the regular views that end those, under ids of
+    /// its own, each with the clients it names; shown once the daemon is
+    /// back, before its clients' transitional views of the cut
+    /// ([`Sessions::transitional_views`]). Until then they stay in the
+    /// transitional view, where the others may still deliver held `safe`
+    /// messages this daemon acknowledged and never learnt were stable: a
+    /// client shown the next view at the cut, then gone before the
+    /// daemon was back, had moved on without them (swarm seed 454).
+    ends_at_rejoin: Vec<(Vec<String>, Frame)>,
     /// While a cut-off daemon applies the group changes it held: groups
     /// whose local members are not shown them (a held message of the group
     /// came first, which they get in their transitional view).
@@ -648,6 +658,7 @@ impl Sessions {
             table_lost: false,
             own_ordered_at_cut: Vec::new(),
             transitional_recipients: None,
+            ends_at_rejoin: Vec::new(),
             withheld: BTreeSet::new(),
             sessions: BTreeMap::new(),
             by_name: HashMap::new(),
@@ -1459,14 +1470,16 @@ impl Sessions {
     /// id is the one before plus one in the owner's bits, below the next
     /// counted id; it takes no count either ([`Sessions::begin_transitional`]).
     fn end_transitional(&mut self) {
-        self.end_transitional_as(None);
+        self.end_transitional_as(None, false);
     }
 
     /// [`Sessions::end_transitional`]; with `apart` (this daemon's slot, as
     /// it is cut off), under ids of its own: the others may still deliver
     /// held batches in that transitional view before their regular view of
-    /// the next id, and this daemon's clients get none of them.
-    fn end_transitional_as(&mut self, apart: Option<u32>) {
+    /// the next id, and this daemon's clients get none of them. With
+    /// `at_rejoin` as well, those views wait until the daemon is back
+    /// ([`Sessions::ends_at_rejoin`]).
+    fn end_transitional_as(&mut self, apart: Option<u32>, at_rejoin: bool) {
         let Some(me) = self.me else {
             return;
         };
@@ -1478,7 +1491,20 @@ impl Sessions {
                 Some(slot) => self.own_view_id(slot),
                 None => view_id + 1,
             };
+            let frame = Frame::Membership {
+                group: group.clone(),
+                view_id,
+                reason: Reason::Network,
+                transitional: false,
+                quorum: self.quorum,
+                members: names.clone(),
+            };
             let local: Vec<SessionId> = match apart {
+                // Cut off and coming back: once back (`ends_at_rejoin`).
+                Some(_) if at_rejoin => {
+                    self.ends_at_rejoin.push((names.clone(), frame.clone()));
+                    Vec::new()
+                }
                 // Every local client shown the transitional view, also one
                 // whose leave among the held batches has been applied (the
                 // cut-off walk): it hears that it left once back.
@@ -1495,15 +1521,9 @@ impl Sessions {
                     .filter_map(|m| self.by_name.get(&m.client).copied())
                     .collect(),
             };
-            let frame = Frame::Membership {
-                group: group.clone(),
-                view_id,
-                reason: Reason::Network,
-                transitional: false,
-                quorum: self.quorum,
-                members: names.clone(),
-            };
-            self.send_encoded(local, &frame);
+            if !local.is_empty() {
+                self.send_encoded(local, &frame);
+            }
             self.announce_seq += 1;
             let seq = self.announce_seq;
             self.announced.insert(
@@ -2111,6 +2131,7 @@ impl Sessions {
     /// installed, one to those that left the group meanwhile (EVS: the
     /// members that go together from the old regular view to the next).
     fn transitional_views(&mut self, me: NodeId) -> BTreeMap<String, Moving> {
+        self.show_ends_at_rejoin();
         let Some(cut) = self.cut_off.take() else {
             return BTreeMap::new();
         };
@@ -2162,6 +2183,18 @@ impl Sessions {
             }
         }
         moving
+    }
+
+    /// The regular views that end the transitional views its clients were
+    /// in at the cut ([`Sessions::ends_at_rejoin`]).
+    fn show_ends_at_rejoin(&mut self) {
+        for (names, frame) in std::mem::take(&mut self.ends_at_rejoin) {
+            let local: Vec<SessionId> = names
+                .iter()
+                .filter_map(|n| self.by_name.get(n).copied())
+                .collect();
+            self.send_encoded(local, &frame);
+        }
     }
 
     /// Per group, the local clients that get the held item numbered `at`.
@@ -3088,8 +3121,12 @@ impl Sessions {
         };
         // Clients still in a transitional view of a deferred removal get a
         // regular view of its members, under an id of this daemon's own,
-        // before their cut-off daemon's transitional view.
-        self.end_transitional_as(Some(slot));
+        // before their cut-off daemon's transitional view (once back, if
+        // it comes back).
+        self.end_transitional_as(Some(slot), rejoining);
+        if !rejoining {
+            self.show_ends_at_rejoin();
+        }
         self.transitional_gone.clear();
         self.deferred_gone.clear();
         self.held.retain(|b| b.gone.is_none());

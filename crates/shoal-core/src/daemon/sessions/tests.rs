@@ -1699,3 +1699,54 @@ fn a_message_ordered_while_the_table_never_came_reaches_its_sender() {
     );
     assert!(c.cores[0].take_batch().is_none(), "nothing goes again");
 }
+
+/// A daemon cut off while its client is in the transitional view of a
+/// deferred removal, holding a `safe` message the others may still find
+/// stable and deliver in that view: the client stays in it until its
+/// daemon is back (swarm seed 454: shown the regular view that ends it at
+/// the cut, the client had moved on without a message the others
+/// delivered there, and it was gone before its daemon came back).
+#[test]
+fn a_client_cut_off_in_a_transitional_view_stays_there_until_its_daemon_is_back() {
+    let mut c = three_in_chat();
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"first"));
+    assert!(c.order_to(0, &[0, 1]));
+    // Both daemons kept say they hold it; carol's never does.
+    assert!(c.order_to(0, &[0, 1]));
+    assert!(c.order_to(1, &[0, 1]));
+    c.frame(0, 1, multicast(Service::Safe, &["chat"], b"second"));
+    assert!(c.order_to(0, &[0, 1]));
+    c.install_at(&[0, 1], &[0, 1]);
+    assert!(c.take(1, 1).is_empty());
+    // Daemon 0 says again that it holds both; daemon 1's word is lost.
+    assert!(c.order_to(0, &[0, 1]));
+    let pair = vec![s("#alice#n0"), s("#bob#n1")];
+    let said = |text: &[u8]| vec![(s("#alice#n0"), vec![s("chat")], text.to_vec())];
+    let frames = c.take(1, 1);
+    assert_eq!(views(&frames), vec![(true, pair.clone())]);
+    assert_eq!(messages(&frames), said(b"first"));
+    // Cut off: bob stays in the transitional view, where the others may
+    // still deliver "second" (daemon 1 acknowledged it before the view).
+    c.evict(1, Vec::new());
+    assert!(c.take(1, 1).is_empty(), "no view until daemon 1 is back");
+    c.install_at(&[0], &[0]);
+    assert_eq!(
+        messages(&c.take(0, 1)),
+        [said(b"first"), said(b"second")].concat()
+    );
+    // Back: the regular view that ends it (an id of its own), then its
+    // transitional view of the cut with what it held, then the merge.
+    c.ids[1] = NodeId(21);
+    c.install(&[0, 1], &[1]);
+    c.settle();
+    let frames = c.take(1, 1);
+    assert_eq!(
+        views(&frames),
+        vec![
+            (false, pair.clone()),
+            (true, vec![s("#bob#n1")]),
+            (false, pair.clone())
+        ]
+    );
+    assert_eq!(messages(&frames), said(b"second"));
+}
