@@ -614,10 +614,11 @@ impl World {
                 let line = match event {
                     shoal_core::daemon::MembershipChange::View(v) => format!(
                         "d{slot} ({me}) view {} members {:?}",
-                        v.id,
+                        shoal_core::vsync::display_view(v.id),
                         v.members.iter().map(|m| m.0).collect::<Vec<_>>()
                     ),
                     shoal_core::daemon::MembershipChange::Removed { view, reason } => {
+                        let view = shoal_core::vsync::display_view(view);
                         format!("d{slot} ({me}) removed from view {view}: {reason:?}")
                     }
                 };
@@ -1377,17 +1378,18 @@ mod tests {
         }
     }
 
-    /// Not fixed (plain shape, seed 3972; passes before fix 45): d2 and d3
-    /// left their view by fix 45's rule (d0 had restarted, d1 rejoined),
-    /// d0 founded a group and slept, d1 founded another, and when the
-    /// faults ended d0's view of four and d1's view of three listed the
-    /// same three daemons; d0's client then got its own `fifo` messages
-    /// out of order (`fifo`, `causal`). Not traced further
-    /// (docs/reliability.md, fix 45).
+    /// Plain shape, seeds 3972 and 6514: two groups formed apart both
+    /// admitted the same joiners, so each listed daemons of the other.
+    /// With both numbering their records and views from 0, members took
+    /// the other group's records for their own at the same global
+    /// sequence numbers (3972: d0's own batches never came back and were
+    /// sent again behind later ones, `fifo` and `causal`) and installed
+    /// the other group's view (6514: d2 waited for its table to the end).
+    /// Each group founded alone now numbers apart (fix 47).
     #[test]
-    #[ignore]
-    fn daemons_that_founded_apart_while_the_primary_slept() {
+    fn two_groups_formed_apart_never_take_each_others_records() {
         assert_ok(3972);
+        assert_ok(6514);
     }
 
     /// Harshest shape, seed 454: d3 was cut off at 15.8 s while its

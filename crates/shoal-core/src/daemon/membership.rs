@@ -58,7 +58,7 @@ use shoal_wire::{Kind, Packet};
 
 use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
 use crate::time::Instant;
-use crate::vsync::{self, Event, RemovedReason, Vsync};
+use crate::vsync::{self, group_base, Event, RemovedReason, Vsync};
 
 /// Low bits of a [`NodeId`] that hold the daemon's slot.
 pub const SLOT_BITS: u32 = 8;
@@ -589,12 +589,19 @@ impl Membership {
 
     fn found(&mut self, now: Instant) {
         let me = self.inner.node_id();
-        if let Ok(inner) = Vsync::new(
+        // Its view ids and records numbered apart from any other group's
+        // (`vsync::group_base`): a joiner two groups admitted at once is
+        // listed in both, and each group's members must not take the
+        // other's records or proposals for their own (swarm seeds 3972,
+        // 6514).
+        let nonce = self.seed ^ now.as_nanos() ^ (self.stats.founded << 56);
+        if let Ok(inner) = Vsync::new_at(
             me,
             &[me],
             self.config.vsync.clone(),
             self.seed ^ u64::from(me.0),
             now,
+            group_base(me, nonce),
         ) {
             self.stats.founded += 1;
             self.inner = inner;

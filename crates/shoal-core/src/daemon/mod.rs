@@ -1215,7 +1215,7 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
         format!("uptime: {now}"),
         format!(
             "daemons' view: {} ({} members{}){}",
-            v.view_id(),
+            crate::vsync::display_view(v.view_id()),
             v.members().len(),
             if v.is_primary() {
                 ", this daemon is the primary"
@@ -1243,7 +1243,7 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
             c.founded, c.rejoins, c.merges, c.partitions, c.majorities_gone, c.tables_lost, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
-            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}",
+            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}, other groups' messages ignored {}",
             s.delivered,
             s.views_installed,
             s.takeovers,
@@ -1251,7 +1251,8 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
             s.repairs_sent,
             s.repair_requests_sent,
             s.malformed,
-            s.foreign_answers_ignored
+            s.foreign_answers_ignored,
+            s.foreign_group_ignored
         ),
     ];
     if let Some(p) = v.pbcast_stats() {

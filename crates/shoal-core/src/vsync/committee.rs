@@ -132,15 +132,24 @@ pub(super) struct Candidate {
 }
 
 impl Committee {
-    pub fn founding(position: usize, initial: NewView, config: &Config, now: Instant) -> Committee {
+    /// A founding member's committee; the group's records start at `base`
+    /// (its first global sequence number, [`super::Vsync::new_at`]).
+    pub fn founding(
+        position: usize,
+        initial: NewView,
+        config: &Config,
+        now: Instant,
+        base: u64,
+    ) -> Committee {
         let list = nodes(&initial.committee);
         let role = if position == 0 {
-            let mut p = Primary::new(initial, 0, config, now);
-            p.reset_backups(&list, 0, now);
+            let mut p = Primary::new(initial, base, config, now);
+            p.next_gseq = base;
+            p.reset_backups(&list, base, now);
             Role::Primary(Box::new(p))
         } else {
             Role::Backup(Backup {
-                confirmed: 0,
+                confirmed: base,
                 heard: now,
                 ack_due: false,
                 peers: BTreeMap::new(),
@@ -150,9 +159,9 @@ impl Committee {
             epoch: 0,
             list,
             store: Store::new(),
-            base: 0,
-            committed: 0,
-            announced: 0,
+            base,
+            committed: base,
+            announced: base,
             floor: BTreeMap::new(),
             role,
         }

@@ -145,6 +145,10 @@ pub struct Stats {
     /// Repair answers from outside the view that this member did not ask
     /// for, ignored (`Vsync::foreign_answer`).
     pub foreign_answers_ignored: u64,
+    /// Messages naming a view or a global sequence number of another group
+    /// ([`FOREIGN`]), ignored: from a daemon listed in this member's view
+    /// that lives in a group of its own.
+    pub foreign_group_ignored: u64,
 }
 
 /// What a member holds in its buffers ([`Vsync::buffered`]).
@@ -252,6 +256,37 @@ fn nodes(ids: &[u32]) -> Vec<NodeId> {
     ids.iter().copied().map(NodeId).collect()
 }
 
+/// How far apart two view ids (or two global sequence numbers) must be to
+/// belong to two different groups: bases are multiples of 2^40
+/// ([`group_base`]), and no member lags its group by 2^39 records or views.
+pub const FOREIGN: u64 = 1 << 39;
+
+/// A base for a group founded by `founder` ([`Vsync::new_at`]): one of
+/// 2^23 multiples of 2^40 (bit 63 stays clear, so a group has 2^40 records
+/// and views before it could reach another base), drawn from the founder
+/// and `nonce` (anything that differs between two foundings by the same
+/// founder, such as its clock). Two groups formed apart share a base with
+/// probability 2^-23.
+pub fn group_base(founder: NodeId, nonce: u64) -> u64 {
+    // splitmix64's finaliser: every input bit reaches the bits taken.
+    let mut z = (u64::from(founder.0) << 32) ^ nonce;
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z & 0x7F_FFFF) | 1) << 40
+}
+
+/// A view id as people read it: the view's number within its group and
+/// the group's base ([`group_base`]) in hex, `7 of 2f1a03` (just `7` for a
+/// group numbered from 0).
+pub fn display_view(id: u64) -> String {
+    match id >> 40 {
+        0 => id.to_string(),
+        group => format!("{} of {group:x}", id & ((1 << 40) - 1)),
+    }
+}
+
 fn ids(nodes: &[NodeId]) -> Vec<u32> {
     nodes.iter().map(|n| n.0).collect()
 }
@@ -265,6 +300,26 @@ impl Vsync {
         config: Config,
         seed: u64,
         now: Instant,
+    ) -> Result<Vsync, ConfigError> {
+        Vsync::new_at(me, members, config, seed, now, 0)
+    }
+
+    /// [`Vsync::new`], the group's view ids and global sequence numbers
+    /// starting at `base` rather than 0. Every founding member must be
+    /// given the same. A daemon that founds a group alone gives each group
+    /// a base of its own ([`group_base`]), so that two groups formed apart
+    /// never number two records or two views alike: a daemon listed in a
+    /// view it never installed (a joiner admitted by two groups at once)
+    /// still sends as a member of it, and its own group's records and
+    /// proposals are then ignored as foreign ([`FOREIGN`]) instead of taken
+    /// for the group's (swarm seeds 3972 and 6514).
+    pub fn new_at(
+        me: NodeId,
+        members: &[NodeId],
+        config: Config,
+        seed: u64,
+        now: Instant,
+        base: u64,
     ) -> Result<Vsync, ConfigError> {
         let mut members = members.to_vec();
         members.sort_unstable();
@@ -282,33 +337,39 @@ impl Vsync {
         engine.pbcast = Some(pb);
         engine.status = Status::Member;
         engine.view = CurrentView {
-            id: 0,
+            id: base,
             members: members.clone(),
             committee: committee.clone(),
         };
         if let Some(position) = committee.iter().position(|c| *c == me) {
             let initial = NewView {
-                view: 0,
+                view: base,
                 epoch: 0,
                 members: ids(&members),
                 committee: ids(&committee),
                 left: Vec::new(),
                 reasons: 0,
             };
-            engine.committee = Some(Committee::founding(position, initial, &engine.config, now));
+            engine.committee = Some(Committee::founding(
+                position,
+                initial,
+                &engine.config,
+                now,
+                base,
+            ));
         }
         engine.events.push_back(Event::View(View {
-            id: 0,
+            id: base,
             members,
             committee,
-            gseq: 0,
+            gseq: base,
             joined: Vec::new(),
             left: Vec::new(),
             failed: Vec::new(),
             reason: ViewReason::Initial,
             first: true,
         }));
-        engine.member.expect_from(0, now);
+        engine.member.expect_from(base, now);
         Ok(engine)
     }
 
@@ -640,9 +701,41 @@ impl Vsync {
             && !self.member.asked_outside
     }
 
+    /// Whether `message` names a view or a global sequence number of
+    /// another group than this member's ([`FOREIGN`]). Acknowledgements
+    /// between committee members are not judged: a stale epoch is answered
+    /// with `next` 0.
+    fn names_another_group(&self, message: &Message<'_>) -> bool {
+        if self.status != Status::Member {
+            return false;
+        }
+        let view = |v: u64| v.abs_diff(self.view.id) >= FOREIGN;
+        let gseq = |g: u64| g.abs_diff(self.member.next) >= FOREIGN;
+        match message {
+            Message::GseqAck { view: v, .. }
+            | Message::Removed { view: v }
+            | Message::AckPrefreshview { view: v, .. }
+            | Message::Accepted { view: v, .. }
+            | Message::Outranked { view: v, .. }
+            | Message::Prefreshview { view: v, .. } => view(*v),
+            Message::Heartbeat(hb) => view(hb.view),
+            Message::Accept { newview, .. } => view(newview.view),
+            Message::RepairReq { next: g, .. }
+            | Message::Entry { gseq: g, .. }
+            | Message::RepairDone { committed: g, .. }
+            | Message::Replicate { gseq: g, .. }
+            | Message::Progress { next: g } => gseq(*g),
+            _ => false,
+        }
+    }
+
     fn on_message(&mut self, now: Instant, from: NodeId, message: Message<'_>) {
         if self.foreign_answer(from, &message) {
             self.stats.foreign_answers_ignored += 1;
+            return;
+        }
+        if self.names_another_group(&message) {
+            self.stats.foreign_group_ignored += 1;
             return;
         }
         match message {
@@ -709,6 +802,19 @@ impl Vsync {
                 continue;
             };
             match wire::decode_carried(&payload) {
+                // Of another group ([`FOREIGN`]): from a daemon listed in
+                // this member's view that lives in a group of its own.
+                Ok(wire::Carried::Sequenced { gseq, .. })
+                    if self.status == Status::Member
+                        && gseq.abs_diff(self.member.next) >= FOREIGN =>
+                {
+                    self.stats.foreign_group_ignored += 1;
+                }
+                Ok(wire::Carried::Prefreshview { view, .. })
+                    if self.status == Status::Member && view.abs_diff(self.view.id) >= FOREIGN =>
+                {
+                    self.stats.foreign_group_ignored += 1;
+                }
                 Ok(wire::Carried::Sequenced { gseq, entry }) => {
                     // A slice of pbcast's delivery, not a copy.
                     let record = Record::from_wire(entry, |p| payload.slice_ref(p));

@@ -1330,6 +1330,84 @@ fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
     assert_eq!(ignored, 4);
 }
 
+/// Two groups formed apart may each list a daemon of the other (a joiner
+/// both admitted; swarm seeds 3972 and 6514): that daemon's own group's
+/// records, proposals and removals then come from a member of the view.
+/// Numbered from a base of each group's own (`group_base`), they are told
+/// apart: a member of {0, 1, 2} (node 2 listed, living in another group)
+/// gets from node 2 an entry at its next global sequence number in the
+/// other group's numbering, a frontier, a Prefreshview for the other
+/// group's next view and a `Removed`: it delivers none, promises nothing,
+/// stays a member, goes on delivering its own group's messages, and
+/// installs the view that drops node 2 (without the checks, the
+/// Prefreshview outranks its own primary's and the `Removed` ends it).
+#[test]
+fn another_groups_messages_from_a_listed_daemon_are_ignored() {
+    let config = fast_config(2);
+    let mut sim: Sim<Vsync> = Sim::new(3, 7);
+    let members = [NodeId(0), NodeId(1), NodeId(2)];
+    let ours = group_base(NodeId(0), 1);
+    let theirs = group_base(NodeId(2), 2);
+    assert!(ours.abs_diff(theirs) >= FOREIGN);
+    for (i, me) in members.iter().enumerate().take(2) {
+        let seed = 7000 + i as u64;
+        let engine =
+            Vsync::new_at(*me, &members, config.clone(), seed, Instant::ZERO, ours).unwrap();
+        sim.start(i, engine);
+    }
+    sim.check = Some(|e: &Vsync| e.check_invariants());
+    sim.run_until(200);
+    sim.multicast(0, b"before").unwrap();
+    sim.run_until(400);
+    let next = sim.nodes[1].as_ref().unwrap().next_gseq();
+    assert!(next > ours, "numbered from the base: {next} against {ours}");
+    let mut datagram = Vec::new();
+    let foreign = [
+        Message::Entry {
+            gseq: theirs + (next - ours),
+            entry: shoal_wire::vsync::Entry::Data {
+                sender: 2,
+                local_id: 0,
+                payload: b"another group's",
+            },
+        },
+        Message::RepairDone {
+            committed: theirs + (next - ours) + 10,
+            view: theirs,
+        },
+        Message::Prefreshview {
+            view: theirs + 1,
+            epoch: 1 << 40,
+        },
+        Message::Removed { view: theirs + 1 },
+    ];
+    for message in &foreign {
+        let body = message.to_vec().unwrap();
+        shoal_wire::Packet::Vsync { body: &body }
+            .encode(2, &mut datagram)
+            .unwrap();
+    }
+    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+    sim.run_until(600);
+    sim.multicast(0, b"after").unwrap();
+    sim.run_until(8_000);
+    let got: Vec<&[u8]> = sim.events[1]
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Deliver { payload, .. } => Some(payload.as_ref()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, [b"before".as_slice(), b"after".as_slice()]);
+    let removed = sim.events[1]
+        .iter()
+        .any(|(_, e)| matches!(e, Event::Removed { .. }));
+    assert!(!removed, "{:?}", sim.events[1]);
+    let member = sim.nodes[1].as_ref().unwrap();
+    assert_eq!(member.members(), &[NodeId(0), NodeId(1)]);
+    assert_eq!(member.stats().foreign_group_ignored, 4);
+}
+
 /// With `repair_done_apart`, a repair answer's REPAIR_DONE comes in a
 /// datagram of its own, so that losing the answer's last (large, in a
 /// daemon fragmented) datagram does not also lose the member's cue to ask

@@ -593,7 +593,7 @@ fn log_membership(me: shoal_core::NodeId, event: &MembershipChange) {
     match event {
         MembershipChange::View(v) => tracing::info!(
             me = %daemon_name(me),
-            view = v.id,
+            view = %shoal_core::vsync::display_view(v.id),
             members = %names(&v.members),
             joined = %names(&v.joined),
             failed = %names(&v.failed),
@@ -604,9 +604,14 @@ fn log_membership(me: shoal_core::NodeId, event: &MembershipChange) {
         MembershipChange::Removed {
             view,
             reason: RemovedReason::Left,
-        } => tracing::info!(me = %daemon_name(me), view, "left the daemons' group"),
+        } => tracing::info!(
+            me = %daemon_name(me),
+            view = %shoal_core::vsync::display_view(*view),
+            "left the daemons' group"
+        ),
         MembershipChange::Removed { view, reason } => {
-            tracing::warn!(me = %daemon_name(me), view, ?reason, "removed from the daemons' group; rejoining")
+            let view = shoal_core::vsync::display_view(*view);
+            tracing::warn!(me = %daemon_name(me), %view, ?reason, "removed from the daemons' group; rejoining")
         }
     }
 }
