@@ -706,11 +706,8 @@ impl Vsync {
     /// between committee members are not judged: a stale epoch is answered
     /// with `next` 0.
     fn names_another_group(&self, message: &Message<'_>) -> bool {
-        if self.status != Status::Member {
-            return false;
-        }
-        let view = |v: u64| v.abs_diff(self.view.id) >= FOREIGN;
-        let gseq = |g: u64| g.abs_diff(self.member.next) >= FOREIGN;
+        let view = |v: u64| self.foreign_view(v);
+        let gseq = |g: u64| self.foreign_gseq(g);
         match message {
             Message::GseqAck { view: v, .. }
             | Message::Removed { view: v }
@@ -727,6 +724,16 @@ impl Vsync {
             | Message::Progress { next: g } => gseq(*g),
             _ => false,
         }
+    }
+
+    /// A view id of another group than this member's ([`FOREIGN`]).
+    fn foreign_view(&self, view: u64) -> bool {
+        self.status == Status::Member && view.abs_diff(self.view.id) >= FOREIGN
+    }
+
+    /// A global sequence number of another group than this member's.
+    fn foreign_gseq(&self, gseq: u64) -> bool {
+        self.status == Status::Member && gseq.abs_diff(self.member.next) >= FOREIGN
     }
 
     fn on_message(&mut self, now: Instant, from: NodeId, message: Message<'_>) {
@@ -804,15 +811,10 @@ impl Vsync {
             match wire::decode_carried(&payload) {
                 // Of another group ([`FOREIGN`]): from a daemon listed in
                 // this member's view that lives in a group of its own.
-                Ok(wire::Carried::Sequenced { gseq, .. })
-                    if self.status == Status::Member
-                        && gseq.abs_diff(self.member.next) >= FOREIGN =>
-                {
+                Ok(wire::Carried::Sequenced { gseq, .. }) if self.foreign_gseq(gseq) => {
                     self.stats.foreign_group_ignored += 1;
                 }
-                Ok(wire::Carried::Prefreshview { view, .. })
-                    if self.status == Status::Member && view.abs_diff(self.view.id) >= FOREIGN =>
-                {
+                Ok(wire::Carried::Prefreshview { view, .. }) if self.foreign_view(view) => {
                     self.stats.foreign_group_ignored += 1;
                 }
                 Ok(wire::Carried::Sequenced { gseq, entry }) => {

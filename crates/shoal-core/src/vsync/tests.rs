@@ -1252,6 +1252,29 @@ fn a_decided_newview_nobody_accepted_is_decided_again_at_the_new_epoch() {
     );
 }
 
+/// Hands member 1 one datagram from node 2 carrying `messages`.
+fn send_from_node_2(sim: &mut Sim<Vsync>, messages: &[Message<'_>]) {
+    let mut datagram = Vec::new();
+    for message in messages {
+        let body = message.to_vec().unwrap();
+        shoal_wire::Packet::Vsync { body: &body }
+            .encode(2, &mut datagram)
+            .unwrap();
+    }
+    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+}
+
+/// The payloads member `i` delivered, in order.
+fn payloads_at(sim: &Sim<Vsync>, i: usize) -> Vec<&[u8]> {
+    sim.events[i]
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Deliver { payload, .. } => Some(payload.as_ref()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Repair answers from outside the view that the member never asked for
 /// are another group's: ignored (swarm seed 3350, where a restarted daemon
 /// took the answers to its previous process's requests, delivered 42 of
@@ -1269,7 +1292,6 @@ fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
     sim.run_until(400);
     let next = sim.nodes[1].as_ref().unwrap().next_gseq();
     assert!(next > 0);
-    let mut datagram = Vec::new();
     let foreign = [
         Message::Entry {
             gseq: next,
@@ -1293,13 +1315,7 @@ fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
         },
         Message::Removed { view: 0 },
     ];
-    for message in &foreign {
-        let body = message.to_vec().unwrap();
-        shoal_wire::Packet::Vsync { body: &body }
-            .encode(2, &mut datagram)
-            .unwrap();
-    }
-    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+    send_from_node_2(&mut sim, &foreign);
     sim.run_until(600);
     let member = sim.nodes[1].as_ref().unwrap();
     assert_eq!(member.members(), &[NodeId(0), NodeId(1)]);
@@ -1314,14 +1330,10 @@ fn repair_answers_from_outside_the_view_nobody_asked_for_are_ignored() {
     // Its own group's next messages take those gseqs, and are delivered.
     sim.multicast(0, b"after").unwrap();
     sim.run_until(1_000);
-    let got: Vec<&[u8]> = sim.events[1]
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Event::Deliver { payload, .. } => Some(payload.as_ref()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(got, [b"before".as_slice(), b"after".as_slice()]);
+    assert_eq!(
+        payloads_at(&sim, 1),
+        [b"before".as_slice(), b"after".as_slice()]
+    );
     let ignored = sim.nodes[1]
         .as_ref()
         .unwrap()
@@ -1361,7 +1373,6 @@ fn another_groups_messages_from_a_listed_daemon_are_ignored() {
     sim.run_until(400);
     let next = sim.nodes[1].as_ref().unwrap().next_gseq();
     assert!(next > ours, "numbered from the base: {next} against {ours}");
-    let mut datagram = Vec::new();
     let foreign = [
         Message::Entry {
             gseq: theirs + (next - ours),
@@ -1381,24 +1392,14 @@ fn another_groups_messages_from_a_listed_daemon_are_ignored() {
         },
         Message::Removed { view: theirs + 1 },
     ];
-    for message in &foreign {
-        let body = message.to_vec().unwrap();
-        shoal_wire::Packet::Vsync { body: &body }
-            .encode(2, &mut datagram)
-            .unwrap();
-    }
-    sim.with(1, |e, now| e.handle_datagram(now, NodeId(2), &datagram));
+    send_from_node_2(&mut sim, &foreign);
     sim.run_until(600);
     sim.multicast(0, b"after").unwrap();
     sim.run_until(8_000);
-    let got: Vec<&[u8]> = sim.events[1]
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Event::Deliver { payload, .. } => Some(payload.as_ref()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(got, [b"before".as_slice(), b"after".as_slice()]);
+    assert_eq!(
+        payloads_at(&sim, 1),
+        [b"before".as_slice(), b"after".as_slice()]
+    );
     let removed = sim.events[1]
         .iter()
         .any(|(_, e)| matches!(e, Event::Removed { .. }));
