@@ -1404,6 +1404,33 @@ mod tests {
         assert_ok_under_heavy_loss(454);
     }
 
+    /// Harshest shape, seeds 811 and 837 (`view-membership`): d4 joined and
+    /// installed its table on arrival, while the others applied its table
+    /// item only once the `safe` batches held before it went. At the next
+    /// view change (d2 left) the others still counted d4 as waiting for its
+    /// table and released at once in transitional views without d2's
+    /// clients; d4 counted itself settled, deferred, and showed its
+    /// client that transitional view only two views later, without d0's
+    /// clients too: one view id, two member lists. A joiner now counts
+    /// itself settled at its own table item in the order (fix 48).
+    #[test]
+    fn a_joiner_is_settled_where_the_others_apply_its_table() {
+        for seed in [811, 837] {
+            assert_ok_under_heavy_loss(seed);
+        }
+    }
+
+    /// Harshest shape, seed 655 (`view-membership`): d2, the primary, had
+    /// its Newview for view 9 accepted by itself, d1 and d4 (a majority of
+    /// five) and installed it; d1, its backup, took over across a partition
+    /// and asked d1, d3 and d0, which reported no Newview, while its own
+    /// acceptance was left out of its reports, and chose a second view 9.
+    /// A primary's own accepted Newview now counts as a report (fix 49).
+    #[test]
+    fn a_takeover_counts_what_its_own_member_accepted() {
+        assert_ok_under_heavy_loss(655);
+    }
+
     /// Not fixed: with a repair answer's end sent apart in the short-view
     /// shape (unfragmented; fix 41 as first landed turned it on for every
     /// daemon), these seeds fail `safe` (974: d2's client delivered a safe

@@ -1734,7 +1734,18 @@ impl Sessions {
                 }
             }
             Item::Table { joiner, last, .. } => {
-                if last && self.me.is_some_and(|me| me.0 != joiner) {
+                if last && self.me.is_some_and(|me| me.0 == joiner) {
+                    // This daemon's own table, applied where the others
+                    // apply it: settled from here on, as they count it. It
+                    // installed the table on arrival, but held batches may
+                    // keep the others from applying this item until a
+                    // view's release, and a view change in between is
+                    // judged by who is settled (swarm seed 811, harshest
+                    // shape: the others released at a view, the joiner
+                    // deferred, and one transitional view id had two
+                    // member lists).
+                    self.settled.insert(NodeId(joiner));
+                } else if last && self.me.is_some() {
                     // Not a daemon that left the view before its table was
                     // ordered: settled, it would be the designated sender of
                     // later joiners' tables (the lowest slot), and they would
@@ -2900,6 +2911,8 @@ impl Sessions {
             joining.release = None;
             joining.view_ids = (self.epoch + 1, 0, crate::daemon::membership::slot_of(me));
             self.install_table(me, (0, 0));
+            // No table item will come: alone, it holds the whole table.
+            self.settled.insert(me);
         }
     }
 
@@ -2919,8 +2932,9 @@ impl Sessions {
                 });
             }
         }
+        // This daemon counts as settled once its own `Table` item is
+        // applied in the order (`apply`), as at the others.
         self.settled = joining.settled.into_iter().collect();
-        self.settled.insert(me);
         self.snapshot_before.clear();
         (self.epoch, self.changes, self.owner) = joining.view_ids;
         let view_id = self.view_id();

@@ -1465,3 +1465,73 @@ fn a_repair_answers_end_goes_alone_when_set_apart() {
         assert_eq!(with_done.len() == 1, apart, "apart {apart}: {with_done:?}");
     }
 }
+
+/// True for a phase 2 Accept of a Newview for `view`.
+fn is_accept(bytes: &[u8], view: u64) -> bool {
+    shoal_wire::packets(bytes).any(|p| match p {
+        Ok((_, shoal_wire::Packet::Vsync { body })) => matches!(
+            shoal_wire::vsync::decode(body),
+            Ok(Message::Accept { newview, .. }) if newview.view == view
+        ),
+        _ => false,
+    })
+}
+
+/// Swarm seed 655 (harshest shape), replayed in vsync alone. Five members,
+/// committee {0, 1}. The primary's periodic Newview for view 1 is accepted
+/// by 0, 1 and 2 (a majority: chosen), but its Accepts to 3 and 4 and its
+/// replica to the backup are lost; 0 crashes and 2 sleeps. Backup 1 takes
+/// over and asks 1, 3 and 4 (a majority of view 0) for view 1: 3 and 4
+/// accepted nothing, and 1's own acceptance of 0's Newview is the only
+/// report of it. It used to be left out of the phase 1 reports, so 1 chose
+/// a second Newview for view 1, and view 1 had two member lists. Now 1
+/// counts its own report, lacks that Newview's log, and steps aside: no
+/// member installs a view 1 other than 0's.
+#[test]
+fn a_takeover_counts_the_newview_its_own_member_accepted() {
+    let config = fast_config(2);
+    let n = 5usize;
+    let mut sim = group(n, n, 655, &config);
+    sim.run_until(2_000);
+    let view = sim.nodes[0].as_ref().unwrap().view.id + 1;
+    sim.drop_if = Some(Box::new(move |_, from, to, bytes| {
+        from == 0
+            && ((to >= 3 && is_accept(bytes, view)) || (to == 1 && is_newview_replica(bytes, view)))
+    }));
+    let mut chosen = None;
+    for t in 2_001..6_000u64 {
+        sim.run_until(t);
+        let primary = sim.nodes[0].as_ref().unwrap();
+        let accepted = primary
+            .committee
+            .as_ref()
+            .and_then(|c| c.view_change())
+            .is_some_and(|vc| vc.view == view && vc.accepts.len() >= 3);
+        if accepted {
+            let p = primary.committee.as_ref().and_then(|c| match &c.role {
+                committee::Role::Primary(p) => Some(p.cview.members.clone()),
+                _ => None,
+            });
+            chosen = p;
+            sim.crash(0);
+            sim.sleep(2, t + 4_000);
+            break;
+        }
+    }
+    let chosen = chosen.expect("0's Newview was never accepted by a majority");
+    sim.run_until(12_000);
+    assert!(
+        sim.nodes[1].as_ref().unwrap().stats().takeovers >= 1,
+        "1 never took over"
+    );
+    for i in 1..n {
+        for (_, e) in &sim.events[i] {
+            if let Event::View(v) = e {
+                if v.id == view {
+                    let members: Vec<u32> = v.members.iter().map(|m| m.0).collect();
+                    assert_eq!(members, chosen, "member {i} installed a second view {view}");
+                }
+            }
+        }
+    }
+}

@@ -150,6 +150,7 @@ impl Vsync {
             return;
         };
         let acks = self.own_ack(view, epoch);
+        let reports = self.own_report(view, &acks);
         let Some(p) = self.primary_mut() else {
             return;
         };
@@ -162,7 +163,7 @@ impl Vsync {
             reasons,
             decided: false,
             old: p.cview.members.clone(),
-            reports: BTreeMap::new(),
+            reports,
             accepting: false,
             accepts: BTreeSet::new(),
             outranked: None,
@@ -282,6 +283,22 @@ impl Vsync {
         let (me, next) = (self.me, self.member.next);
         self.promise_own(view, epoch)
             .map(|()| (me, next))
+            .into_iter()
+            .collect()
+    }
+
+    /// The Newview for `view` this primary's member side accepted, as any
+    /// acknowledging member reports it: its own acknowledgement counts
+    /// towards the majority, so its report must count for the value too.
+    /// Left out, a backup that took over after accepting the old primary's
+    /// Newview (chosen by it, the old primary and a third member) heard
+    /// from a majority that reported nothing else and chose a second
+    /// Newview for the same view (swarm seed 655, harshest shape).
+    fn own_report(&self, view: u64, acks: &BTreeMap<NodeId, u64>) -> BTreeMap<NodeId, Report> {
+        let accepted = self.member.accepted.as_ref();
+        accepted
+            .filter(|r| r.newview.view == view && acks.contains_key(&self.me))
+            .map(|r| (self.me, r.clone()))
             .into_iter()
             .collect()
     }
@@ -671,11 +688,12 @@ impl Vsync {
             return;
         };
         let acks = self.own_ack(view, epoch);
+        let reports = self.own_report(view, &acks);
         let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) else {
             return;
         };
         vc.acks = acks;
-        vc.reports.clear();
+        vc.reports = reports;
         vc.accepts.clear();
         vc.accepting = false;
         vc.outranked = None;

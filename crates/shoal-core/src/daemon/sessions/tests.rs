@@ -1750,3 +1750,39 @@ fn a_client_cut_off_in_a_transitional_view_stays_there_until_its_daemon_is_back(
     );
     assert_eq!(messages(&frames), said(b"second"));
 }
+
+/// Daemon 2 joins; its snapshot is ordered, then bob's `safe` message
+/// (held at 0 and 1 until every daemon says it holds it), then the table
+/// daemon 0 owes it. Daemons 0 and 1 apply the table item only once the
+/// held batch goes; daemon 2 installs the table as it arrives. Whether a
+/// daemon waits for its table decides how a view change releases held
+/// batches, so daemon 2 must count itself settled where the others do: at
+/// its table item in the order, not on arrival (fix 48; swarm seed 811,
+/// harshest shape: at the next view change the others released at once
+/// and the joiner deferred, and one transitional view id had two member
+/// lists).
+#[test]
+fn a_joiner_counts_itself_settled_where_the_others_apply_its_table() {
+    let mut c = two_in_chat();
+    c.install(&[0, 1], &[]);
+    c.cores[2] = Sessions::new("n2", Limits::default(), BATCH_MAX);
+    c.install(&[0, 1, 2], &[2]);
+    assert!(c.order(2), "daemon 2's snapshot");
+    c.frame(1, 1, multicast(Service::Safe, &["chat"], b"safe"));
+    assert!(c.order(1), "bob's safe message");
+    assert!(
+        c.cores[0].held_batches() > 0,
+        "held until every daemon has it"
+    );
+    assert!(c.order(0), "the table daemon 0 owes daemon 2");
+    assert!(c.cores[2].ready(), "daemon 2 installed its table");
+    let settled = |c: &Cluster, d: usize| c.cores[d].settled_daemons().clone();
+    assert!(!settled(&c, 0).contains(&c.ids[2]));
+    for d in [1, 2] {
+        assert_eq!(settled(&c, d), settled(&c, 0), "daemon {d}");
+    }
+    c.settle();
+    for d in 0..3 {
+        assert!(settled(&c, d).contains(&c.ids[2]), "daemon {d}");
+    }
+}
