@@ -1431,6 +1431,20 @@ mod tests {
         assert_ok_under_heavy_loss(655);
     }
 
+    /// Harshest shape, seed 281 (with fix 49; `not converged`, and the
+    /// messages still held at the end, `own-delivery` and `silent-loss`):
+    /// d0 founded a group alone and d1 and d3 joined it, while d2's view
+    /// of four still listed d0 and d3; with d4 dropped (and back under a
+    /// new id), d2 could gather no majority and waited out `view_period +
+    /// partition_grace` before merging, too late to converge. A listed
+    /// daemon heard as a member of another group now counts as gone, as
+    /// one back under a new id does (fix 50): d0's presence and d4's new
+    /// id make two of four, and d2 leaves at once.
+    #[test]
+    fn a_member_leaves_a_view_whose_majority_joined_another_group() {
+        assert_ok_under_heavy_loss(281);
+    }
+
     /// Not fixed: with a repair answer's end sent apart in the short-view
     /// shape (unfragmented; fix 41 as first landed turned it on for every
     /// daemon), these seeds fail `safe` (974: d2's client delivered a safe

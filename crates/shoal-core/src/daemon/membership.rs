@@ -60,6 +60,17 @@ use crate::engine::{Destination, Engine, NodeId, SendError, Transmit};
 use crate::time::Instant;
 use crate::vsync::{self, group_base, Event, RemovedReason, Vsync};
 
+/// A view member's slot heard from as gone from this group
+/// ([`Membership::note_successor`]).
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    id: NodeId,
+    first: Instant,
+    last: Instant,
+    /// Under the id the view lists, as a member of another group.
+    elsewhere: bool,
+}
+
 /// Low bits of a [`NodeId`] that hold the daemon's slot.
 pub const SLOT_BITS: u32 = 8;
 /// Daemons one cluster can name.
@@ -238,9 +249,11 @@ pub struct Membership {
     /// when each was first heard.
     foreign: BTreeMap<NodeId, Instant>,
     /// While a member: slots of this view's members heard from under
-    /// another id (restarted, or rejoined elsewhere), with that id and when
-    /// it was first and last heard. The id the view lists is gone for good.
-    successors: BTreeMap<u32, (NodeId, Instant, Instant)>,
+    /// another id (restarted, or rejoined elsewhere), or under the id the
+    /// view lists as a member of another group, with the id heard and when
+    /// it was first and last heard. The daemon the view lists is gone for
+    /// good.
+    successors: BTreeMap<u32, Heard>,
     /// When this daemon last installed a view (while a member).
     last_view_at: Instant,
     outbox: VecDeque<Transmit>,
@@ -466,13 +479,19 @@ impl Membership {
         }
     }
 
-    fn on_presence(&mut self, now: Instant, from: NodeId, member: bool, theirs: (u32, u32)) {
+    fn on_presence(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        (member, view): (bool, u64),
+        theirs: (u32, u32),
+    ) {
         self.stats.presence_received += 1;
         if slot_of(from) == self.slot {
             return;
         }
         if self.is_member() {
-            self.note_successor(now, from);
+            self.note_successor(now, from, member.then_some(view));
         }
         let interval = self.config.presence_interval;
         match &mut self.phase {
@@ -519,22 +538,37 @@ impl Membership {
 
     /// Notes `from` if its slot's member in this view has another id: that
     /// daemon restarted, or was evicted and rejoined, so the id the view
-    /// lists will never acknowledge a view change again.
-    fn note_successor(&mut self, now: Instant, from: NodeId) {
+    /// lists will never acknowledge a view change again. Or if `from` is
+    /// listed but says it is a member of another group (`member_of`, a
+    /// view id of another group's numbering, [`vsync::FOREIGN`]): a joiner
+    /// two groups admitted installed the other's view and ignores this
+    /// group's proposals, so it will not acknowledge one either (swarm
+    /// seed 281 of the harshest shape: a primary whose view of four listed
+    /// two such daemons waited out `view_period + partition_grace`, 25 s,
+    /// and its group merged too late to converge).
+    fn note_successor(&mut self, now: Instant, from: NodeId, member_of: Option<u64>) {
         let slot = slot_of(from);
-        let replaced = self
+        let ours = self.inner.view_id();
+        let elsewhere = member_of.is_some_and(|v| v.abs_diff(ours) >= vsync::FOREIGN);
+        let gone = self
             .inner
             .members()
             .iter()
-            .any(|m| slot_of(*m) == slot && *m != from);
-        if !replaced {
+            .any(|m| slot_of(*m) == slot && (*m != from || elsewhere));
+        if !gone {
             return;
         }
-        let heard = self.successors.entry(slot).or_insert((from, now, now));
-        if heard.0 == from {
-            heard.2 = now;
+        let fresh = Heard {
+            id: from,
+            first: now,
+            last: now,
+            elsewhere,
+        };
+        let heard = self.successors.entry(slot).or_insert(fresh);
+        if heard.id == from && heard.elsewhere == elsewhere {
+            heard.last = now;
         } else {
-            *heard = (from, now, now);
+            *heard = fresh;
         }
     }
 
@@ -560,11 +594,13 @@ impl Membership {
         let mut due: Vec<Instant> = self
             .successors
             .iter()
-            .filter(|(slot, (id, first, last))| {
-                *last >= *first + self.config.presence_interval
-                    && members.iter().any(|m| slot_of(*m) == **slot && m != id)
+            .filter(|(slot, h)| {
+                h.last >= h.first + self.config.presence_interval
+                    && members
+                        .iter()
+                        .any(|m| slot_of(*m) == **slot && (*m != h.id || h.elsewhere))
             })
-            .map(|(_, (_, first, _))| *first + settle)
+            .map(|(_, h)| h.first + settle)
             .collect();
         if due.len() < needed {
             return None;
@@ -905,14 +941,14 @@ impl Engine for Membership {
             header,
             Packet::Presence {
                 member,
+                view,
                 size,
                 lowest,
-                ..
             },
         )) = shoal_wire::decode_packet(datagram)
         {
             if header.kind == Kind::Presence && header.sender == from.0 {
-                self.on_presence(now, from, member, (size, lowest));
+                self.on_presence(now, from, (member, view), (size, lowest));
             }
             return;
         }

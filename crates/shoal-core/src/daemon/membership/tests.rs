@@ -820,3 +820,47 @@ fn one_restarted_member_of_four_does_not_break_up_the_group() {
         assert_eq!(h.daemon(slot).stats().partitions, 0);
     }
 }
+
+/// Daemons 2 and 3 of a view of four fall silent, and daemons 0 and 1 hear
+/// them, under the ids the view lists, as members of a group whose view
+/// ids are `view_of_theirs` (a joiner two groups admitted installed the
+/// other's view: swarm seed 281 of the harshest shape). Returns daemons 0
+/// and 1's counts of majorities gone.
+fn two_of_four_heard_as_members_of(view_of_theirs: impl Fn(u64) -> u64) -> (u64, u64) {
+    let mut h = four_in_one_group_with_a_long_grace();
+    h.asleep[2] = true;
+    h.asleep[3] = true;
+    let listed: Vec<NodeId> = h.daemon(0).vsync().members().to_vec();
+    for t in (6_100..12_000u64).step_by(100) {
+        h.run_until(t);
+        let ours = h.daemon(0).vsync().view_id();
+        for from in listed.iter().filter(|m| slot_of(**m) >= 2) {
+            let presence = Packet::Presence {
+                member: true,
+                view: view_of_theirs(ours),
+                size: 3,
+                lowest: 2,
+            };
+            let bytes = Bytes::from(presence.to_vec(from.0).unwrap());
+            for to in [0u32, 1] {
+                h.order += 1;
+                let item = (h.now + MS, h.order, to, from.0, bytes.clone());
+                h.queue.push(Reverse(item));
+            }
+        }
+    }
+    let gone = |slot| h.daemon(slot).stats().majorities_gone;
+    (gone(0), gone(1))
+}
+
+/// Fix 50: members of a view of four, two of whose daemons are heard as
+/// members of another group, leave at once (as when they restart under
+/// new ids) rather than after `view_period + partition_grace`. A listed
+/// daemon heard as a member of this very group does not count.
+#[test]
+fn members_leave_a_view_whose_majority_is_in_another_group() {
+    let other_group = |ours: u64| ours ^ (1 << 41);
+    assert_eq!(two_of_four_heard_as_members_of(other_group), (1, 1));
+    let this_group = |ours: u64| ours;
+    assert_eq!(two_of_four_heard_as_members_of(this_group), (0, 0));
+}
