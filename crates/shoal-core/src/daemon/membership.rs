@@ -548,8 +548,7 @@ impl Membership {
     /// and its group merged too late to converge).
     fn note_successor(&mut self, now: Instant, from: NodeId, member_of: Option<u64>) {
         let slot = slot_of(from);
-        let ours = self.inner.view_id();
-        let elsewhere = member_of.is_some_and(|v| v.abs_diff(ours) >= vsync::FOREIGN);
+        let elsewhere = member_of.is_some_and(|v| self.inner.foreign_view(v));
         let gone = self
             .inner
             .members()

@@ -1734,28 +1734,26 @@ impl Sessions {
                 }
             }
             Item::Table { joiner, last, .. } => {
-                if last && self.me.is_some_and(|me| me.0 == joiner) {
-                    // This daemon's own table, applied where the others
-                    // apply it: settled from here on, as they count it. It
-                    // installed the table on arrival, but held batches may
-                    // keep the others from applying this item until a
-                    // view's release, and a view change in between is
-                    // judged by who is settled (swarm seed 811, harshest
-                    // shape: the others released at a view, the joiner
-                    // deferred, and one transitional view id had two
-                    // member lists).
-                    self.settled.insert(NodeId(joiner));
-                } else if last && self.me.is_some() {
+                if last && self.me.is_some() {
+                    // The joiner is settled from here, at every daemon,
+                    // itself included: it installed its table on arrival,
+                    // but held batches may keep this item from being
+                    // applied until a view's release, and a view change in
+                    // between is judged by who is settled (swarm seed 811,
+                    // harshest shape: the others released at a view, the
+                    // joiner, settled early in its own eyes, deferred, and
+                    // one transitional view id had two member lists).
                     // Not a daemon that left the view before its table was
                     // ordered: settled, it would be the designated sender of
                     // later joiners' tables (the lowest slot), and they would
                     // wait for ever (swarm seed 234 with a 2 s view period:
                     // two joiners never got their table).
-                    if self.daemons.contains(&NodeId(joiner)) {
-                        self.settled.insert(NodeId(joiner));
+                    let joiner = NodeId(joiner);
+                    if self.daemons.contains(&joiner) {
+                        self.settled.insert(joiner);
                     }
-                    self.awaiting_table.remove(&NodeId(joiner));
-                    self.saved_tables.remove(&NodeId(joiner));
+                    self.awaiting_table.remove(&joiner);
+                    self.saved_tables.remove(&joiner);
                 }
             }
             // Counted on arrival (`note_received`).

@@ -727,7 +727,7 @@ impl Vsync {
     }
 
     /// A view id of another group than this member's ([`FOREIGN`]).
-    fn foreign_view(&self, view: u64) -> bool {
+    pub(crate) fn foreign_view(&self, view: u64) -> bool {
         self.status == Status::Member && view.abs_diff(self.view.id) >= FOREIGN
     }
 
