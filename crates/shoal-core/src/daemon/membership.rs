@@ -156,13 +156,15 @@ impl Config {
     /// simulator's swarm with it): a committee of 3, so that one daemon's
     /// failure does not stop the cluster (P000 §6 measures k = 1);
     /// datagrams up to 65,000 bytes (loopback); progress every 100 ms;
-    /// committee members deliver from their own stores.
+    /// committee members deliver from their own stores; a silent member
+    /// heard from during a view change is asked once more.
     pub fn daemon_defaults() -> Config {
         let mut c = Config::default();
         c.vsync.committee_size = std::num::NonZeroU32::new(3).expect("non-zero");
         c.vsync.pbcast.max_datagram_size = 65_000;
         c.vsync.progress_interval = Duration::from_millis(100);
         c.vsync.committee_delivery = true;
+        c.vsync.ask_heard_again = true;
         c
     }
 }

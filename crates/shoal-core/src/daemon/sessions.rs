@@ -374,6 +374,21 @@ struct Joining {
     /// and none settles without one: a view of such daemons alone will
     /// never send any.
     unsettled: BTreeSet<NodeId>,
+    /// The daemons of the view this daemon is in, as of the batches
+    /// buffered so far (its first view, then each buffered one).
+    members: Vec<NodeId>,
+}
+
+impl Joining {
+    /// Whether every other daemon of the view waits for a table too, so
+    /// that none will ever send one (see `unsettled`).
+    fn all_others_wait(&self, me: NodeId) -> bool {
+        self.members != [me]
+            && self
+                .members
+                .iter()
+                .all(|d| *d == me || self.unsettled.contains(d))
+    }
 }
 
 enum Buffered {
@@ -2547,7 +2562,10 @@ impl Sessions {
                 self.daemons = view.members.clone();
                 self.new_epoch(0);
             } else {
-                self.joining = Some(Joining::default());
+                self.joining = Some(Joining {
+                    members: view.members.clone(),
+                    ..Joining::default()
+                });
             }
             // A daemon that rejoined with its clients: their groups (the
             // snapshot) go before what they sent while it was out, so that
@@ -2793,11 +2811,12 @@ impl Sessions {
             self.acknowledge(gseq);
         }
         let mut complete = None;
+        let mut newly_waiting = false;
         let joining = self.joining.as_mut().expect("joining");
         for item in &items {
             match item {
                 Item::Snapshot { first: true, .. } => {
-                    joining.unsettled.insert(sender);
+                    newly_waiting |= joining.unsettled.insert(sender);
                 }
                 Item::Table {
                     joiner, last: true, ..
@@ -2864,6 +2883,14 @@ impl Sessions {
             }
         }
         drop(items);
+        // The last daemon of the view not yet known to wait shows it does:
+        // no table will come, as at a view (`buffer_view`). Waiting for
+        // the next view instead kept a group of joiners, whose settled
+        // members had all crashed, stalled until the periodic view 20 s
+        // later (swarm seed 895, harshest shape).
+        if complete.is_none() && newly_waiting && joining.all_others_wait(me) {
+            self.table_lost = true;
+        }
         joining.buffer.push(Buffered::Batch {
             sender,
             gseq,
@@ -2894,12 +2921,8 @@ impl Sessions {
         // of a group of several whose snapshot was ordered after this
         // daemon's first view would be taken for a joiner (this errs
         // towards starting over, which is safe, only slower).
-        if !alone
-            && view
-                .members
-                .iter()
-                .all(|d| *d == me || joining.unsettled.contains(d))
-        {
+        joining.members = view.members.clone();
+        if joining.all_others_wait(me) {
             self.table_lost = true;
         }
         joining.buffer.push(Buffered::View(view));

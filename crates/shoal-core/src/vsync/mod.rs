@@ -130,6 +130,9 @@ pub struct Stats {
     pub gseq_reqs_received: u64,
     pub acks_prefreshview_sent: u64,
     pub views_installed: u64,
+    /// Silent members a primary asked once more because it had heard from
+    /// them during the view change (`Config::ask_heard_again`).
+    pub view_acks_asked_again: u64,
     pub takeovers: u64,
     /// Times this member left the committee on hearing a higher epoch from
     /// a backup (a newer primary exists).
@@ -875,6 +878,7 @@ impl Engine for Vsync {
         if self.status == Status::Removed {
             return;
         }
+        self.note_heard(from);
         match shoal_wire::decode_header(datagram) {
             Ok(header) if header.kind == Kind::Vsync => self.on_vsync_datagram(now, from, datagram),
             Ok(_) => {

@@ -1535,3 +1535,78 @@ fn a_takeover_counts_the_newview_its_own_member_accepted() {
         }
     }
 }
+
+/// True for an AckPrefreshview.
+fn is_ack_prefreshview(bytes: &[u8]) -> bool {
+    shoal_wire::packets(bytes).any(|p| match p {
+        Ok((_, shoal_wire::Packet::Vsync { body })) => matches!(
+            shoal_wire::vsync::decode(body),
+            Ok(Message::AckPrefreshview { .. })
+        ),
+        _ => false,
+    })
+}
+
+/// Swarm seed 209 (harshest shape): a live member's AckPrefreshview and its
+/// one retry were both lost at a periodic view change, and the primary
+/// dropped it. With `ask_heard_again` the primary, which heard the member
+/// (its multicasts) during the change, asks it once more and keeps it;
+/// without it (P000's rule) the member is dropped, as the seed showed.
+#[test]
+fn a_member_heard_during_a_view_change_is_asked_again_not_dropped() {
+    for ask in [true, false] {
+        let config = Config {
+            ack_retries: 1,
+            ask_heard_again: ask,
+            ..fast_config(1)
+        };
+        let mut sim = group(4, 4, 7, &config);
+        // The first two acknowledgements member 3 sends after 2.9 s (the
+        // first periodic change starts at 3 s): the ack and its retry.
+        let lost = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = lost.clone();
+        sim.drop_if = Some(Box::new(move |now, from, to, bytes| {
+            let drop = now >= 2_900 * MS
+                && from == 3
+                && to == 0
+                && counted.get() < 2
+                && is_ack_prefreshview(bytes);
+            counted.set(counted.get() + usize::from(drop));
+            drop
+        }));
+        let mut sent = vec![Vec::new(); 4];
+        let mut counter = 0u32;
+        for t in (0..5_000u64).step_by(10) {
+            sim.run_until(t);
+            for (i, sent_i) in sent.iter_mut().enumerate() {
+                counter += 1;
+                if let Ok(id) = sim.multicast(i, &counter.to_be_bytes()) {
+                    sent_i.push(id);
+                }
+            }
+        }
+        sim.run_until(7_000);
+        assert_eq!(lost.get(), 2, "ask {ask}: both acks lost");
+        let removed = sim.events[3]
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Removed { .. }));
+        let last_view = sim.events[0]
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::View(v) => Some(v.members.clone()),
+                _ => None,
+            })
+            .last()
+            .expect("views");
+        let asked = sim.nodes[0].as_ref().unwrap().stats().view_acks_asked_again;
+        if ask {
+            assert!(!removed, "asked again: member 3 stays");
+            assert_eq!(last_view, (0..4).map(NodeId).collect::<Vec<_>>());
+            assert_eq!(asked, 1);
+            checker::check(&sim, &sent).unwrap();
+        } else {
+            assert!(removed, "P000's rule: member 3 is dropped");
+            assert_eq!(asked, 0);
+        }
+    }
+}

@@ -60,6 +60,11 @@ pub(super) struct ViewChange {
     /// is finishing the view as if it were still decided
     /// (`Committee::finishing_view`).
     pub set_aside: bool,
+    /// Members of `old` heard from (any datagram) since the change began
+    /// without having acknowledged yet (`Config::ask_heard_again`).
+    pub heard: BTreeSet<NodeId>,
+    /// The heard, silent members were asked once more (`ask_heard_again`).
+    pub asked_again: bool,
 }
 
 /// The primary's state before `decide_view` took its decision.
@@ -120,7 +125,9 @@ impl Vsync {
                 } else if vc.accepting {
                     self.send_accepts(now);
                 } else if self.has_quorum() {
-                    self.on_quorum(now);
+                    if !self.ask_heard_again(now) {
+                        self.on_quorum(now);
+                    }
                 } else {
                     self.retry_without_quorum(now);
                 }
@@ -169,6 +176,8 @@ impl Vsync {
             outranked: None,
             prior: None,
             set_aside: false,
+            heard: BTreeSet::new(),
+            asked_again: false,
         });
         let prefresh = Carried::Prefreshview {
             view,
@@ -261,6 +270,65 @@ impl Vsync {
         for m in silent {
             self.send(m, &direct);
         }
+    }
+
+    /// Notes that `from` was heard while a view change gathers
+    /// acknowledgements (`Config::ask_heard_again`).
+    pub(super) fn note_heard(&mut self, from: NodeId) {
+        if !self.config.ask_heard_again {
+            return;
+        }
+        let Some(vc) = self.primary_mut().and_then(|p| p.vc.as_mut()) else {
+            return;
+        };
+        if !vc.decided && !vc.acks.contains_key(&from) && vc.old.contains(&from.0) {
+            vc.heard.insert(from);
+        }
+    }
+
+    /// The deadline came with a majority: members that did not acknowledge
+    /// but were heard from meanwhile are alive and lost their acks (an ack
+    /// and its retry, both lost: swarm seed 209). Asks them once more,
+    /// directly, and waits one more `ack_wait`; true if it did. Once per
+    /// view change, so that a member that hears nothing (a one-way cut)
+    /// delays the view by one `ack_wait` at most.
+    fn ask_heard_again(&mut self, now: Instant) -> bool {
+        if !self.config.ask_heard_again {
+            return false;
+        }
+        let wait = self.config.ack_wait;
+        let Some((view, epoch)) = self
+            .primary_mut()
+            .and_then(|p| p.vc.as_ref())
+            .map(|vc| vc.view)
+            .zip(self.epoch())
+        else {
+            return false;
+        };
+        let Some(p) = self.primary_mut() else {
+            return false;
+        };
+        let leaves = &p.leaves;
+        let Some(vc) = p.vc.as_mut().filter(|vc| !vc.asked_again && !vc.decided) else {
+            return false;
+        };
+        let silent: Vec<NodeId> = vc
+            .heard
+            .iter()
+            .copied()
+            .filter(|m| !vc.acks.contains_key(m) && !leaves.contains(m))
+            .collect();
+        if silent.is_empty() {
+            return false;
+        }
+        vc.asked_again = true;
+        vc.deadline = now + wait;
+        self.stats.view_acks_asked_again += silent.len() as u64;
+        let direct = Message::Prefreshview { view, epoch };
+        for m in silent {
+            self.send(m, &direct);
+        }
+        true
     }
 
     fn epoch(&self) -> Option<u64> {

@@ -1617,6 +1617,39 @@ fn joiners_left_without_a_settled_daemon_know_their_table_will_never_come() {
     assert!(!c.cores[1].take_table_lost(), "reading clears it");
 }
 
+/// Daemons 1 and 2 join daemon 0's view and are ordered their snapshots,
+/// then daemon 0 is gone in the view daemon 3 joins (restarted). Daemon 3's
+/// snapshot is not yet ordered at that view, so daemons 1 and 2 do not yet
+/// know it waits too. When it is ordered, they know at once that no table
+/// will come, without waiting for the next view (fix 52; swarm seed 895:
+/// a group of joiners stalled until the periodic view 20 s later).
+#[test]
+fn joiners_know_their_table_is_lost_when_the_last_fellow_joiners_snapshot_comes() {
+    let mut c = Cluster::new(4);
+    for d in [1, 2, 3] {
+        c.cores[d] = Sessions::new(&format!("n{d}"), Limits::default(), BATCH_MAX);
+    }
+    c.install(&[0], &[]);
+    c.install(&[0, 1, 2], &[1, 2]);
+    while c.order(1) || c.order(2) {}
+    c.install(&[1, 2, 3], &[3]);
+    for d in [1, 2] {
+        assert!(
+            !c.cores[d].take_table_lost(),
+            "daemon 3 is not known to wait"
+        );
+    }
+    assert!(c.order(3), "daemon 3's snapshot");
+    for d in [1, 2] {
+        assert!(c.cores[d].take_table_lost(), "daemon {d}");
+    }
+    // Daemon 3 cannot know: the others' snapshots came before its first
+    // view. It is left alone when they start over, and holds the table.
+    assert!(!c.cores[3].take_table_lost());
+    c.install(&[3], &[]);
+    assert!(c.cores[3].ready());
+}
+
 /// The same, but daemon 0's tables are ordered first: the joiners settle,
 /// and a view without daemon 0 loses nothing. And a joiner whose fellow
 /// joiner did get its table (the only settled daemon left) waits for it.
