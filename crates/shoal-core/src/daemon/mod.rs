@@ -1243,11 +1243,12 @@ fn membership_lines(engine: &Membership, now: Instant) -> Vec<String> {
             c.founded, c.rejoins, c.merges, c.partitions, c.majorities_gone, c.tables_lost, c.presence_sent, c.presence_received, c.unsequenced_refused
         ),
         format!(
-            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}, other groups' messages ignored {}",
+            "vsync: delivered {}, views {}, takeovers {}, abandoned {}, silent members asked again {}, repairs sent {} asked {}, malformed {}, foreign answers ignored {}, other groups' messages ignored {}",
             s.delivered,
             s.views_installed,
             s.takeovers,
             s.newviews_abandoned,
+            s.view_acks_asked_again,
             s.repairs_sent,
             s.repair_requests_sent,
             s.malformed,

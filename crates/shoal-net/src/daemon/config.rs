@@ -452,7 +452,9 @@ fn overlay(base: &mut toml::Value, user: toml::Value) {
 /// than holding every record of a view period (gigabytes at full rate);
 /// committee members delivering from their stores (`committee_delivery`),
 /// which takes two hops off an ordered message's way to them, and, in a
-/// cluster no larger than its committee, the pbcast of every payload.
+/// cluster no larger than its committee, the pbcast of every payload;
+/// a primary asking silent members it heard from during a view change
+/// once more before dropping them (`ask_heard_again`).
 /// Where the engines' datagrams go in fragments (beyond loopback), parsing
 /// also turns on `repair_done_apart`: a repair answer's end in a datagram
 /// of its own, so that a lost fragment of the answer's last datagram does
@@ -1064,6 +1066,7 @@ mod tests {
         );
         assert_eq!(c.cluster.vsync.progress_interval.as_millis(), 100);
         assert!(c.cluster.vsync.committee_delivery);
+        assert!(c.cluster.vsync.ask_heard_again);
         assert!(!c.cluster.vsync.repair_done_apart, "loopback: no fragments");
         let c = DaemonConfig::parse("[cluster]\nfound_after = 700\n").unwrap();
         assert_eq!(c.cluster.found_after.as_millis(), 700);

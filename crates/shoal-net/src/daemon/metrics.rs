@@ -298,6 +298,12 @@ pub fn render(core: &CoreFigures, engine: &Membership, runtime: &RuntimeStats) -
         "view changes this daemon abandoned as primary: another proposer's Newview may have been chosen",
         s.newviews_abandoned,
     );
+    counter(
+        &mut r,
+        "view_acks_asked_again",
+        "silent daemons this daemon, as primary, heard during a view change and asked once more instead of dropping them",
+        s.view_acks_asked_again,
+    );
     gauge(
         &mut r,
         "view_members",
