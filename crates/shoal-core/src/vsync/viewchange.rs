@@ -297,12 +297,7 @@ impl Vsync {
             return false;
         }
         let wait = self.config.ack_wait;
-        let Some((view, epoch)) = self
-            .primary_mut()
-            .and_then(|p| p.vc.as_ref())
-            .map(|vc| vc.view)
-            .zip(self.epoch())
-        else {
+        let Some((view, epoch)) = self.change_under_way() else {
             return false;
         };
         let Some(p) = self.primary_mut() else {
@@ -329,6 +324,14 @@ impl Vsync {
             self.send(m, &direct);
         }
         true
+    }
+
+    /// The (view, epoch) of this primary's view change under way.
+    fn change_under_way(&mut self) -> Option<(u64, u64)> {
+        self.primary_mut()
+            .and_then(|p| p.vc.as_ref())
+            .map(|vc| vc.view)
+            .zip(self.epoch())
     }
 
     fn epoch(&self) -> Option<u64> {
@@ -747,12 +750,7 @@ impl Vsync {
     pub(super) fn restart_view_change(&mut self, now: Instant) {
         self.set_aside_unchosen();
         let (me, wait) = (self.me, self.config.ack_wait);
-        let Some((view, epoch)) = self
-            .primary_mut()
-            .and_then(|p| p.vc.as_ref())
-            .map(|vc| vc.view)
-            .zip(self.epoch())
-        else {
+        let Some((view, epoch)) = self.change_under_way() else {
             return;
         };
         let acks = self.own_ack(view, epoch);
