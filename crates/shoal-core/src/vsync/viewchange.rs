@@ -266,8 +266,14 @@ impl Vsync {
             primary: self.me.0,
         };
         self.pbcast_carried(now, &prefresh);
+        self.ask_directly(view, epoch, silent);
+    }
+
+    /// Sends the Prefreshview for (view, epoch) to each of `members`
+    /// point to point, past pbcast.
+    fn ask_directly(&mut self, view: u64, epoch: u64, members: Vec<NodeId>) {
         let direct = Message::Prefreshview { view, epoch };
-        for m in silent {
+        for m in members {
             self.send(m, &direct);
         }
     }
@@ -319,10 +325,7 @@ impl Vsync {
         vc.asked_again = true;
         vc.deadline = now + wait;
         self.stats.view_acks_asked_again += silent.len() as u64;
-        let direct = Message::Prefreshview { view, epoch };
-        for m in silent {
-            self.send(m, &direct);
-        }
+        self.ask_directly(view, epoch, silent);
         true
     }
 
